@@ -1,0 +1,94 @@
+"""The backend contract: requests in, one output per request out."""
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Sequence
+
+GENERATE = "generate"
+LOGLIKELIHOOD = "loglikelihood"
+
+
+@dataclass(frozen=True)
+class Request:
+    """One thing to ask a model.
+
+    ``kind`` is ``generate`` or ``loglikelihood``.
+
+    - generate: ``messages`` (OpenAI-style, content as segment lists) when
+      ``chat`` is true, else ``prompt`` (plain text, no chat template).
+      ``gen`` holds the generation settings: ``max_new_tokens``, ``stop``
+      (list of strings), ``temperature``, ``top_p``, ``do_sample``, ``seed``.
+    - loglikelihood: ``prompt`` is the context and ``continuations`` the
+      strings whose log-probability after the context is wanted (the choices
+      of one multiple-choice question: the context is shared).
+    """
+
+    kind: str
+    sample_id: str
+    prompt: str | None = None
+    messages: tuple[dict, ...] | None = None
+    continuations: tuple[str, ...] = ()
+    chat: bool = False
+    gen: dict = field(default_factory=dict)
+    # images, audio etc. are carried inside messages; this lists the segment
+    # types present so a backend can refuse what it cannot take.
+    modalities: frozenset[str] = frozenset({"text"})
+
+
+@dataclass
+class ModelOutput:
+    """What a backend returns for one request.
+
+    ``error`` set means the request failed; the sample is written with it.
+    """
+
+    text: str | None = None
+    loglikelihoods: list[float] | None = None
+    is_greedy: list[bool] | None = None
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    latency_ms: float | None = None
+    time_to_first_token_ms: float | None = None
+    finish_reason: str | None = None
+    formatted_prompt: str | None = None
+    error: str | None = None
+    raw: dict | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if v is not None}
+
+
+class Backend:
+    """Base class for backends.
+
+    Subclasses set ``capabilities`` (a subset of ``generate``, ``loglikelihood``,
+    ``chat``, ``vision``, ``audio``, ``video``, ``file``) and implement
+    :meth:`run` (or :meth:`arun` for network backends). The engine hands
+    ``run`` up to ``max_batch`` requests at once; batching, sorting by length
+    and concurrency are the backend's business. ``run`` returns exactly one
+    :class:`ModelOutput` per request, in order; a failure of one request is
+    that output's ``error``, not an exception.
+    """
+
+    name: ClassVar[str] = "backend"
+    capabilities: frozenset[str] = frozenset()
+    max_batch: int = 64
+    model_id: str = "unknown"
+
+    def open(self) -> None:
+        """Load weights, start sessions. Called once, after the engine has checked
+        capabilities against every task, before the first :meth:`run`."""
+
+    def settings(self) -> dict[str, Any]:
+        """Settings to record in summary.json (secrets are redacted by the caller too)."""
+        return {}
+
+    def run(self, requests: Sequence[Request]) -> list[ModelOutput]:
+        return asyncio.run(self.arun(requests))
+
+    async def arun(self, requests: Sequence[Request]) -> list[ModelOutput]:
+        raise NotImplementedError(f"backend {self.name!r} implements neither run nor arun")
+
+    def close(self) -> None:
+        """Release the model, sockets or processes this backend holds."""

@@ -1,0 +1,144 @@
+"""The ``gage-eval`` command line. Sub-commands arrive through the ``gage_register_commands`` hook."""
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from gage_eval import __version__
+from gage_eval.errors import GageError
+
+
+def parse_value(text: str) -> Any:
+    low = text.lower()
+    if low in ("true", "false"):
+        return low == "true"
+    if low in ("none", "null"):
+        return None
+    for cast in (int, float):
+        try:
+            return cast(text)
+        except ValueError:
+            pass
+    return text
+
+
+def parse_kv(text: str | None, option: str) -> dict:
+    """``k=v,k2=v2`` as a dict; numbers and booleans converted."""
+    out: dict[str, Any] = {}
+    if not text:
+        return out
+    for part in text.split(","):
+        if not part.strip():
+            continue
+        key, sep, value = part.partition("=")
+        if not sep or not key.strip():
+            raise GageError(f"{option} {text!r}: expected key=value pairs separated by commas, got {part!r}")
+        out[key.strip()] = parse_value(value.strip())
+    return out
+
+
+class PluginGroup(click.Group):
+    """A group that loads plugins (and their commands) only when it is asked for commands."""
+
+    _loaded = False
+
+    def _load(self) -> None:
+        if not self._loaded:
+            self._loaded = True
+            from gage_eval.plugins import load_plugins
+
+            pm, _ = load_plugins()
+            pm.hook.gage_register_commands(cli=self)
+
+    def list_commands(self, ctx):
+        self._load()
+        return super().list_commands(ctx)
+
+    def get_command(self, ctx, name):
+        self._load()
+        return super().get_command(ctx, name)
+
+    def main(self, *args, **kwargs):
+        debug = "--debug" in sys.argv
+        try:
+            return super().main(*args, standalone_mode=False, **kwargs)
+        except GageError as exc:
+            if debug:
+                raise
+            click.echo(f"gage-eval: error: {exc}", err=True)
+            sys.exit(2)
+        except click.exceptions.Abort:
+            click.echo("gage-eval: aborted", err=True)
+            sys.exit(130)
+        except click.ClickException as exc:
+            exc.show()
+            sys.exit(exc.exit_code)
+        except click.exceptions.Exit as exc:
+            sys.exit(exc.exit_code)
+        except KeyboardInterrupt as exc:
+            click.echo(f"gage-eval: {exc or 'interrupted'}", err=True)
+            sys.exit(130)
+
+
+@click.group(cls=PluginGroup, invoke_without_command=True,
+             context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.option("--tasks", "-t", help="Comma-separated task names (see `gage-eval tasks`).")
+@click.option("--model", "-m", default=None, help="Backend name (default: smollm2, the bundled SmolLM2-135M-Instruct).")
+@click.option("--model-args", "-a", default=None, help="Backend arguments: k=v,k2=v2 (e.g. pretrained=DIR,dtype=float32).")
+@click.option("--judge-model", default=None, help="Backend for the judge role (default: the --model backend).")
+@click.option("--judge-args", default=None, help="Judge backend arguments: k=v,k2=v2.")
+@click.option("--batch-size", "-b", default=None, help="Batch size: a number or 'auto'.")
+@click.option("--limit", "-l", type=int, default=None, help="Only the first N rows of each task.")
+@click.option("--output-dir", "-o", default=None, help="Where run folders go (default: runs).")
+@click.option("--run-id", default=None, help="Name of the run folder (default: time stamp + random suffix).")
+@click.option("--include-path", multiple=True, help="A folder of task folders (or one task folder); repeatable.")
+@click.option("--data", "data", multiple=True, help="TASK=PATH: run TASK on a local jsonl/json/csv/parquet file or folder.")
+@click.option("--config", "config_file", type=click.Path(dir_okay=False), default=None,
+              help="Run config YAML (models by role, tasks with overrides); flags override it.")
+@click.option("--seed", type=int, default=None, help="Seed for sampling and for deterministic fallbacks.")
+@click.option("--resume", type=click.Path(file_okay=False), default=None,
+              help="Continue an interrupted run in this run folder (its settings are reused).")
+@click.option("--fail-fast", is_flag=True, help="Stop at the first row that errors (it is still written).")
+@click.option("--quiet", "-q", is_flag=True, help="No progress bar and no per-row error lines.")
+@click.option("--debug", is_flag=True, help="Show tracebacks for errors.")
+@click.version_option(__version__, prog_name="gage-eval")
+@click.pass_context
+def cli(ctx, tasks, model, model_args, judge_model, judge_args, batch_size, limit, output_dir, run_id,
+        include_path, data, config_file, seed, resume, fail_fast, quiet, debug):
+    """Evaluate language and vision-language models on benchmark task folders.
+
+    \b
+    Examples:
+      gage-eval --tasks piqa --limit 20            # the bundled SmolLM2 on piqa's sample rows
+      gage-eval --tasks piqa --model dummy
+      gage-eval --tasks piqa --data piqa=validation.jsonl --model transformers --model-args pretrained=DIR
+      gage-eval tasks | plugins | validate FILE --schema sample
+    """
+    if ctx.invoked_subcommand is not None:
+        return
+    from gage_eval.run import run_from_cli
+
+    if not tasks and not resume and not config_file:
+        click.echo(ctx.get_help())
+        return
+    run_from_cli(
+        tasks=tasks, model=model, model_args=model_args, judge_model=judge_model, judge_args=judge_args,
+        batch_size=batch_size, limit=limit, output_dir=output_dir, run_id=run_id,
+        include_paths=list(include_path), data=list(data), config_file=config_file, seed=seed,
+        resume=resume, fail_fast=fail_fast, quiet=quiet,
+        command=" ".join(["gage-eval"] + [shlex.quote(a) for a in sys.argv[1:]]),
+    )
+
+
+def main() -> None:
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    cli.main(prog_name="gage-eval")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,541 @@
+"""The streaming run loop: read lazily, batch, infer, judge, score, write each sample at once."""
+from __future__ import annotations
+
+import json
+import platform
+import sys
+import time
+import uuid
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Iterator, Mapping
+
+from gage_eval import __version__
+from gage_eval.backend import LOGLIKELIHOOD, Backend, ModelOutput
+from gage_eval.errors import GageError, RowError
+from gage_eval.events import RunEnd, RunStart, SampleDone, TaskDone
+from gage_eval.metric import MetricContext, TaskAggregate, metric_value
+from gage_eval.plugins import Registry, load_plugins, plugin_versions
+from gage_eval.progress import Progress
+from gage_eval.records import EventLog, TaskWriter, write_json_atomic
+from gage_eval.redact import redact
+from gage_eval.requests import RequestBuilder
+from gage_eval.sample import SCHEMA_VERSION, RowContext
+from gage_eval.schemas import validation_errors
+from gage_eval.tasks import TaskSpec, dataset_for_path, discover, read_task_file, with_dataset
+
+
+@dataclass
+class RunOptions:
+    """Everything that decides what a run does; saved as config.json for --resume."""
+
+    tasks: list[str]
+    model: str = "smollm2"
+    model_args: dict = field(default_factory=dict)
+    judge_model: str | None = None
+    judge_args: dict = field(default_factory=dict)
+    batch_size: int | str | None = None
+    limit: int | None = None
+    output_dir: str = "runs"
+    run_id: str | None = None
+    seed: int = 1234
+    include_paths: list[str] = field(default_factory=list)
+    data: dict = field(default_factory=dict)
+    task_overrides: dict = field(default_factory=dict)
+    fail_fast: bool = False
+    quiet: bool = False
+    command: str = ""
+    config_file: str | None = None
+
+
+@dataclass
+class Item:
+    """One row in flight."""
+
+    index: int
+    locator: str
+    sample: dict
+    error: dict | None = None
+    request: Any = None
+    rendered: dict = field(default_factory=dict)
+    output: ModelOutput | None = None
+    verdict: Any = None
+
+
+def new_run_id() -> str:
+    return time.strftime("%Y%m%d-%H%M%S") + "-" + uuid.uuid4().hex[:6]
+
+
+def error_stub(task: str, index: int, locator: str, stage: str, message: str, sample_id: str | None = None) -> dict:
+    """The record written for a row that never became a valid Sample."""
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "id": sample_id or f"{task}-row-{index}",
+        "messages": [],
+        "references": [],
+        "metadata": {"locator": locator},
+        "eval_result": {"error": {"stage": stage, "message": message, "locator": locator}},
+    }
+
+
+class TaskRun:
+    """The per-task state: components built from the task file, counters, timings."""
+
+    def __init__(self, spec: TaskSpec, registry: Registry, options: RunOptions):
+        self.spec = spec
+        self.name = spec.name
+        ds = spec.dataset
+        loader_args = dict(ds.get("args") or {})
+        self.loader_factory = registry.get("loaders", ds["loader"]).factory
+        self.loader_args = {**loader_args, "base_dir": str(spec.folder)}
+        pre = spec.preprocessor
+        self.preprocess = registry.get("preprocessors", pre["name"]).factory(**(pre.get("args") or {}))
+        self.metrics = []
+        for entry in spec.metrics:
+            entry = {"name": entry} if isinstance(entry, str) else entry
+            factory = registry.get("metrics", entry["name"]).factory
+            try:
+                metric = factory(**(entry.get("args") or {}))
+            except (TypeError, ValueError) as exc:
+                raise GageError(f"{spec.folder / 'task.yaml'}: metric {entry['name']!r}: {exc}") from None
+            self.metrics.append((entry.get("as", entry["name"]), metric))
+        self.primary = spec.primary_metric or self.metrics[0][0]
+        self.judge = None
+        if spec.judge:
+            factory = registry.get("judges", spec.judge["name"]).factory
+            self.judge = factory(**(spec.judge.get("args") or {}), base_dir=str(spec.folder))
+        self.builder = RequestBuilder(spec)
+        self.limit = options.limit
+        self.aggregate = TaskAggregate()
+        self.counts = {"total": 0, "scored": 0, "errored": 0, "skipped": 0, "judge_errors": 0}
+        self.errors_by_stage: dict[str, int] = {}
+        self.timings = {"dataset_materialization_s": 0.0, "inference_s": 0.0, "judge_s": 0.0,
+                        "evaluation_s": 0.0, "writing_s": 0.0}
+        self.extra_counts: dict[str, int] = {}
+
+    def rows(self) -> Iterator[tuple[int, str, Any]]:
+        loader = self.loader_factory(**self.loader_args)
+        self.data_dir = Path(getattr(loader, "data_dir", None) or self.spec.folder)
+        for index, (locator, record) in enumerate(loader):
+            if self.limit is not None and index >= self.limit:
+                break
+            yield index, locator, record
+
+    def account(self, record: Mapping[str, Any]) -> None:
+        """Count one written record and add its metric values; used live and on resume."""
+        result = record.get("eval_result") or {}
+        self.counts["total"] += 1
+        err = result.get("error")
+        if err:
+            self.counts["errored"] += 1
+            stage = err.get("stage", "unknown")
+            self.errors_by_stage[stage] = self.errors_by_stage.get(stage, 0) + 1
+            if stage == "judge":
+                self.counts["judge_errors"] += 1
+            return
+        for key, value in (result.get("counters") or {}).items():
+            if value:
+                self.extra_counts[key] = self.extra_counts.get(key, 0) + 1
+        values = {name: metric_value(v) for name, v in (result.get("metrics") or {}).items()}
+        if all(v is None for v in values.values()):
+            self.counts["skipped"] += 1
+            return
+        self.counts["scored"] += 1
+        self.aggregate.add(values, record.get("data_tag"))
+
+    def summary(self) -> dict:
+        agg = self.aggregate.result()
+        higher = {name: getattr(m, "higher_is_better", True) for name, m in self.metrics}
+        for name, entry in agg["metrics"].items():
+            entry["higher_is_better"] = higher.get(name, True)
+        n = self.counts["total"]
+        t = dict(self.timings)
+        t["execution_runtime_s"] = t["inference_s"] + t["evaluation_s"]
+        t["total_runtime_s"] = t["dataset_materialization_s"] + t["execution_runtime_s"] + t["writing_s"]
+        if n and t["inference_s"] > 0:
+            t["throughput_inference_samples_per_s"] = n / t["inference_s"]
+            t["latency_inference_ms_per_sample"] = 1000 * t["inference_s"] / n
+        return {
+            "task": self.name,
+            "source": {"folder": str(self.spec.folder), "origin": self.spec.origin},
+            "primary_metric": self.primary,
+            "metrics": agg["metrics"],
+            "slices": agg["slices"],
+            "counts": dict(self.counts, **({"by_counter": self.extra_counts} if self.extra_counts else {})),
+            "errors_by_stage": self.errors_by_stage,
+            "timings": {k: round(v, 6) for k, v in t.items()},
+        }
+
+
+def _check_capabilities(tasks: list[TaskSpec], backend: Backend, model: str, role: str = "model") -> None:
+    for spec in tasks:
+        missing = spec.capabilities_needed() - set(backend.capabilities)
+        if missing:
+            raise GageError(
+                f"task {spec.name!r} needs {', '.join(sorted(missing))}, which {role} {model!r} "
+                f"({backend.model_id}) does not support (it supports: "
+                f"{', '.join(sorted(backend.capabilities)) or 'nothing'}); pick another model or backend")
+
+
+def resolve_tasks(options: RunOptions, registry: Registry) -> list[TaskSpec]:
+    found = discover(registry.task_paths, options.include_paths)
+    specs = []
+    unknown = [t for t in options.tasks if t not in found]
+    if unknown:
+        raise GageError(f"unknown task(s): {', '.join(unknown)}; available: {', '.join(sorted(found)) or 'none'} "
+                        f"(see `gage-eval tasks`)")
+    extra = set(options.data) - set(options.tasks)
+    if extra:
+        raise GageError(f"--data names task(s) not in --tasks: {', '.join(sorted(extra))}")
+    for name in options.tasks:
+        src = found[name]
+        spec = read_task_file(src.folder, src.origin)
+        if name in options.data:
+            spec = with_dataset(spec, dataset_for_path(options.data[name]))
+        specs.append(spec)
+    return specs
+
+
+def make_backend(registry: Registry, name: str, args: Mapping[str, Any], batch_size: Any, seed: int) -> Backend:
+    factory = registry.get("backends", name).factory
+    kwargs = dict(args)
+    if batch_size is not None:
+        kwargs.setdefault("batch_size", batch_size)
+    kwargs.setdefault("seed", seed)
+    try:
+        return factory(**kwargs)
+    except TypeError as exc:
+        raise GageError(f"backend {name!r}: bad arguments: {exc}") from None
+
+
+class Engine:
+    def __init__(self, options: RunOptions, run_dir: Path, resume: bool = False):
+        self.options = options
+        self.run_dir = run_dir
+        self.resume = resume
+        self.pm, self.registry = load_plugins()
+        self.run_id = run_dir.name
+        self.secrets: tuple[str, ...] = ()
+
+    # -- hooks -------------------------------------------------------------
+    def _notify(self, hook: str, event: Any) -> None:
+        try:
+            getattr(self.pm.hook, hook)(event=event)
+        except Exception as exc:  # an observer must not break a run
+            print(f"gage-eval: warning: observer hook {hook} failed: {exc}", file=sys.stderr)
+
+    # -- the run -------------------------------------------------------------
+    def run(self) -> dict:
+        wall0 = time.perf_counter()
+        opts = self.options
+        specs = resolve_tasks(opts, self.registry)
+        runs = [TaskRun(spec, self.registry, opts) for spec in specs]
+        backend = make_backend(self.registry, opts.model, opts.model_args, opts.batch_size, opts.seed)
+        judge_backend = backend
+        if any(r.judge for r in runs):
+            if opts.judge_model and (opts.judge_model, opts.judge_args) != (opts.model, opts.model_args):
+                judge_backend = make_backend(self.registry, opts.judge_model, opts.judge_args, opts.batch_size,
+                                             opts.seed)
+            _check_capabilities([s for s in specs if s.judge], judge_backend, opts.judge_model or opts.model,
+                                role="judge model")
+        _check_capabilities(specs, backend, opts.model)
+        self.secrets = tuple(getattr(backend, "secrets", ()) or ()) + tuple(getattr(judge_backend, "secrets", ()) or ())
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        if not self.resume:
+            write_json_atomic(self.run_dir / "config.json", redact(asdict(opts), self.secrets))
+        events = EventLog(self.run_dir / "events.jsonl", self.run_id)
+        events.emit("run_resume" if self.resume else "run_start", tasks=opts.tasks, model=opts.model)
+        self._notify("gage_run_start", RunStart(self.run_id, self.run_dir, tuple(opts.tasks), opts.model))
+        t_open = time.perf_counter()
+        backend.open()
+        if judge_backend is not backend:
+            judge_backend.open()
+        load_s = time.perf_counter() - t_open
+        events.emit("backend_open", seconds=round(load_s, 3), model_id=backend.model_id)
+        summary: dict = {}
+        interrupted = None
+        try:
+            for task_run in runs:
+                self._run_task(task_run, backend, judge_backend, events)
+        except KeyboardInterrupt:
+            interrupted = "interrupted by the user (Ctrl-C)"
+        except GageError as exc:
+            interrupted = str(exc)
+            raise
+        finally:
+            summary = self._summary(runs, backend, judge_backend, wall0, load_s, interrupted)
+            write_json_atomic(self.run_dir / "summary.json", summary)
+            events.emit("run_end", interrupted=interrupted)
+            events.close()
+            for b in {id(backend): backend, id(judge_backend): judge_backend}.values():
+                b.close()
+        if interrupted:
+            raise KeyboardInterrupt(interrupted)
+        self._notify("gage_run_end", RunEnd(self.run_id, self.run_dir, summary))
+        return summary
+
+    def _run_task(self, tr: TaskRun, backend: Backend, judge_backend: Backend, events: EventLog) -> None:
+        opts = self.options
+        writer = TaskWriter(self.run_dir, tr.name, model_id=backend.model_id, evaluation_id=self.run_id)
+        done: set[str] = set()
+        if self.resume:
+            for record in writer.recover():
+                done.add(str(record.get("id")))
+                tr.account(record)
+            events.emit("task_resume", task=tr.name, already_done=len(done))
+        events.emit("task_start", task=tr.name)
+        window_size = max(1, int(getattr(backend, "max_batch", 64) or 64))
+        progress = Progress(tr.name, total=opts.limit, quiet=opts.quiet, start=len(done))
+        seen: set[str] = set()
+        window: list[Item] = []
+        t_load = time.perf_counter()
+        try:
+            for item in self._items(tr, seen):
+                if item.sample["id"] in done:
+                    continue
+                window.append(item)
+                if len(window) >= window_size:
+                    tr.timings["dataset_materialization_s"] += time.perf_counter() - t_load
+                    self._process(tr, window, backend, judge_backend, writer, events, progress)
+                    window = []
+                    t_load = time.perf_counter()
+            tr.timings["dataset_materialization_s"] += time.perf_counter() - t_load
+            if window:
+                self._process(tr, window, backend, judge_backend, writer, events, progress)
+        finally:
+            writer.close()
+            progress.close()
+        result = tr.summary()
+        events.emit("task_done", task=tr.name, counts=tr.counts, timings=result["timings"])
+        self._notify("gage_task_done", TaskDone(self.run_id, tr.name, dict(tr.counts), result["metrics"]))
+
+    def _items(self, tr: TaskRun, seen: set[str]) -> Iterable[Item]:
+        """Rows of the dataset as items: a valid Sample with its request, or an error."""
+        for index, locator, record in tr.rows():
+            if isinstance(record, RowError):
+                yield Item(index, locator, error_stub(tr.name, index, locator, record.stage, record.message))
+                continue
+            ctx = RowContext(task=tr.name, locator=locator, index=index, base_dir=tr.data_dir)
+            try:
+                sample = tr.preprocess(record, ctx)
+            except (ValueError, KeyError, TypeError) as exc:
+                msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
+                if isinstance(exc, KeyError):
+                    msg = f"missing field {msg!r}"
+                yield Item(index, locator, error_stub(tr.name, index, locator, "preprocess", msg))
+                continue
+            problems = validation_errors(sample, "sample")
+            if problems:
+                msg = "; ".join(f"{where}: {what}" for where, what in problems[:5])
+                yield Item(index, locator, error_stub(tr.name, index, locator, "validate",
+                                                      f"not a valid Sample v1: {msg}"))
+                continue
+            sid = str(sample["id"])
+            if sid in seen:
+                yield Item(index, locator, error_stub(tr.name, index, locator, "preprocess",
+                                                      f"duplicate sample id {sid!r}"))
+                continue
+            seen.add(sid)
+            item = Item(index, locator, sample)
+            try:
+                item.request, item.rendered = tr.builder.build(sample)
+            except ValueError as exc:
+                item.error = {"stage": "template", "message": str(exc), "locator": locator}
+            yield item
+
+    def _process(self, tr: TaskRun, window: list[Item], backend: Backend, judge_backend: Backend,
+                 writer: TaskWriter, events: EventLog, progress: Progress) -> None:
+        live = [it for it in window if it.error is None and "eval_result" not in it.sample]
+        if live:
+            t0 = time.perf_counter()
+            outputs = _safe_run(backend, [it.request for it in live])
+            tr.timings["inference_s"] += time.perf_counter() - t0
+            for it, out in zip(live, outputs):
+                it.output = out
+                if out.error:
+                    it.error = {"stage": "inference", "message": out.error, "locator": it.locator}
+        t_eval = time.perf_counter()
+        if tr.judge is not None:
+            self._judge(tr, [it for it in live if it.error is None], judge_backend)
+        for it in window:
+            record = self._finish(tr, it)
+            t_w = time.perf_counter()
+            writer.write(record)
+            tr.timings["writing_s"] += time.perf_counter() - t_w
+            tr.account(record)
+            err = (record.get("eval_result") or {}).get("error")
+            if err:
+                events.emit("sample_error", task=tr.name, sample_id=record["id"], locator=it.locator,
+                            stage=err.get("stage"), message=redact(err.get("message"), self.secrets))
+                if not self.options.quiet:
+                    progress.message(f"{it.locator}: {err.get('stage')} error: {err.get('message')}")
+            self._notify("gage_sample_done", SampleDone(self.run_id, tr.name, str(record["id"]),
+                                                        err.get("message") if err else None,
+                                                        (record.get("eval_result") or {}).get("metrics", {})))
+            progress.update()
+            if err and self.options.fail_fast:
+                raise GageError(f"stopped at the first error (--fail-fast): {it.locator}: "
+                                f"{err.get('stage')}: {err.get('message')}")
+        tr.timings["evaluation_s"] += time.perf_counter() - t_eval
+
+    def _judge(self, tr: TaskRun, items: list[Item], judge_backend: Backend) -> None:
+        requests, owners = [], []
+        for it in items:
+            try:
+                reqs = tr.judge.requests(it.sample, self._model_output(it))
+            except (ValueError, KeyError) as exc:
+                it.error = {"stage": "judge", "message": f"building the judge prompt: {exc}", "locator": it.locator}
+                continue
+            requests.extend(reqs)
+            owners.append((it, len(reqs)))
+        if not requests:
+            return
+        t0 = time.perf_counter()
+        replies = _safe_run(judge_backend, requests)
+        tr.timings["judge_s"] += time.perf_counter() - t0
+        pos = 0
+        for it, k in owners:
+            mine = replies[pos:pos + k]
+            pos += k
+            verdict = tr.judge.verdict(it.sample, self._model_output(it), mine)
+            it.verdict = verdict
+            if verdict.error:
+                it.error = {"stage": "judge", "message": verdict.error, "locator": it.locator}
+
+    @staticmethod
+    def _model_output(it: Item) -> dict:
+        out = it.output.to_dict() if it.output else {}
+        out.update({k: v for k, v in it.rendered.items() if k not in out})
+        if it.request is not None and it.request.kind == LOGLIKELIHOOD and out.get("loglikelihoods"):
+            lls = out["loglikelihoods"]
+            best = max(range(len(lls)), key=lls.__getitem__)
+            out.setdefault("text", it.rendered["choices"][best])
+        return out
+
+    def _finish(self, tr: TaskRun, it: Item) -> dict:
+        if "eval_result" in it.sample:  # an error stub
+            return it.sample
+        record = dict(it.sample)
+        model_output = self._model_output(it)
+        if it.output is not None:
+            record["predict_result"] = [_predict_entry(model_output)]
+        result: dict[str, Any] = {}
+        if it.verdict is not None:
+            result["judge"] = it.verdict.to_dict()
+        if it.error is not None:
+            result["error"] = it.error
+            record["eval_result"] = result
+            return record
+        ctx = MetricContext(sample=it.sample, model_output=model_output,
+                            judge_output=it.verdict.to_dict() if it.verdict is not None else None)
+        metrics: dict[str, Any] = {}
+        counters: dict[str, bool] = {}
+        try:
+            for name, metric in tr.metrics:
+                value = metric.compute(ctx)
+                metric_value(value)  # refuses a non-numeric value here, where the sample is known
+                metrics[name] = value
+                if isinstance(value, Mapping):
+                    for key in value.get("counters", ()):
+                        counters[f"{name}.{key}"] = True
+        except Exception as exc:  # a metric bug must not lose the row
+            result["error"] = {"stage": "metric", "message": f"{name}: {type(exc).__name__}: {exc}",
+                               "locator": it.locator}
+            record["eval_result"] = result
+            return record
+        result["metrics"] = metrics
+        if counters:
+            result["counters"] = counters
+        primary = metrics.get(tr.primary)
+        pv = metric_value(primary)
+        overall: dict[str, Any] = {"score": pv, "metric": tr.primary}
+        if isinstance(primary, Mapping):
+            overall["passed"] = bool(primary.get("correct", pv is not None and pv >= 1.0 - 1e-9))
+            for key in ("extracted", "method", "source"):
+                if key in primary:
+                    overall[key] = primary[key]
+        else:
+            overall["passed"] = pv is not None and pv >= 1.0 - 1e-9
+        overall.setdefault("method", tr.primary)
+        result["overall"] = overall
+        record["eval_result"] = result
+        return record
+
+    def _summary(self, runs: list[TaskRun], backend: Backend, judge_backend: Backend, wall0: float,
+                 load_s: float, interrupted: str | None) -> dict:
+        opts = self.options
+        wall = time.perf_counter() - wall0
+        tasks = {tr.name: tr.summary() for tr in runs}
+        n = sum(tr.counts["total"] for tr in runs)
+        totals = {k: sum(tr.timings[k] for tr in runs) for k in
+                  ("dataset_materialization_s", "inference_s", "judge_s", "evaluation_s", "writing_s")}
+        timings = dict(totals)
+        timings["model_load_s"] = load_s
+        timings["execution_runtime_s"] = totals["inference_s"] + totals["evaluation_s"]
+        timings["total_runtime_s"] = totals["dataset_materialization_s"] + timings["execution_runtime_s"] + totals["writing_s"]
+        timings["wall_runtime_s"] = wall
+        if n:
+            timings["throughput_total_samples_per_s"] = n / wall if wall else None
+            timings["latency_total_ms_per_sample"] = 1000 * wall / n
+            if totals["inference_s"] > 0:
+                timings["throughput_inference_samples_per_s"] = n / totals["inference_s"]
+                timings["latency_inference_ms_per_sample"] = 1000 * totals["inference_s"] / n
+            if totals["evaluation_s"] > 0:
+                timings["throughput_auto_eval_samples_per_s"] = n / totals["evaluation_s"]
+        settings = asdict(opts)
+        summary = {
+            "run": {
+                "id": self.run_id,
+                "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                "command": opts.command,
+                "interrupted": interrupted,
+                "versions": {"gage_eval": __version__, "python": platform.python_version(),
+                             "plugins": plugin_versions()},
+                "model": {"name": opts.model, "model_id": backend.model_id, "args": opts.model_args,
+                          "settings": backend.settings()},
+                "judge": ({"name": opts.judge_model or opts.model, "model_id": judge_backend.model_id,
+                           "args": opts.judge_args, "settings": judge_backend.settings()}
+                          if any(tr.judge for tr in runs) else None),
+                "settings": settings,
+                "timings": {k: (round(v, 6) if isinstance(v, float) else v) for k, v in timings.items()},
+            },
+            "tasks": tasks,
+        }
+        return redact(summary, self.secrets)
+
+
+def _predict_entry(model_output: Mapping[str, Any]) -> dict:
+    entry: dict[str, Any] = {"index": 0, "message": {"role": "assistant", "content": [
+        {"type": "text", "text": model_output.get("text") or ""}]}}
+    for key in ("prompt", "formatted_prompt", "choices", "continuations", "loglikelihoods", "is_greedy",
+                "finish_reason", "latency_ms", "time_to_first_token_ms", "raw"):
+        if model_output.get(key) is not None:
+            entry[key] = model_output[key]
+    if model_output.get("input_tokens") is not None or model_output.get("output_tokens") is not None:
+        i, o = model_output.get("input_tokens") or 0, model_output.get("output_tokens") or 0
+        entry["usage"] = {"input_tokens": i, "output_tokens": o, "total_tokens": i + o}
+    return entry
+
+
+def _safe_run(backend: Backend, requests: list) -> list[ModelOutput]:
+    """Run a batch; a backend exception becomes every request's error, never a lost row."""
+    try:
+        outputs = backend.run(requests)
+    except GageError:
+        raise
+    except Exception as exc:
+        msg = f"{type(exc).__name__}: {exc}"
+        return [ModelOutput(error=msg) for _ in requests]
+    if len(outputs) != len(requests):
+        msg = f"backend returned {len(outputs)} outputs for {len(requests)} requests"
+        return [ModelOutput(error=msg) for _ in requests]
+    return list(outputs)
+
+
+def load_options(run_dir: Path) -> RunOptions:
+    path = run_dir / "config.json"
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise GageError(f"--resume {run_dir}: no config.json there; is it a gage-eval run folder?") from None
+    return RunOptions(**data)

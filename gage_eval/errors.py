@@ -1,0 +1,22 @@
+"""Errors a user can act on. The CLI prints them without a traceback."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+class GageError(Exception):
+    """An expected error: bad input, bad configuration, a missing dependency.
+
+    The message says which file, line or key is wrong and what to do about it.
+    """
+
+
+@dataclass(frozen=True)
+class RowError:
+    """A dataset row that could not be read; loaders yield it in place of a record."""
+
+    message: str
+    stage: str = "load"
+
+    def __str__(self) -> str:
+        return self.message

@@ -1,0 +1,38 @@
+"""Frozen event objects handed to the observer hooks."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+
+@dataclass(frozen=True)
+class RunStart:
+    run_id: str
+    run_dir: Path
+    tasks: tuple[str, ...]
+    model: str
+
+
+@dataclass(frozen=True)
+class SampleDone:
+    run_id: str
+    task: str
+    sample_id: str
+    error: str | None
+    metrics: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class TaskDone:
+    run_id: str
+    task: str
+    counts: Mapping[str, int]
+    metrics: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class RunEnd:
+    run_id: str
+    run_dir: Path
+    summary: Mapping[str, Any]

@@ -1,0 +1,116 @@
+"""The metric contract, field paths, and streaming aggregation (mean, stderr, slices)."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from gage_eval.errors import GageError
+
+ROOTS = ("sample", "model_output", "judge_output")
+_MISSING = object()
+
+
+@dataclass(frozen=True)
+class MetricContext:
+    """What a metric reads: the Sample, the model's output and the judge's verdict."""
+
+    sample: Mapping[str, Any]
+    model_output: Mapping[str, Any]
+    judge_output: Mapping[str, Any] | None = None
+
+    def get(self, path: str, default: Any = _MISSING) -> Any:
+        """Read a dotted path such as ``sample.references.0.answer`` or ``model_output.text``."""
+        head, _, rest = path.partition(".")
+        if head not in ROOTS:
+            raise GageError(f"field path {path!r} must start with one of {', '.join(ROOTS)}")
+        value: Any = getattr(self, head)
+        for part in rest.split(".") if rest else []:
+            if isinstance(value, Mapping) and part in value:
+                value = value[part]
+            elif isinstance(value, (list, tuple)) and part.lstrip("-").isdigit() and -len(value) <= int(part) < len(value):
+                value = value[int(part)]
+            else:
+                if default is _MISSING:
+                    raise KeyError(f"field {path!r} is missing (no {part!r})")
+                return default
+        return value
+
+
+class Metric:
+    """Base class for metrics.
+
+    ``compute`` returns the per-sample value (a number or bool), or a dict with
+    ``value`` plus any details to keep in the sample's eval_result. The value
+    is aggregated by the mean and its standard error unless ``aggregate`` is
+    overridden. ``higher_is_better`` is reported in summary.json.
+    """
+
+    name: str = "metric"
+    higher_is_better: bool = True
+
+    def compute(self, ctx: MetricContext) -> Any:
+        raise NotImplementedError
+
+
+def metric_value(result: Any) -> float | None:
+    value = result.get("value") if isinstance(result, Mapping) else result
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return float(value)
+    if isinstance(value, (int, float)):
+        return float(value)
+    raise GageError(f"metric returned {value!r}; a metric value must be a number or bool")
+
+
+@dataclass
+class MeanAccumulator:
+    """Running mean and sample variance (Welford), so memory does not grow with n."""
+
+    n: int = 0
+    mean: float = 0.0
+    m2: float = 0.0
+
+    def add(self, x: float) -> None:
+        self.n += 1
+        delta = x - self.mean
+        self.mean += delta / self.n
+        self.m2 += delta * (x - self.mean)
+
+    def result(self) -> dict[str, Any]:
+        if self.n == 0:
+            return {"value": None, "stderr": None, "n": 0}
+        # standard error of the mean with the sample (n-1) variance, as lm-eval reports it
+        stderr = math.sqrt(self.m2 / (self.n - 1) / self.n) if self.n > 1 else None
+        return {"value": self.mean, "stderr": stderr, "n": self.n}
+
+
+@dataclass
+class TaskAggregate:
+    """Aggregates for one task: each metric overall and by each ``data_tag`` value."""
+
+    metrics: dict[str, MeanAccumulator] = field(default_factory=dict)
+    slices: dict[str, dict[str, dict[str, MeanAccumulator]]] = field(default_factory=dict)
+
+    def add(self, values: Mapping[str, float | None], data_tag: Mapping[str, Any] | None) -> None:
+        for name, value in values.items():
+            if value is None:
+                continue
+            self.metrics.setdefault(name, MeanAccumulator()).add(value)
+            for key, tag in (data_tag or {}).items():
+                tags = tag if isinstance(tag, list) else [tag]
+                for t in tags:
+                    by_value = self.slices.setdefault(key, {}).setdefault(str(t), {})
+                    by_value.setdefault(name, MeanAccumulator()).add(value)
+
+    def result(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for name, acc in self.metrics.items():
+            out[name] = acc.result()
+        slices = {
+            key: {value: {name: acc.result() for name, acc in metrics.items()}
+                  for value, metrics in sorted(by_value.items())}
+            for key, by_value in sorted(self.slices.items())
+        }
+        return {"metrics": out, "slices": slices}

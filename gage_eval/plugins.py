@@ -1,0 +1,141 @@
+"""The plugin manager: builtins first, then setuptools entry points (group ``gage_eval``)."""
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import sys
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import pluggy
+
+from gage_eval import hookspecs
+from gage_eval.errors import GageError
+
+ENTRY_POINT_GROUP = "gage_eval"
+BUILTIN = "builtin"
+KINDS = ("loaders", "preprocessors", "backends", "judges", "metrics")
+
+
+@dataclass(frozen=True)
+class Registered:
+    name: str
+    factory: Callable[..., Any]
+    plugin: str
+
+
+@dataclass
+class Registry:
+    """Everything the loaded plugins registered, with the plugin that registered it."""
+
+    loaders: dict[str, Registered] = field(default_factory=dict)
+    preprocessors: dict[str, Registered] = field(default_factory=dict)
+    backends: dict[str, Registered] = field(default_factory=dict)
+    judges: dict[str, Registered] = field(default_factory=dict)
+    metrics: dict[str, Registered] = field(default_factory=dict)
+    task_paths: list[tuple[str, str]] = field(default_factory=list)
+
+    def get(self, kind: str, name: str) -> Registered:
+        table: dict[str, Registered] = getattr(self, kind)
+        if name not in table:
+            known = ", ".join(sorted(table)) or "none"
+            raise GageError(f"unknown {kind[:-1]} {name!r}; registered {kind}: {known}")
+        return table[name]
+
+    def by_plugin(self) -> dict[str, dict[str, list[str]]]:
+        out: dict[str, dict[str, list[str]]] = {}
+        for kind in KINDS:
+            for reg in getattr(self, kind).values():
+                out.setdefault(reg.plugin, {}).setdefault(kind, []).append(reg.name)
+        for plugin, path in self.task_paths:
+            out.setdefault(plugin, {}).setdefault("task_paths", []).append(path)
+        return out
+
+
+_pm: pluggy.PluginManager | None = None
+_registry: Registry | None = None
+
+
+def _disabled() -> set[str]:
+    raw = os.environ.get("GAGE_EVAL_DISABLE_PLUGINS", "")
+    return {name.strip() for name in raw.split(",") if name.strip()}
+
+
+def _plugin_versions() -> dict[str, str]:
+    versions = {}
+    for dist in importlib.metadata.distributions():
+        for ep in dist.entry_points:
+            if ep.group == ENTRY_POINT_GROUP:
+                versions[ep.name] = dist.version
+    return versions
+
+
+def make_plugin_manager() -> pluggy.PluginManager:
+    """A fresh plugin manager with the builtins and every installed entry point loaded."""
+    pm = pluggy.PluginManager("gage_eval")
+    pm.add_hookspecs(hookspecs)
+    for name in _disabled():
+        pm.set_blocked(name)
+    if not pm.is_blocked(BUILTIN):
+        import gage_plugins_builtin
+
+        pm.register(gage_plugins_builtin, name=BUILTIN)
+    for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+        if ep.name == BUILTIN or pm.is_blocked(ep.name) or pm.has_plugin(ep.name):
+            continue
+        try:
+            module = ep.load()
+        except Exception as exc:  # a broken third-party plugin must not break the CLI
+            print(f"gage-eval: plugin {ep.name!r} failed to load: {exc}", file=sys.stderr)
+            continue
+        pm.register(module, name=ep.name)
+    pm.check_pending()
+    return pm
+
+
+def collect_registry(pm: pluggy.PluginManager) -> Registry:
+    """Call every registrar hook and build the registry, refusing duplicate names."""
+    registry = Registry()
+    for kind in KINDS:
+        table: dict[str, Registered] = getattr(registry, kind)
+        hook = getattr(pm.hook, f"gage_register_{kind}")
+        for impl in hook.get_hookimpls():  # registration order: builtins first
+            plugin = pm.get_name(impl.plugin) or repr(impl.plugin)
+
+            def register(name: str, factory: Callable[..., Any], _plugin: str = plugin,
+                         _table: dict = table, _kind: str = kind) -> None:
+                if name in _table:
+                    raise GageError(
+                        f"{_kind[:-1]} {name!r} is registered by both plugin "
+                        f"{_table[name].plugin!r} and plugin {_plugin!r}; disable one with "
+                        f"GAGE_EVAL_DISABLE_PLUGINS={_plugin}"
+                    )
+                _table[name] = Registered(name, factory, _plugin)
+
+            impl.function(register=register)
+    for impl in pm.hook.gage_register_task_paths.get_hookimpls():
+        plugin = pm.get_name(impl.plugin) or repr(impl.plugin)
+        impl.function(register=lambda path, _p=plugin: registry.task_paths.append((_p, str(path))))
+    return registry
+
+
+def load_plugins() -> tuple[pluggy.PluginManager, Registry]:
+    """Load plugins once per process; later calls return the same objects."""
+    global _pm, _registry
+    if _pm is None:
+        pm = make_plugin_manager()
+        _registry = collect_registry(pm)
+        _pm = pm
+    assert _registry is not None
+    return _pm, _registry
+
+
+def reset_plugins() -> None:
+    """Forget the loaded plugins (tests, and after installing a plugin in-process)."""
+    global _pm, _registry
+    _pm = None
+    _registry = None
+
+
+def plugin_versions() -> dict[str, str]:
+    return _plugin_versions()

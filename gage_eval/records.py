@@ -1,0 +1,205 @@
+"""Writers for runs/<run_id>/: samples, instance records, events, summary; and recovery for resume."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any, Iterator, Mapping
+
+from gage_eval.sample import content_text, label_text, messages_text
+
+INSTANCE_SCHEMA_VERSION = "instance_level_eval_0.2.0"
+
+
+def dumps(obj: Any) -> str:
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":"), default=str)
+
+
+def truncate_partial_line(path: Path) -> int:
+    """Cut a half-written last line (a kill mid-write); return the bytes removed."""
+    if not path.exists():
+        return 0
+    size = path.stat().st_size
+    if size == 0:
+        return 0
+    with path.open("rb+") as fh:
+        fh.seek(max(0, size - 1))
+        if fh.read(1) == b"\n":
+            return 0
+        # walk back to the last newline
+        pos = size
+        chunk = 65536
+        while pos > 0:
+            start = max(0, pos - chunk)
+            fh.seek(start)
+            data = fh.read(pos - start)
+            idx = data.rfind(b"\n")
+            if idx >= 0:
+                cut = start + idx + 1
+                fh.truncate(cut)
+                return size - cut
+            pos = start
+        fh.truncate(0)
+        return size
+
+
+def read_jsonl(path: Path) -> Iterator[dict]:
+    if not path.exists():
+        return
+    with path.open("rb") as fh:
+        for raw in fh:
+            if raw.strip():
+                yield json.loads(raw)
+
+
+class JsonlAppender:
+    """An append-only jsonl file, flushed after every line so a kill loses at most one line."""
+
+    def __init__(self, path: Path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self._fh = path.open("a", encoding="utf-8")
+
+    def write(self, obj: Any) -> None:
+        self._fh.write(dumps(obj) + "\n")
+        self._fh.flush()
+
+    def close(self) -> None:
+        self._fh.close()
+
+
+class EventLog(JsonlAppender):
+    def __init__(self, path: Path, run_id: str):
+        truncate_partial_line(path)
+        super().__init__(path)
+        self.run_id = run_id
+
+    def emit(self, event: str, **fields: Any) -> None:
+        self.write({"ts": round(time.time(), 6), "run_id": self.run_id, "event": event, **fields})
+
+
+def primary_value(record: Mapping[str, Any]) -> Any:
+    return (record.get("eval_result") or {}).get("overall", {}).get("score")
+
+
+def _instance_input(record: Mapping[str, Any]) -> dict:
+    messages = record.get("messages") or []
+    pred = (record.get("predict_result") or [{}])[0]
+    inp: dict[str, Any] = {
+        "raw": pred.get("prompt") or messages_text(messages, "user") or messages_text(messages),
+        "reference": label_text(record),
+    }
+    if pred.get("formatted_prompt"):
+        inp["formatted"] = pred["formatted_prompt"]
+    if record.get("options"):
+        inp["choices"] = [str(o.get("content", "")) for o in record["options"]]
+    return inp
+
+
+def build_instance(record: Mapping[str, Any], *, task: str, model_id: str, evaluation_id: str) -> dict:
+    """The instance_level_eval 0.2.0 record (spec 002) for one written sample record."""
+    result = record.get("eval_result") or {}
+    overall = result.get("overall") or {}
+    error = result.get("error")
+    pred = (record.get("predict_result") or [{}])[0]
+    out_text = content_text((pred.get("message") or {}).get("content")) if pred else ""
+    inp = _instance_input(record)
+    score = overall.get("score")
+    instance: dict[str, Any] = {
+        "schema_version": INSTANCE_SCHEMA_VERSION,
+        "evaluation_id": evaluation_id,
+        "model_id": model_id,
+        "evaluation_name": task,
+        "sample_id": str(record.get("id")),
+        "sample_hash": hashlib.sha256((inp["raw"] + "\x00" + inp["reference"]).encode()).hexdigest(),
+        "interaction_type": "single_turn",
+        "input": inp,
+        "output": {"raw": out_text},
+        "interactions": None,
+        "answer_attribution": [{
+            "turn_idx": 0,
+            "source": overall.get("source", "output.raw"),
+            "extracted_value": str(overall.get("extracted", out_text)),
+            "extraction_method": overall.get("method", "custom"),
+            "is_terminal": True,
+        }],
+        "evaluation": {
+            "score": float(score) if isinstance(score, (int, float)) else 0.0,
+            "is_correct": bool(overall.get("passed", False)),
+            "num_turns": 1,
+        },
+    }
+    if error:
+        instance["error"] = f"{error.get('stage', 'error')}: {error.get('message', '')}"
+    usage = pred.get("usage")
+    if usage and usage.get("input_tokens") is not None:
+        inp_t = int(usage.get("input_tokens") or 0)
+        out_t = int(usage.get("output_tokens") or 0)
+        instance["token_usage"] = {"input_tokens": inp_t, "output_tokens": out_t, "total_tokens": inp_t + out_t}
+    perf = {k: pred[k] for k in ("latency_ms", "time_to_first_token_ms") if pred.get(k) is not None}
+    if perf:
+        instance["performance"] = perf
+    judge = result.get("judge")
+    if judge:
+        instance["answer_attribution"].append({
+            "turn_idx": 0, "source": "output.raw",
+            "extracted_value": str(judge.get("score", judge.get("label", ""))),
+            "extraction_method": "llm_judge", "is_terminal": True,
+        })
+    meta = {"task_type": record.get("task_type")} if record.get("task_type") else {}
+    if record.get("data_tag"):
+        meta["data_tag"] = record["data_tag"]
+    if result.get("metrics"):
+        meta["metrics"] = result["metrics"]
+    if meta:
+        instance["metadata"] = meta
+    return instance
+
+
+class TaskWriter:
+    """samples/<task>.jsonl and instances/<task>.jsonl, written as each sample finishes."""
+
+    def __init__(self, run_dir: Path, task: str, *, model_id: str, evaluation_id: str):
+        self.task = task
+        self.model_id = model_id
+        self.evaluation_id = evaluation_id
+        self.samples_path = run_dir / "samples" / f"{task}.jsonl"
+        self.instances_path = run_dir / "instances" / f"{task}.jsonl"
+        self._samples: JsonlAppender | None = None
+        self._instances: JsonlAppender | None = None
+
+    def recover(self) -> Iterator[dict]:
+        """Records already written by an interrupted run; the instance file is rebuilt from them."""
+        truncate_partial_line(self.samples_path)
+        tmp = self.instances_path.with_suffix(".jsonl.tmp")
+        tmp.parent.mkdir(parents=True, exist_ok=True)
+        with tmp.open("w", encoding="utf-8") as out:
+            for record in read_jsonl(self.samples_path):
+                out.write(dumps(self.instance(record)) + "\n")
+                yield record
+        os.replace(tmp, self.instances_path)
+
+    def instance(self, record: Mapping[str, Any]) -> dict:
+        return build_instance(record, task=self.task, model_id=self.model_id, evaluation_id=self.evaluation_id)
+
+    def write(self, record: Mapping[str, Any]) -> dict:
+        if self._samples is None:
+            self._samples = JsonlAppender(self.samples_path)
+            self._instances = JsonlAppender(self.instances_path)
+        instance = self.instance(record)
+        self._samples.write(record)
+        self._instances.write(instance)
+        return instance
+
+    def close(self) -> None:
+        for fh in (self._samples, self._instances):
+            if fh is not None:
+                fh.close()
+
+
+def write_json_atomic(path: Path, obj: Any) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(obj, ensure_ascii=False, indent=2, default=str) + "\n", encoding="utf-8")
+    os.replace(tmp, path)

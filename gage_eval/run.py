@@ -1,0 +1,135 @@
+"""From command-line flags (and an optional run config) to a finished run and its printed results."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+import yaml
+
+from gage_eval.engine import Engine, RunOptions, load_options, new_run_id
+from gage_eval.errors import GageError
+from gage_eval.redact import redact
+from gage_eval.tasks import parse_data_overrides
+
+DEFAULT_MODEL = "smollm2"
+CONFIG_KEYS = {"models", "tasks", "limit", "batch_size", "seed", "output_dir", "fail_fast", "include_paths", "data"}
+ROLE_KEYS = {"backend", "args"}
+TASK_OVERRIDE_KEYS = {"name", "limit", "metrics", "generation", "data"}
+
+
+def read_run_config(path: str) -> dict:
+    """A run config file: models by role (dut, judge), tasks with overrides. Unknown keys are errors."""
+    p = Path(path)
+    try:
+        data = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        raise GageError(f"{p}{':' + str(mark.line + 1) if mark else ''}: invalid YAML: "
+                        f"{getattr(exc, 'problem', exc)}") from None
+    except OSError as exc:
+        raise GageError(f"--config {p}: {exc.strerror}") from None
+    if not isinstance(data, dict):
+        raise GageError(f"{p}: expected a mapping at the top level")
+    unknown = set(data) - CONFIG_KEYS
+    if unknown:
+        raise GageError(f"{p}: unknown key(s) {', '.join(sorted(unknown))}; known: {', '.join(sorted(CONFIG_KEYS))}")
+    for role, spec in (data.get("models") or {}).items():
+        if role not in ("dut", "judge"):
+            raise GageError(f"{p}: key 'models.{role}': roles are 'dut' and 'judge'")
+        if not isinstance(spec, dict) or "backend" not in spec or set(spec) - ROLE_KEYS:
+            raise GageError(f"{p}: key 'models.{role}': expected {{backend: NAME, args: {{...}}}}")
+    for i, task in enumerate(data.get("tasks") or []):
+        if isinstance(task, dict):
+            bad = set(task) - TASK_OVERRIDE_KEYS
+            if "name" not in task or bad:
+                raise GageError(f"{p}: key 'tasks.{i}': expected name plus any of "
+                                f"{', '.join(sorted(TASK_OVERRIDE_KEYS - {'name'}))}"
+                                + (f"; unknown: {', '.join(sorted(bad))}" if bad else ""))
+        elif not isinstance(task, str):
+            raise GageError(f"{p}: key 'tasks.{i}': expected a task name or a mapping")
+    return data
+
+
+def build_options(*, tasks, model, model_args, judge_model, judge_args, batch_size, limit, output_dir, run_id,
+                  include_paths, data, config_file, seed, fail_fast, quiet, command) -> RunOptions:
+    from gage_eval.cli import parse_kv, parse_value
+
+    cfg = read_run_config(config_file) if config_file else {}
+    models = cfg.get("models") or {}
+    task_names: list[str] = []
+    overrides: dict[str, dict] = {}
+    for entry in cfg.get("tasks") or []:
+        name = entry if isinstance(entry, str) else entry["name"]
+        task_names.append(name)
+        if isinstance(entry, dict):
+            overrides[name] = {k: v for k, v in entry.items() if k != "name"}
+    if tasks:
+        task_names = [t.strip() for t in tasks.split(",") if t.strip()]
+    if not task_names:
+        raise GageError("no tasks: pass --tasks NAME[,NAME] (see `gage-eval tasks`)")
+    dut = models.get("dut") or {}
+    judge = models.get("judge") or {}
+    data_map = {**(cfg.get("data") or {}), **{k: v.get("data") for k, v in overrides.items() if v.get("data")},
+                **parse_data_overrides(data)}
+    return RunOptions(
+        tasks=task_names,
+        model=model or dut.get("backend") or DEFAULT_MODEL,
+        model_args=parse_kv(model_args, "--model-args") if model_args is not None else dict(dut.get("args") or {}),
+        judge_model=judge_model or judge.get("backend"),
+        judge_args=parse_kv(judge_args, "--judge-args") if judge_args is not None else dict(judge.get("args") or {}),
+        batch_size=parse_value(batch_size) if batch_size is not None else cfg.get("batch_size"),
+        limit=limit if limit is not None else cfg.get("limit"),
+        output_dir=output_dir or cfg.get("output_dir") or "runs",
+        run_id=run_id,
+        seed=seed if seed is not None else cfg.get("seed", 1234),
+        include_paths=list(include_paths) or list(cfg.get("include_paths") or []),
+        data=data_map,
+        task_overrides=overrides,
+        fail_fast=fail_fast or bool(cfg.get("fail_fast")),
+        quiet=quiet,
+        command=command,
+        config_file=config_file,
+    )
+
+
+def run_from_cli(*, resume: str | None, quiet: bool, **kwargs: Any) -> dict:
+    if resume:
+        run_dir = Path(resume)
+        options = load_options(run_dir)
+        options.quiet = quiet
+        engine = Engine(options, run_dir, resume=True)
+    else:
+        options = build_options(quiet=quiet, **kwargs)
+        options.run_id = options.run_id or new_run_id()
+        run_dir = Path(options.output_dir) / options.run_id
+        if run_dir.exists() and any(run_dir.iterdir()):
+            raise GageError(f"run folder {run_dir} already exists; use --resume {run_dir} to continue it")
+        engine = Engine(options, run_dir)
+    try:
+        summary = engine.run()
+    except KeyboardInterrupt as exc:
+        raise KeyboardInterrupt(f"{exc}; results so far are in {run_dir}; continue with: "
+                                f"gage-eval --resume {run_dir}") from None
+    print_results(summary, run_dir)
+    return summary
+
+
+def _fmt(x: Any) -> str:
+    return "-" if x is None else (f"{x:.4f}" if isinstance(x, float) else str(x))
+
+
+def print_results(summary: dict, run_dir: Path) -> None:
+    rows = [("task", "metric", "value", "stderr", "n")]
+    for name, task in summary["tasks"].items():
+        for metric, entry in task["metrics"].items():
+            rows.append((name, metric, _fmt(entry["value"]), _fmt(entry["stderr"]), str(entry["n"])))
+    widths = [max(len(r[i]) for r in rows) for i in range(5)]
+    for r in rows:
+        click.echo("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
+    for name, task in summary["tasks"].items():
+        c = task["counts"]
+        click.echo(f"{name}: {c['total']} rows, {c['scored']} scored, {c['errored']} errored"
+                   + (f" ({c['judge_errors']} judge errors)" if c.get("judge_errors") else ""))
+    t = summary["run"]["timings"]
+    click.echo(f"wall time {t['wall_runtime_s']:.1f}s; outputs in {run_dir}")

@@ -1,0 +1,212 @@
+"""Sample v1 (spec 000): the legacy field mapping, few-shot rendering, and text helpers."""
+from __future__ import annotations
+
+import string
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+SCHEMA_VERSION = "v1"
+MEDIA_SEGMENTS = ("image_url", "audio_url", "video_url", "file_url")
+LETTERS = string.ascii_uppercase
+
+
+@dataclass(frozen=True)
+class RowContext:
+    """Where a record came from; handed to preprocessors."""
+
+    task: str
+    locator: str
+    index: int
+    base_dir: Path | None = None
+
+
+def text_segment(text: str) -> dict:
+    return {"type": "text", "text": text}
+
+
+def user_message(text: str) -> dict:
+    return {"role": "user", "content": [text_segment(text)]}
+
+
+def content_text(content: Any) -> str:
+    """The text of a message content: a string, or the text segments of a list joined."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    parts = []
+    for seg in content:
+        if isinstance(seg, str):
+            parts.append(seg)
+        elif isinstance(seg, Mapping) and seg.get("type") == "text":
+            parts.append(str(seg.get("text", "")))
+    return "".join(parts) if len(parts) <= 1 else "\n".join(parts)
+
+
+def messages_text(messages: Iterable[Mapping], role: str | None = None) -> str:
+    """All text of the messages (of one role, if given), one message a paragraph."""
+    return "\n\n".join(content_text(m.get("content")) for m in messages
+                       if role is None or m.get("role") == role)
+
+
+def last_user_text(messages: Sequence[Mapping]) -> str:
+    for message in reversed(messages):
+        if message.get("role") == "user":
+            return content_text(message.get("content"))
+    return ""
+
+
+def segment_types(messages: Iterable[Mapping]) -> set[str]:
+    """The content segment types used by the messages (``text``, ``image_url``, ...)."""
+    found = set()
+    for message in messages:
+        content = message.get("content")
+        if isinstance(content, str):
+            found.add("text")
+        elif isinstance(content, list):
+            found.update(seg.get("type", "text") for seg in content if isinstance(seg, Mapping))
+    return found
+
+
+def reference_text(reference: Any) -> str:
+    """A reference item (string, or ``{"answer": str | segments}``) as plain text."""
+    if isinstance(reference, Mapping):
+        answer = reference.get("answer")
+        return answer if isinstance(answer, str) else content_text(answer)
+    return "" if reference is None else str(reference)
+
+
+def reference_texts(sample: Mapping[str, Any]) -> list[str]:
+    return [reference_text(r) for r in sample.get("references") or []]
+
+
+def label_text(sample: Mapping[str, Any]) -> str:
+    """``label`` if present, else the text of ``references[0]``."""
+    if sample.get("label") is not None:
+        return str(sample["label"])
+    refs = reference_texts(sample)
+    return refs[0] if refs else ""
+
+
+def normalize_references(refs: Any) -> list[dict]:
+    """Accept the string shorthand and return reference items ``{"answer": [segments]}``."""
+    if refs is None:
+        return []
+    if not isinstance(refs, list):
+        refs = [refs]
+    out = []
+    for ref in refs:
+        if isinstance(ref, Mapping) and "answer" in ref:
+            answer = ref["answer"]
+            item = dict(ref)
+            item["answer"] = [text_segment(answer)] if isinstance(answer, str) else answer
+            out.append(item)
+        else:
+            out.append({"answer": [text_segment(str(ref))]})
+    return out
+
+
+def _options_from_choices(choices: Any) -> list[dict]:
+    if isinstance(choices, Mapping):
+        return [{"id": str(k), "content": str(v)} for k, v in choices.items()]
+    options = []
+    for i, choice in enumerate(choices):
+        if isinstance(choice, Mapping) and "id" in choice:
+            options.append({"id": str(choice["id"]), "content": str(choice.get("content", choice.get("text", "")))})
+        else:
+            options.append({"id": LETTERS[i] if i < len(LETTERS) else str(i), "content": str(choice)})
+    return options
+
+
+def _label_for(answer: Any, options: list[dict]) -> str:
+    ids = [o["id"] for o in options]
+    if options and isinstance(answer, bool):
+        raise ValueError(f"answer {answer!r} is a bool, not an option index or id")
+    if options and isinstance(answer, int):
+        if not 0 <= answer < len(options):
+            raise ValueError(f"answer index {answer} is outside the {len(options)} choices")
+        return ids[answer]
+    text = str(answer).strip()
+    if options and text not in ids:
+        contents = [o["content"] for o in options]
+        if text in contents:
+            return ids[contents.index(text)]
+        if text.isdigit() and 0 <= int(text) < len(options):
+            return ids[int(text)]
+        raise ValueError(f"answer {answer!r} is neither an option id ({', '.join(ids)}) nor an index")
+    return text
+
+
+def from_legacy(record: Mapping[str, Any], *, sample_id: str, question: Any = None,
+                choices: Any = None, answer: Any = None, task_type: str | None = None,
+                system: str | None = None) -> dict:
+    """Build a Sample v1 from legacy fields (spec 000 section 1.5).
+
+    ``question`` is the prompt text (legacy ``question``/``prompt``/``text``),
+    ``choices`` a list of strings, a mapping id -> text or a list of
+    ``{id, content}``; ``answer`` an option index, an option id, or the answer
+    text. Raises ``ValueError`` naming what is wrong.
+    """
+    if question is None:
+        for key in ("question", "prompt", "text"):
+            if record.get(key) is not None:
+                question = record[key]
+                break
+    if question is None and not record.get("messages"):
+        raise ValueError("no question: expected one of 'question', 'prompt', 'text' or 'messages'")
+    if choices is None:
+        choices = record.get("choices")
+    if answer is None:
+        answer = record.get("answer", record.get("label"))
+    sample: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "id": sample_id}
+    kind = task_type or record.get("task_type") or record.get("question_type")
+    if kind:
+        sample["task_type"] = str(kind)
+    if record.get("messages"):
+        messages = [dict(m) for m in record["messages"]]
+    else:
+        if not isinstance(question, str):
+            raise ValueError(f"question must be a string, got {type(question).__name__}")
+        messages = [user_message(question)]
+    if system:
+        messages.insert(0, {"role": "system", "content": [text_segment(system)]})
+    sample["messages"] = messages
+    metadata: dict[str, Any] = {}
+    options: list[dict] = []
+    if choices is not None:
+        if not isinstance(choices, (list, tuple, Mapping)) or not choices:
+            raise ValueError("choices must be a non-empty list or mapping")
+        options = _options_from_choices(choices)
+        sample["options"] = options
+        metadata["option_map"] = {o["id"]: o["content"] for o in options}
+    if answer is None:
+        sample["references"] = []
+    else:
+        label = _label_for(answer, options)
+        sample["references"] = normalize_references([label])
+        sample["label"] = label
+    if metadata:
+        sample["metadata"] = metadata
+    return sample
+
+
+def render_few_shot(sample: Mapping[str, Any]) -> list[dict]:
+    """The sample's messages with its few-shot examples rendered in front of them.
+
+    Each example contributes its messages and then an assistant message holding
+    its label (or the text of its first reference). System messages of the
+    sample stay first.
+    """
+    messages = list(sample.get("messages") or [])
+    shots = sample.get("few_shot_examples") or []
+    if not shots:
+        return messages
+    system = [m for m in messages if m.get("role") == "system"]
+    rest = [m for m in messages if m.get("role") != "system"]
+    rendered: list[dict] = []
+    for shot in shots:
+        rendered.extend(dict(m) for m in shot.get("messages") or [])
+        answer = label_text(shot)
+        rendered.append({"role": "assistant", "content": [text_segment(answer)]})
+    return system + rendered + rest

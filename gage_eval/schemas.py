@@ -1,0 +1,99 @@
+"""The JSON Schemas in ``schemas/``: lookup, cached validators, and file validation."""
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+from gage_eval.errors import GageError
+
+SCHEMA_FILES = {
+    "sample": "sample.schema.json",
+    "instance": "instance_level_eval_0.2.0.schema.json",
+    "task": "task.schema.json",
+    "legal_eval_v1": "legal_eval_v1.schema.json",
+    "summary": "summary.schema.json",
+}
+
+# Rules JSON Schema cannot say (uniqueness, membership) are checked in code by
+# functions registered here; each returns (json path, message) pairs.
+EXTRA_CHECKS: dict[str, Callable[[Any], list[tuple[str, str]]]] = {}
+# Warnings (not errors) per schema, same shape.
+WARNING_CHECKS: dict[str, Callable[[Any], list[tuple[str, str]]]] = {}
+
+
+def schemas_dir() -> Path:
+    here = Path(__file__).resolve().parent
+    for candidate in (here / "schemas", here.parent / "schemas"):
+        if candidate.is_dir():
+            return candidate
+    raise GageError("the schemas folder is missing from this installation of gage-eval")
+
+
+@lru_cache(maxsize=None)
+def load_schema(name: str) -> dict:
+    if name not in SCHEMA_FILES:
+        raise GageError(f"unknown schema {name!r}; choose one of {', '.join(SCHEMA_FILES)}")
+    return json.loads((schemas_dir() / SCHEMA_FILES[name]).read_text(encoding="utf-8"))
+
+
+@lru_cache(maxsize=None)
+def validator(name: str):
+    import jsonschema
+
+    schema = load_schema(name)
+    cls = jsonschema.validators.validator_for(schema)
+    return cls(schema, format_checker=cls.FORMAT_CHECKER)
+
+
+def _path(error) -> str:
+    out = "$"
+    for part in error.absolute_path:
+        out += f"[{part}]" if isinstance(part, int) else f".{part}"
+    return out
+
+
+def _best(error):
+    # For anyOf/oneOf failures report the most specific sub-error.
+    import jsonschema
+
+    return jsonschema.exceptions.best_match([error]) if error.context else error
+
+
+def validation_errors(instance: Any, name: str) -> list[tuple[str, str]]:
+    """Every problem of ``instance`` against schema ``name`` as (JSON path, message)."""
+    problems = []
+    for error in sorted(validator(name).iter_errors(instance), key=lambda e: list(map(str, e.absolute_path))):
+        best = _best(error)
+        problems.append((_path(best) if name != "task" else ".".join(map(str, best.absolute_path)), best.message))
+    if not problems and name in EXTRA_CHECKS:
+        problems.extend(EXTRA_CHECKS[name](instance))
+    return problems
+
+
+def validation_warnings(instance: Any, name: str) -> list[tuple[str, str]]:
+    check = WARNING_CHECKS.get(name)
+    return check(instance) if check else []
+
+
+def iter_file_rows(path: Path) -> Iterator[tuple[int, Any, str | None]]:
+    """Rows of a .jsonl file (or a .json array / object): (line, value, parse error)."""
+    if path.suffix == ".json":
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as exc:
+            yield exc.lineno, None, f"invalid JSON: {exc.msg} (column {exc.colno})"
+            return
+        for i, row in enumerate(data if isinstance(data, list) else [data]):
+            yield i + 1, row, None
+        return
+    with path.open("rb") as fh:
+        for lineno, raw in enumerate(fh, 1):
+            if not raw.strip():
+                continue
+            try:
+                yield lineno, json.loads(raw), None
+            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+                msg = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)
+                yield lineno, None, f"invalid JSON: {msg}"

@@ -1,0 +1,73 @@
+"""A dependency-free backend whose answers are a pure function of (seed, request).
+
+It measures the harness's own cost and drives tests: the same seed gives the
+same answers whatever the batch size, order or resumption.
+"""
+from __future__ import annotations
+
+import hashlib
+import time
+from typing import Sequence
+
+from gage_eval.backend import GENERATE, LOGLIKELIHOOD, Backend, ModelOutput, Request
+from gage_eval.errors import GageError
+from gage_eval.sample import messages_text
+
+MODES = ("letter", "echo", "fixed")
+
+
+def _unit(*parts: object) -> float:
+    digest = hashlib.blake2b("\x1f".join(map(str, parts)).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") / 2**64
+
+
+class DummyBackend(Backend):
+    """Deterministic answers. ``response``: ``letter`` (a letter A-D), ``echo`` (the
+    prompt's last line) or ``fixed`` (the ``text`` argument). ``fail_every``: make
+    every n-th request fail, to exercise error accounting."""
+
+    name = "dummy"
+    capabilities = frozenset({GENERATE, LOGLIKELIHOOD, "chat", "vision", "audio", "video", "file"})
+
+    def __init__(self, seed: int = 1234, response: str = "letter", text: str = "", batch_size: int | str = 64,
+                 fail_every: int = 0, vision: bool = True, **unused):
+        if response not in MODES:
+            raise GageError(f"dummy backend: response must be one of {', '.join(MODES)}, not {response!r}")
+        if unused:
+            raise GageError(f"dummy backend: unknown argument(s) {', '.join(sorted(unused))}")
+        self.seed = seed
+        self.response = response
+        self.text = text
+        self.max_batch = int(batch_size) if str(batch_size).isdigit() else 64
+        self.fail_every = int(fail_every)
+        if not vision:
+            self.capabilities = frozenset({GENERATE, LOGLIKELIHOOD, "chat"})
+        self.model_id = "gage-eval/dummy"
+        self._count = 0
+
+    def settings(self) -> dict:
+        return {"seed": self.seed, "response": self.response, "batch_size": self.max_batch}
+
+    def run(self, requests: Sequence[Request]) -> list[ModelOutput]:
+        return [self._one(r) for r in requests]
+
+    def _one(self, req: Request) -> ModelOutput:
+        t0 = time.perf_counter()
+        self._count += 1
+        if self.fail_every and self._count % self.fail_every == 0:
+            return ModelOutput(error="dummy backend: injected failure")
+        prompt = req.prompt if req.prompt is not None else messages_text(req.messages or ())
+        if req.kind == LOGLIKELIHOOD:
+            lls = [-(1 + len(c)) * (0.5 + _unit(self.seed, req.sample_id, prompt, c)) for c in req.continuations]
+            best = max(range(len(lls)), key=lls.__getitem__) if lls else 0
+            return ModelOutput(loglikelihoods=lls, is_greedy=[i == best for i in range(len(lls))],
+                               input_tokens=len(prompt.split()),
+                               latency_ms=(time.perf_counter() - t0) * 1000)
+        if self.response == "echo":
+            text = prompt.strip().splitlines()[-1] if prompt.strip() else ""
+        elif self.response == "fixed":
+            text = self.text
+        else:
+            text = "ABCD"[int(_unit(self.seed, req.sample_id, prompt) * 4)]
+        return ModelOutput(text=text, input_tokens=len(prompt.split()), output_tokens=len(text.split()),
+                           finish_reason="stop", latency_ms=(time.perf_counter() - t0) * 1000)

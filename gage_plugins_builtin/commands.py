@@ -1,0 +1,113 @@
+"""The builtin sub-commands: tasks, plugins, validate. Added through gage_register_commands."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from gage_eval.errors import GageError
+
+
+def add_to(cli: click.Group) -> None:
+    cli.add_command(tasks_command)
+    cli.add_command(plugins_command)
+    cli.add_command(validate_command)
+
+
+@click.command("tasks")
+@click.option("--include-path", multiple=True, help="Also look in this folder of task folders.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def tasks_command(include_path, as_json):
+    """List the tasks that can run, with the plugin (or path) each comes from."""
+    from gage_eval.plugins import load_plugins
+    from gage_eval.tasks import discover, read_task_file
+
+    _, registry = load_plugins()
+    found = discover(registry.task_paths, list(include_path))
+    rows = []
+    for name, src in sorted(found.items()):
+        try:
+            spec = read_task_file(src.folder, src.origin)
+            rows.append({"name": name, "origin": src.origin, "kind": spec.kind, "folder": str(src.folder),
+                         "description": spec.description.strip().splitlines()[0] if spec.description else ""})
+        except GageError as exc:
+            rows.append({"name": name, "origin": src.origin, "kind": "INVALID", "folder": str(src.folder),
+                         "description": str(exc).splitlines()[0]})
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    width = max([len(r["name"]) for r in rows] + [4])
+    for r in rows:
+        click.echo(f"{r['name'].ljust(width)}  {r['kind']:<13}  {r['origin']:<10}  {r['description']}")
+
+
+@click.command("plugins")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def plugins_command(as_json):
+    """List the loaded plugins, their versions and what each registered."""
+    from gage_eval.plugins import BUILTIN, load_plugins, plugin_versions
+
+    pm, registry = load_plugins()
+    versions = plugin_versions()
+    registered = registry.by_plugin()
+    rows = []
+    for name, plugin in pm.list_name_plugin():
+        version = versions.get(name) or getattr(plugin, "__version__", None)
+        if name == BUILTIN:
+            from gage_eval import __version__ as version
+        rows.append({"name": name, "version": version, "registers": registered.get(name, {})})
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    for row in rows:
+        click.echo(f"{row['name']} {row['version'] or ''}".rstrip())
+        for kind, names in row["registers"].items():
+            click.echo(f"  {kind}: {', '.join(names)}")
+
+
+@click.command("validate")
+@click.argument("file", type=click.Path(exists=True, dir_okay=False))
+@click.option("--schema", "schema", required=True,
+              type=click.Choice(["sample", "instance", "task", "legal_eval_v1", "summary"]),
+              help="Which schema to check against.")
+@click.option("--max-errors", type=int, default=0, help="Stop printing after this many errors (0: all).")
+def validate_command(file, schema, max_errors):
+    """Check every row of FILE (jsonl, json or a task.yaml) against a schema.
+
+    Prints each problem as file:line: JSON path: message, then a report; exits 1
+    if any row is invalid."""
+    from gage_eval.schemas import iter_file_rows, validation_errors, validation_warnings
+
+    path = Path(file)
+    rows = valid = warnings = printed = 0
+    invalid_rows = 0
+    if schema == "task" or path.suffix in (".yaml", ".yml"):
+        import yaml
+
+        try:
+            entries = [(1, yaml.safe_load(path.read_text(encoding="utf-8")), None)]
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            entries = [((mark.line + 1) if mark else 1, None, f"invalid YAML: {getattr(exc, 'problem', exc)}")]
+    else:
+        entries = iter_file_rows(path)
+    for lineno, row, parse_error in entries:
+        rows += 1
+        problems = [("$", parse_error)] if parse_error else validation_errors(row, schema)
+        for where, msg in ([] if parse_error else validation_warnings(row, schema)):
+            warnings += 1
+            click.echo(f"{path}:{lineno}: warning: {where}: {msg}")
+        if problems:
+            invalid_rows += 1
+            for where, msg in problems:
+                printed += 1
+                if not max_errors or printed <= max_errors:
+                    click.echo(f"{path}:{lineno}: {where}: {msg}")
+        else:
+            valid += 1
+    click.echo(f"{path}: {rows} rows, {valid} valid, {invalid_rows} invalid, {warnings} warnings "
+               f"(schema {schema})")
+    if invalid_rows or rows == 0:
+        sys.exit(1)

@@ -1,0 +1,110 @@
+"""Dataset loaders: jsonl files read lazily, and Hugging Face ``datasets``."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Iterator
+
+from gage_eval.errors import GageError, RowError
+
+
+def _resolve(path: str, base_dir: str | None) -> Path:
+    p = Path(path).expanduser()
+    if not p.is_absolute() and base_dir:
+        p = Path(base_dir) / p
+    return p
+
+
+class JsonlLoader:
+    """Rows of a .jsonl file, or of every .jsonl file in a folder (sorted by name).
+
+    Each row's locator is ``file:line``. A line that is not a JSON object is
+    yielded as a :class:`RowError`, so it is reported and counted.
+    """
+
+    def __init__(self, path: str, base_dir: str | None = None, encoding: str = "utf-8"):
+        self.path = _resolve(path, base_dir)
+        if not self.path.exists():
+            raise GageError(f"jsonl loader: {self.path} does not exist")
+        self.encoding = encoding
+        self.data_dir = self.path if self.path.is_dir() else self.path.parent
+
+    def files(self) -> list[Path]:
+        if self.path.is_dir():
+            files = sorted(self.path.rglob("*.jsonl"))
+            if not files:
+                raise GageError(f"jsonl loader: no .jsonl file in {self.path}")
+            return files
+        return [self.path]
+
+    def __iter__(self) -> Iterator[tuple[str, Any]]:
+        for file in self.files():
+            with file.open("rb") as fh:
+                for lineno, raw in enumerate(fh, 1):
+                    if not raw.strip():
+                        continue
+                    locator = f"{file}:{lineno}"
+                    try:
+                        record = json.loads(raw.decode(self.encoding))
+                    except UnicodeDecodeError as exc:
+                        yield locator, RowError(f"not {self.encoding} text: {exc.reason}")
+                        continue
+                    except json.JSONDecodeError as exc:
+                        yield locator, RowError(f"invalid JSON: {exc.msg} at column {exc.colno}")
+                        continue
+                    if not isinstance(record, dict):
+                        yield locator, RowError(f"expected a JSON object, got {type(record).__name__}")
+                        continue
+                    yield locator, record
+
+
+class HFLoader:
+    """Rows of a Hugging Face dataset: a hub id, or a builder (``json``, ``csv``,
+    ``parquet``) with local ``data_files``. Locators read ``hf:ID[split][i]``."""
+
+    def __init__(self, path: str, split: str = "train", name: str | None = None, revision: str | None = None,
+                 data_files: Any = None, streaming: bool = False, base_dir: str | None = None, **kwargs: Any):
+        self.path = path
+        self.split = split
+        self.name = name
+        self.revision = revision
+        self.streaming = streaming
+        self.kwargs = kwargs
+        if isinstance(data_files, (str, list)) and base_dir:
+            files = [data_files] if isinstance(data_files, str) else data_files
+            data_files = [str(_resolve(f, base_dir)) for f in files]
+        elif isinstance(data_files, dict) and base_dir:
+            data_files = {k: [str(_resolve(f, base_dir)) for f in ([v] if isinstance(v, str) else v)]
+                          for k, v in data_files.items()}
+        self.data_files = data_files
+        first = _first_file(data_files)
+        self.data_dir = Path(first).parent if first else None
+
+    def __iter__(self) -> Iterator[tuple[str, Any]]:
+        try:
+            import datasets
+        except ImportError:
+            raise GageError("the hf loader needs the 'datasets' package: pip install datasets") from None
+        try:
+            ds = datasets.load_dataset(self.path, self.name, split=self.split, revision=self.revision,
+                                       data_files=self.data_files, streaming=self.streaming, **self.kwargs)
+        except Exception as exc:  # datasets raises many kinds; the message is what the user needs
+            raise GageError(f"hf loader: cannot load {self.path!r} (split {self.split!r}): "
+                            f"{type(exc).__name__}: {exc}") from None
+        label = self.path if not self.data_files else f"{self.path}:{_short(self.data_files)}"
+        for i, row in enumerate(ds):
+            yield f"hf:{label}[{self.split}][{i}]", dict(row)
+
+
+def _first_file(files: Any) -> str | None:
+    if isinstance(files, str):
+        return files
+    if isinstance(files, dict):
+        files = [f for v in files.values() for f in v]
+    return files[0] if files else None
+
+
+def _short(files: Any) -> str:
+    if isinstance(files, dict):
+        files = [f for v in files.values() for f in v]
+    return Path(files[0]).name + (f"+{len(files) - 1}" if len(files) > 1 else "")

@@ -1,0 +1,48 @@
+"""Log-likelihood multiple choice: acc and acc_norm, as lm-evaluation-harness defines them."""
+from __future__ import annotations
+
+from gage_eval.metric import Metric, MetricContext
+
+
+class Accuracy(Metric):
+    """1 when the option with the highest log-likelihood is the gold one.
+
+    :param gold: path of the gold option id (default ``sample.label``).
+    """
+
+    name = "acc"
+
+    def __init__(self, gold: str = "sample.label", loglikelihoods: str = "model_output.loglikelihoods"):
+        self.gold = gold
+        self.lls = loglikelihoods
+
+    def scores(self, ctx: MetricContext) -> list[float]:
+        return [float(x) for x in ctx.get(self.lls)]
+
+    def compute(self, ctx: MetricContext) -> dict:
+        scores = self.scores(ctx)
+        ids = [str(o["id"]) for o in ctx.sample.get("options") or []]
+        if len(scores) != len(ids):
+            raise ValueError(f"{len(scores)} log-likelihoods for {len(ids)} options")
+        gold = str(ctx.get(self.gold))
+        if gold not in ids:
+            raise ValueError(f"gold answer {gold!r} is not an option id ({', '.join(ids)})")
+        best = max(range(len(scores)), key=scores.__getitem__)  # first maximum, like numpy.argmax
+        return {"value": float(ids[best] == gold), "extracted": ids[best], "method": "loglikelihood_argmax"}
+
+
+class NormalizedAccuracy(Accuracy):
+    """acc with each log-likelihood divided by its choice's length in characters
+    (the choice without the target delimiter, as lm-eval's acc_norm)."""
+
+    name = "acc_norm"
+
+    def __init__(self, gold: str = "sample.label", loglikelihoods: str = "model_output.loglikelihoods",
+                 choices: str = "model_output.choices"):
+        super().__init__(gold, loglikelihoods)
+        self.choices = choices
+
+    def scores(self, ctx: MetricContext) -> list[float]:
+        lls = super().scores(ctx)
+        lengths = [len(c) for c in ctx.get(self.choices)]
+        return [ll / max(n, 1) for ll, n in zip(lls, lengths)]

@@ -1,0 +1,91 @@
+"""Preprocessors: records that already are Sample v1, and the legacy field mapping of spec 000."""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from gage_eval.sample import SCHEMA_VERSION, RowContext, from_legacy, normalize_references
+
+
+def _sample_id(record: Mapping[str, Any], ctx: RowContext, id_field: str | None) -> str:
+    if id_field:
+        if record.get(id_field) is None:
+            raise ValueError(f"id field {id_field!r} is missing")
+        return str(record[id_field])
+    return f"{ctx.task}-{ctx.index}"
+
+
+def _tags(record: Mapping[str, Any], fields: Any) -> dict:
+    if isinstance(fields, str):
+        fields = [fields]
+    return {f: record[f] for f in fields or [] if record.get(f) is not None}
+
+
+class Identity:
+    """For datasets already in Sample v1 form; fills ``schema_version``, normalises
+    string references, and derives ``label`` from ``references[0]`` when missing."""
+
+    def __init__(self, id_field: str | None = "id"):
+        self.id_field = id_field
+
+    def __call__(self, record: Mapping[str, Any], ctx: RowContext) -> dict:
+        sample = dict(record)
+        sample.setdefault("schema_version", SCHEMA_VERSION)
+        if "id" not in sample:
+            sample["id"] = _sample_id(record, ctx, None)
+        if "references" in sample:
+            sample["references"] = normalize_references(sample["references"])
+        return sample
+
+
+class Legacy:
+    """Map legacy fields to Sample v1 (spec 000 section 1.5), with column names as arguments.
+
+    :param question: field holding the question text (default: question/prompt/text).
+    :param choices: a field holding a list or mapping of choices, or a list of
+        fields each holding one choice (``[sol1, sol2]``).
+    :param answer: field holding the answer: an option index, an option id or text.
+    :param id_field: field holding a stable id (default: ``TASK-ROWINDEX``).
+    :param data_tag: fields copied into ``data_tag`` for sliced metrics.
+    :param metadata: fields copied into ``metadata``.
+    :param task_type: the Sample's task_type (default: the record's question_type).
+    :param system: a system message put first.
+    """
+
+    def __init__(self, question: str | None = None, choices: Any = None, answer: str | None = None,
+                 id_field: str | None = None, data_tag: Any = None, metadata: Any = None,
+                 task_type: str | None = None, system: str | None = None):
+        self.question = question
+        self.choices = choices
+        self.answer = answer
+        self.id_field = id_field
+        self.data_tag = data_tag
+        self.metadata = metadata
+        self.task_type = task_type
+        self.system = system
+
+    def _field(self, record: Mapping[str, Any], name: str) -> Any:
+        if name not in record:
+            raise KeyError(name)
+        return record[name]
+
+    def __call__(self, record: Mapping[str, Any], ctx: RowContext) -> dict:
+        question = self._field(record, self.question) if self.question else None
+        if isinstance(self.choices, list):
+            choices = [self._field(record, f) for f in self.choices]
+            for f, c in zip(self.choices, choices):
+                if not isinstance(c, str):
+                    raise ValueError(f"choice field {f!r} must be a string, got {type(c).__name__}")
+        elif isinstance(self.choices, str):
+            choices = self._field(record, self.choices)
+        else:
+            choices = None
+        answer = self._field(record, self.answer) if self.answer else None
+        sample = from_legacy(record, sample_id=_sample_id(record, ctx, self.id_field), question=question,
+                             choices=choices, answer=answer, task_type=self.task_type, system=self.system)
+        tags = _tags(record, self.data_tag)
+        if tags:
+            sample["data_tag"] = tags
+        meta = _tags(record, self.metadata)
+        if meta:
+            sample.setdefault("metadata", {}).update(meta)
+        return sample
