@@ -1,7 +1,13 @@
-"""gage-eval's builtin plugins, registered exactly like a third-party plugin package."""
+"""gage-eval's builtin plugins, registered exactly like a third-party plugin package.
+
+Each factory is imported only when it is called, so listing plugins or tasks never
+imports torch, transformers, vllm or httpx.
+"""
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
+from typing import Any, Callable
 
 from gage_eval import hookimpl
 
@@ -16,41 +22,90 @@ def tasks_dir() -> Path:
     return here / "tasks"
 
 
+def lazy(target: str) -> Callable[..., Any]:
+    """A factory for ``module:attribute`` that imports the module on first call."""
+    module, _, attr = target.partition(":")
+
+    def factory(**kwargs: Any) -> Any:
+        return getattr(importlib.import_module(module), attr)(**kwargs)
+
+    factory.__name__ = attr
+    factory.__qualname__ = attr
+    factory.target = target  # type: ignore[attr-defined]
+    return factory
+
+
+P = "gage_plugins_builtin."
+
+LOADERS = {
+    "jsonl": P + "loaders:JsonlLoader",
+    "hf": P + "loaders:HFLoader",
+}
+PREPROCESSORS = {
+    "identity": P + "preprocessors:Identity",
+    "legacy": P + "preprocessors:Legacy",
+    # -- multimodal (mmmu, docvqa) --
+    "mmmu": P + "multimodal.preprocess:MMMU",
+    "docvqa": P + "multimodal.preprocess:DocVQA",
+    # -- legal_eval_v1 --
+    "legal_eval_v1": P + "legal.preprocess:LegalEvalV1",
+}
+BACKENDS = {
+    "dummy": P + "backends.dummy:DummyBackend",
+    "transformers": P + "backends.hf:transformers_backend",
+    "smollm2": P + "backends.hf:smollm2_backend",
+    "vllm": P + "backends.vllm_backend:vllm_backend",
+    "openai": P + "backends.openai_backend:openai_backend",
+}
+JUDGES = {
+    "llm_judge": P + "judges:LLMJudge",
+}
+METRICS = {
+    "exact_match": P + "metrics.text:ExactMatch",
+    "contains": P + "metrics.text:Contains",
+    "regex_match": P + "metrics.text:RegexMatch",
+    "numeric_match": P + "metrics.text:NumericMatch",
+    "acc": P + "metrics.choice:Accuracy",
+    "acc_norm": P + "metrics.choice:NormalizedAccuracy",
+    "latency": P + "metrics.stats:Latency",
+    "text_length": P + "metrics.stats:TextLength",
+    # -- multimodal (mmmu, docvqa) --
+    "mmmu_acc": P + "multimodal.metrics:MMMUAccuracy",
+    "anls": P + "multimodal.metrics:ANLS",
+    # -- legal_eval_v1 --
+    "choice_set_match": P + "legal.metrics:ChoiceSetMatch",
+    "judge_score": P + "legal.metrics:JudgeScore",
+}
+
+
+def _register_all(register: Callable[[str, Callable[..., Any]], None], table: dict[str, str]) -> None:
+    for name, target in table.items():
+        register(name, lazy(target))
+
+
 @hookimpl
 def gage_register_loaders(register):
-    from gage_plugins_builtin import loaders
-
-    register("jsonl", loaders.JsonlLoader)
-    register("hf", loaders.HFLoader)
+    _register_all(register, LOADERS)
 
 
 @hookimpl
 def gage_register_preprocessors(register):
-    from gage_plugins_builtin import preprocessors
-
-    register("identity", preprocessors.Identity)
-    register("legacy", preprocessors.Legacy)
+    _register_all(register, PREPROCESSORS)
 
 
 @hookimpl
 def gage_register_backends(register):
-    from gage_plugins_builtin.backends.dummy import DummyBackend
+    _register_all(register, BACKENDS)
 
-    register("dummy", DummyBackend)
+
+@hookimpl
+def gage_register_judges(register):
+    _register_all(register, JUDGES)
 
 
 @hookimpl
 def gage_register_metrics(register):
-    from gage_plugins_builtin.metrics import choice, stats, text
-
-    register("exact_match", text.ExactMatch)
-    register("contains", text.Contains)
-    register("regex_match", text.RegexMatch)
-    register("numeric_match", text.NumericMatch)
-    register("acc", choice.Accuracy)
-    register("acc_norm", choice.NormalizedAccuracy)
-    register("latency", stats.Latency)
-    register("text_length", stats.TextLength)
+    _register_all(register, METRICS)
 
 
 @hookimpl
