@@ -130,6 +130,21 @@ def load_plugins() -> tuple[pluggy.PluginManager, Registry]:
     return _pm, _registry
 
 
+def register_plugin(plugin: object, name: str) -> Registry:
+    """Register an in-process plugin (a module or object with hookimpls) and rebuild the registry."""
+    global _registry
+    pm, _ = load_plugins()
+    if pm.is_blocked(name):
+        raise GageError(f"plugin {name!r} is disabled by GAGE_EVAL_DISABLE_PLUGINS")
+    pm.register(plugin, name=name)
+    try:
+        _registry = collect_registry(pm)
+    except GageError:
+        pm.unregister(name=name)
+        raise
+    return _registry
+
+
 def reset_plugins() -> None:
     """Forget the loaded plugins (tests, and after installing a plugin in-process)."""
     global _pm, _registry

@@ -109,8 +109,10 @@ def run_from_cli(*, resume: str | None, quiet: bool, **kwargs: Any) -> dict:
     try:
         summary = engine.run()
     except KeyboardInterrupt as exc:
-        raise KeyboardInterrupt(f"{exc}; results so far are in {run_dir}; continue with: "
-                                f"gage-eval --resume {run_dir}") from None
+        # click turns KeyboardInterrupt into a bare "Aborted", so say what to do here
+        click.echo(f"\ngage-eval: {exc or 'interrupted'}; results so far are in {run_dir}; continue with: "
+                   f"gage-eval --resume {run_dir}", err=True)
+        raise SystemExit(130) from None
     print_results(summary, run_dir)
     return summary
 

@@ -66,8 +66,11 @@ def validation_errors(instance: Any, name: str) -> list[tuple[str, str]]:
     problems = []
     for error in sorted(validator(name).iter_errors(instance), key=lambda e: list(map(str, e.absolute_path))):
         best = _best(error)
-        problems.append((_path(best) if name != "task" else ".".join(map(str, best.absolute_path)), best.message))
-    if not problems and name in EXTRA_CHECKS:
+        message = best.message
+        if best.validator == "not" and best.validator_value == {}:  # a forbidden field: say why, not "{}"
+            message = (best.schema.get("description") if isinstance(best.schema, dict) else None) or "field not allowed here"
+        problems.append((_path(best) if name != "task" else ".".join(map(str, best.absolute_path)), message))
+    if name in EXTRA_CHECKS:  # code checks tolerate rows the schema refused, so report everything at once
         problems.extend(EXTRA_CHECKS[name](instance))
     return problems
 
@@ -97,3 +100,6 @@ def iter_file_rows(path: Path) -> Iterator[tuple[int, Any, str | None]]:
             except (json.JSONDecodeError, UnicodeDecodeError) as exc:
                 msg = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)
                 yield lineno, None, f"invalid JSON: {msg}"
+
+
+from gage_eval import schema_checks  # noqa: E402,F401  (registers the code checks above)

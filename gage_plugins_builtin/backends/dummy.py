@@ -24,13 +24,14 @@ def _unit(*parts: object) -> float:
 class DummyBackend(Backend):
     """Deterministic answers. ``response``: ``letter`` (a letter A-D), ``echo`` (the
     prompt's last line) or ``fixed`` (the ``text`` argument). ``fail_every``: make
-    every n-th request fail, to exercise error accounting."""
+    every n-th request fail, to exercise error accounting; ``delay_ms``: sleep this
+    long per request, to stand in for a slow model."""
 
     name = "dummy"
     capabilities = frozenset({GENERATE, LOGLIKELIHOOD, "chat", "vision", "audio", "video", "file"})
 
     def __init__(self, seed: int = 1234, response: str = "letter", text: str = "", batch_size: int | str = 64,
-                 fail_every: int = 0, vision: bool = True, **unused):
+                 fail_every: int = 0, vision: bool = True, delay_ms: float = 0.0, **unused):
         if response not in MODES:
             raise GageError(f"dummy backend: response must be one of {', '.join(MODES)}, not {response!r}")
         if unused:
@@ -40,6 +41,7 @@ class DummyBackend(Backend):
         self.text = text
         self.max_batch = int(batch_size) if str(batch_size).isdigit() else 64
         self.fail_every = int(fail_every)
+        self.delay_s = float(delay_ms) / 1000
         if not vision:
             self.capabilities = frozenset({GENERATE, LOGLIKELIHOOD, "chat"})
         self.model_id = "gage-eval/dummy"
@@ -49,6 +51,8 @@ class DummyBackend(Backend):
         return {"seed": self.seed, "response": self.response, "batch_size": self.max_batch}
 
     def run(self, requests: Sequence[Request]) -> list[ModelOutput]:
+        if self.delay_s:
+            time.sleep(self.delay_s * len(requests))
         return [self._one(r) for r in requests]
 
     def _one(self, req: Request) -> ModelOutput:
