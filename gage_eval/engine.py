@@ -20,7 +20,7 @@ from gage_eval.progress import Progress
 from gage_eval.records import EventLog, TaskWriter, write_json_atomic
 from gage_eval.redact import redact
 from gage_eval.requests import RequestBuilder
-from gage_eval.sample import SCHEMA_VERSION, RowContext
+from gage_eval.sample import SCHEMA_VERSION, RowContext, elide_inline_media
 from gage_eval.schemas import validation_errors
 from gage_eval.tasks import TaskSpec, dataset_for_path, discover, read_task_file, with_dataset
 
@@ -105,7 +105,7 @@ class TaskRun:
             factory = registry.get("judges", spec.judge["name"]).factory
             self.judge = factory(**(spec.judge.get("args") or {}), base_dir=str(spec.folder))
         self.builder = RequestBuilder(spec)
-        self.limit = options.limit
+        self.limit = (options.task_overrides.get(spec.name) or {}).get("limit", options.limit)
         self.aggregate = TaskAggregate()
         self.counts = {"total": 0, "scored": 0, "errored": 0, "skipped": 0, "judge_errors": 0}
         self.errors_by_stage: dict[str, int] = {}
@@ -191,9 +191,38 @@ def resolve_tasks(options: RunOptions, registry: Registry) -> list[TaskSpec]:
         src = found[name]
         spec = read_task_file(src.folder, src.origin)
         if name in options.data:
-            spec = with_dataset(spec, dataset_for_path(options.data[name]))
+            split = (spec.dataset.get("args") or {}).get("split")
+            spec = with_dataset(spec, dataset_for_path(options.data[name], split))
+        if options.task_overrides.get(name):
+            spec = _with_overrides(spec, options.task_overrides[name], options.config_file)
         specs.append(spec)
     return specs
+
+
+def _with_overrides(spec: TaskSpec, overrides: Mapping[str, Any], source: str | None) -> TaskSpec:
+    """The run config's per-task ``metrics`` (replace the list) and ``generation`` (merged into the
+    task's), checked against the task schema; ``limit`` is applied by :class:`TaskRun`."""
+    from dataclasses import replace
+
+    where = f"{source or 'run config'}: task {spec.name!r}"
+    raw = dict(spec.raw)
+    request = dict(spec.request)
+    if overrides.get("generation") is not None:
+        if not isinstance(overrides["generation"], Mapping):
+            raise GageError(f"{where}: 'generation' must be a mapping of generation settings")
+        request["generation"] = {**(request.get("generation") or {}), **overrides["generation"]}
+        raw["request"] = request
+    if overrides.get("metrics") is not None:
+        raw["metrics"] = overrides["metrics"]
+    problems = validation_errors(raw, "task")
+    if problems:
+        raise GageError(f"{where}: overrides make an invalid task: "
+                        + "; ".join(f"key '{k or '<top>'}': {m}" for k, m in problems))
+    primary = spec.primary_metric
+    if overrides.get("metrics") is not None:
+        names = [m if isinstance(m, str) else m.get("as", m["name"]) for m in raw["metrics"]]
+        primary = primary if primary in names else None
+    return replace(spec, request=request, metrics=list(raw["metrics"]), primary_metric=primary, raw=raw)
 
 
 def make_backend(registry: Registry, name: str, args: Mapping[str, Any], batch_size: Any, seed: int) -> Backend:
@@ -358,7 +387,7 @@ class Engine:
         if tr.judge is not None:
             self._judge(tr, [it for it in live if it.error is None], judge_backend)
         for it in window:
-            record = self._finish(tr, it)
+            record = elide_inline_media(self._finish(tr, it))
             t_w = time.perf_counter()
             writer.write(record)
             tr.timings["writing_s"] += time.perf_counter() - t_w
@@ -385,6 +414,8 @@ class Engine:
                 reqs = tr.judge.requests(it.sample, self._model_output(it))
             except (ValueError, KeyError) as exc:
                 it.error = {"stage": "judge", "message": f"building the judge prompt: {exc}", "locator": it.locator}
+                continue
+            if not reqs:  # nothing to judge (an mcq row of a mixed task): no verdict, not an error
                 continue
             requests.extend(reqs)
             owners.append((it, len(reqs)))

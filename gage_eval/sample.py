@@ -210,3 +210,35 @@ def render_few_shot(sample: Mapping[str, Any]) -> list[dict]:
         answer = label_text(shot)
         rendered.append({"role": "assistant", "content": [text_segment(answer)]})
     return system + rendered + rest
+
+
+INLINE_MEDIA_KEEP = 256  # data: URLs up to this many characters are written as they are
+
+
+def elide_inline_media(record: Any, keep: int = INLINE_MEDIA_KEEP) -> Any:
+    """A copy of ``record`` with each long ``data:`` URL (a ``url`` value) replaced by a short
+    placeholder ``data:<mime>;elided,sha256=<hex>;chars=<n>``, so inline images do not bloat
+    the written samples. The input is not changed; parts without such URLs are shared."""
+    if isinstance(record, Mapping):
+        out = None
+        for key, value in record.items():
+            if key == "url" and isinstance(value, str) and value.startswith("data:") and len(value) > keep:
+                new = _elided(value)
+            else:
+                new = elide_inline_media(value, keep)
+            if new is not value:
+                out = dict(record) if out is None else out
+                out[key] = new
+        return record if out is None else out
+    if isinstance(record, list):
+        items = [elide_inline_media(v, keep) for v in record]
+        return record if all(a is b for a, b in zip(items, record)) else items
+    return record
+
+
+def _elided(url: str) -> str:
+    import hashlib
+
+    mime = url[5:url.find(";")] if ";" in url[:64] else "application/octet-stream"
+    digest = hashlib.sha256(url.encode("ascii", "replace")).hexdigest()
+    return f"data:{mime};elided,sha256={digest};chars={len(url)}"

@@ -1,6 +1,7 @@
 """Task folders: discovery, the validated task spec, and sandboxed Jinja2 templates."""
 from __future__ import annotations
 
+import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -180,18 +181,35 @@ def parse_data_overrides(values: list[str]) -> dict[str, str]:
     return out
 
 
-def dataset_for_path(path: str) -> dict:
-    """A dataset section that reads a local file or folder, picked by its extension."""
+_SHARD = re.compile(r"^(?P<split>[A-Za-z0-9_.]+)-\d{5}-of-\d{5}\.")
+DATA_SUFFIXES = (".jsonl", ".json", ".csv", ".parquet")
+
+
+def dataset_for_path(path: str, split: str | None = None) -> dict:
+    """A dataset section that reads a local file or folder, picked by its extension.
+
+    In a folder of Hugging Face shards (``validation-00000-of-00001.parquet``) only
+    the shards of ``split`` (the task's own split) are read. Local files are
+    streamed, so memory does not grow with the file.
+    """
     p = Path(path)
     if not p.exists():
         raise GageError(f"--data: {path} does not exist")
     if p.is_file() and p.suffix == ".jsonl":
         return {"loader": "jsonl", "args": {"path": str(p.resolve())}}
     if p.is_dir():
-        files = sorted(f for f in p.rglob("*") if f.suffix in (".jsonl", ".json", ".csv", ".parquet"))
+        files = sorted(f for f in p.rglob("*") if f.suffix in DATA_SUFFIXES and f.is_file())
         if not files:
             raise GageError(f"--data: {path} holds no .jsonl, .json, .csv or .parquet file")
-        if all(f.suffix == ".jsonl" for f in files):
+        shards = [f for f in files if _SHARD.match(f.name)]
+        if shards:
+            splits = sorted({_SHARD.match(f.name)["split"] for f in shards})
+            want = split if split in splits else (splits[0] if len(splits) == 1 else None)
+            if want is None:
+                raise GageError(f"--data: {path} holds shards of splits {', '.join(splits)} but the task "
+                                f"reads split {split!r}; point at one file or folder")
+            files = [f for f in shards if _SHARD.match(f.name)["split"] == want]
+        if all(f.suffix == ".jsonl" for f in files) and not shards:
             return {"loader": "jsonl", "args": {"path": str(p.resolve())}}
         kinds = {f.suffix for f in files}
         if len(kinds) > 1:
@@ -199,11 +217,12 @@ def dataset_for_path(path: str) -> dict:
         fmt = files[0].suffix.lstrip(".")
         return {"loader": "hf", "args": {"path": "json" if fmt == "jsonl" else fmt,
                                          "data_files": [str(f.resolve()) for f in files],
-                                         "split": "train"}}
+                                         "split": "train", "streaming": True}}
     fmt = {".json": "json", ".csv": "csv", ".parquet": "parquet"}.get(p.suffix)
     if fmt is None:
         raise GageError(f"--data: {path}: unsupported file type {p.suffix!r} (use .jsonl, .json, .csv or .parquet)")
-    return {"loader": "hf", "args": {"path": fmt, "data_files": [str(p.resolve())], "split": "train"}}
+    return {"loader": "hf", "args": {"path": fmt, "data_files": [str(p.resolve())], "split": "train",
+                                     "streaming": True}}
 
 
 def with_dataset(spec: TaskSpec, dataset: Mapping[str, Any]) -> TaskSpec:

@@ -91,9 +91,20 @@ class HFLoader:
         except Exception as exc:  # datasets raises many kinds; the message is what the user needs
             raise GageError(f"hf loader: cannot load {self.path!r} (split {self.split!r}): "
                             f"{type(exc).__name__}: {exc}") from None
+        ds = _undecoded_media(ds, datasets)
         label = self.path if not self.data_files else f"{self.path}:{_short(self.data_files)}"
         for i, row in enumerate(ds):
             yield f"hf:{label}[{self.split}][{i}]", dict(row)
+
+
+def _undecoded_media(ds: Any, datasets: Any) -> Any:
+    """Image and Audio columns as their stored ``{bytes, path}``: decoding belongs to the
+    backend, per sample in flight, not to the loader."""
+    features = getattr(ds, "features", None) or {}
+    for name, feature in features.items():
+        if isinstance(feature, (datasets.Image, datasets.Audio)) and getattr(feature, "decode", False):
+            ds = ds.cast_column(name, type(feature)(decode=False))
+    return ds
 
 
 def _first_file(files: Any) -> str | None:

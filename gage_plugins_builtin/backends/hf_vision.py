@@ -1,0 +1,198 @@
+"""Vision-language models through transformers: a processor and an image-text-to-text model.
+
+Messages are rendered with the processor's chat template (images at their segment's
+place), images decoded per request while its batch is in flight, and requests with the
+same generation settings batched (sorted by length, left padded).
+"""
+from __future__ import annotations
+
+import time
+from typing import Any, Mapping, Sequence
+
+from gage_eval.backend import GENERATE, Backend, ModelOutput, Request
+from gage_eval.errors import GageError
+
+from gage_plugins_builtin.multimodal.media import load_image, segment_url
+
+TEXT_AND_IMAGES = frozenset({"text", "image_url"})
+
+
+def to_processor_messages(messages: Sequence[Mapping[str, Any]], base_dir: str | None = None
+                          ) -> tuple[list[dict], list[Any]]:
+    """Our messages as the processor's chat-template input, and their images (decoded, in order).
+
+    Raises ``ValueError`` for a segment the model cannot take (audio, video, file)."""
+    out, images = [], []
+    for message in messages:
+        content = message.get("content")
+        if isinstance(content, str) or content is None:
+            out.append({"role": message.get("role", "user"), "content": [{"type": "text", "text": content or ""}]})
+            continue
+        parts = []
+        for seg in content:
+            kind = seg.get("type", "text") if isinstance(seg, Mapping) else "text"
+            if kind == "text":
+                parts.append({"type": "text", "text": seg.get("text", "") if isinstance(seg, Mapping) else str(seg)})
+            elif kind == "image_url":
+                images.append(load_image(segment_url(seg), base_dir))
+                parts.append({"type": "image"})
+            else:
+                raise ValueError(f"this model takes text and images only, not {kind} segments")
+        out.append({"role": message.get("role", "user"), "content": parts})
+    return out, images
+
+
+def _gen_kwargs(gen: Mapping[str, Any], default_max: int) -> dict:
+    kwargs: dict[str, Any] = {"max_new_tokens": int(gen.get("max_new_tokens") or default_max)}
+    temperature = gen.get("temperature")
+    sample = bool(gen.get("do_sample", False)) and (temperature is None or temperature > 0)
+    kwargs["do_sample"] = sample
+    if sample:
+        if temperature is not None:
+            kwargs["temperature"] = float(temperature)
+        for key in ("top_p", "top_k"):
+            if gen.get(key) is not None:
+                kwargs[key] = gen[key]
+    return kwargs
+
+
+def _cut_at_stop(text: str, stops: Sequence[str]) -> tuple[str, bool]:
+    cut = min((text.find(s) for s in stops if s and s in text), default=-1)
+    return (text[:cut], True) if cut >= 0 else (text, False)
+
+
+class VisionTransformersBackend(Backend):
+    """``AutoProcessor`` + ``AutoModelForImageTextToText`` from ``pretrained`` (a folder or hub id).
+
+    :param pretrained: the model folder or id.
+    :param dtype: torch dtype name (``float32``, ``bfloat16``, ``auto``).
+    :param device: ``cpu``, ``cuda``, ``cuda:1`` ... (default: cuda when available).
+    :param batch_size: requests per ``generate`` call.
+    :param max_new_tokens: default when a request does not say.
+    """
+
+    name = "transformers-vision"
+    capabilities = frozenset({GENERATE, "chat", "vision"})
+
+    def __init__(self, pretrained: str, dtype: str = "auto", device: str | None = None,
+                 batch_size: int | str = 8, max_new_tokens: int = 256, seed: int = 1234,
+                 trust_remote_code: bool | str = False, revision: str | None = None, **unused: Any):
+        if unused:
+            raise GageError(f"transformers vision backend: unknown argument(s) {', '.join(sorted(unused))}")
+        self.pretrained = str(pretrained)
+        self.dtype = str(dtype)
+        self.device = device
+        self.max_batch = int(batch_size) if str(batch_size).isdigit() else 8
+        self.max_new_tokens = int(max_new_tokens)
+        self.seed = int(seed)
+        self.trust_remote_code = str(trust_remote_code).lower() in ("1", "true", "yes")
+        self.revision = revision
+        self.model_id = self.pretrained
+        self.model = None
+        self.processor = None
+
+    def settings(self) -> dict:
+        return {"pretrained": self.pretrained, "dtype": self.dtype, "device": self.device,
+                "batch_size": self.max_batch, "max_new_tokens": self.max_new_tokens, "seed": self.seed}
+
+    def open(self) -> None:
+        try:
+            import torch
+            from transformers import AutoModelForImageTextToText, AutoProcessor
+        except ImportError as exc:
+            raise GageError(f"the transformers backend needs torch and transformers ({exc.name} is missing): "
+                            f"pip install 'gage-eval[transformers]'") from None
+        if self.device is None:
+            self.device = "cuda" if torch.cuda.is_available() else "cpu"
+        dtype = "auto" if self.dtype == "auto" else getattr(torch, self.dtype, None)
+        if dtype is None:
+            raise GageError(f"transformers backend: unknown dtype {self.dtype!r}")
+        try:
+            self.processor = AutoProcessor.from_pretrained(self.pretrained, revision=self.revision,
+                                                           trust_remote_code=self.trust_remote_code)
+            self.model = AutoModelForImageTextToText.from_pretrained(
+                self.pretrained, revision=self.revision, dtype=dtype, trust_remote_code=self.trust_remote_code)
+        except (OSError, ValueError) as exc:
+            raise GageError(f"transformers backend: cannot load {self.pretrained!r} as an image-text-to-text "
+                            f"model with a processor: {exc}") from None
+        self.model.to(self.device).eval()
+        tok = getattr(self.processor, "tokenizer", None)
+        if tok is not None:
+            tok.padding_side = "left"
+            if tok.pad_token is None:
+                tok.pad_token = tok.eos_token
+        if getattr(self.processor, "chat_template", None) is None:
+            raise GageError(f"transformers backend: {self.pretrained} has no chat template in its processor; "
+                            f"vision tasks need one to place the images")
+
+    def close(self) -> None:
+        self.model = None
+        self.processor = None
+
+    def run(self, requests: Sequence[Request]) -> list[ModelOutput]:
+        if self.model is None:
+            self.open()
+        outputs: list[ModelOutput | None] = [None] * len(requests)
+        prepared: list[tuple[int, str, list, dict]] = []
+        for i, req in enumerate(requests):
+            if req.kind != GENERATE:
+                outputs[i] = ModelOutput(error=f"the transformers vision backend cannot compute {req.kind}")
+                continue
+            if not set(req.modalities) <= TEXT_AND_IMAGES:
+                extra = ", ".join(sorted(set(req.modalities) - TEXT_AND_IMAGES))
+                outputs[i] = ModelOutput(error=f"model {self.model_id} takes text and images, not {extra}")
+                continue
+            messages = req.messages or ({"role": "user", "content": [{"type": "text", "text": req.prompt or ""}]},)
+            try:
+                chat, images = to_processor_messages(messages)
+                text = self.processor.apply_chat_template(chat, add_generation_prompt=True, tokenize=False)
+            except Exception as exc:  # a bad image or template fails this request only
+                outputs[i] = ModelOutput(error=f"{type(exc).__name__}: {exc}")
+                continue
+            prepared.append((i, text, images, dict(req.gen)))
+        groups: dict[str, list] = {}
+        for item in prepared:
+            groups.setdefault(repr(sorted(item[3].items())), []).append(item)
+        for items in groups.values():
+            items.sort(key=lambda it: len(it[1]))
+            for start in range(0, len(items), self.max_batch):
+                chunk = items[start:start + self.max_batch]
+                try:
+                    for (i, _, _, _), out in zip(chunk, self._generate(chunk)):
+                        outputs[i] = out
+                except Exception as exc:
+                    for i, *_ in chunk:
+                        outputs[i] = ModelOutput(error=f"{type(exc).__name__}: {exc}")
+        return [o if o is not None else ModelOutput(error="no output") for o in outputs]
+
+    def _generate(self, chunk: list) -> list[ModelOutput]:
+        import torch
+
+        t0 = time.perf_counter()
+        texts = [text for _, text, _, _ in chunk]
+        images = [img for _, _, imgs, _ in chunk for img in imgs]
+        gen = chunk[0][3]
+        inputs = self.processor(text=texts, images=images or None, return_tensors="pt", padding=True)
+        inputs = inputs.to(self.device)
+        kwargs = _gen_kwargs(gen, self.max_new_tokens)
+        torch.manual_seed(int(gen.get("seed", self.seed)))
+        tok = self.processor.tokenizer
+        with torch.inference_mode():
+            out = self.model.generate(**inputs, **kwargs, pad_token_id=tok.pad_token_id)
+        prompt_len = inputs["input_ids"].shape[1]
+        latency = (time.perf_counter() - t0) * 1000 / len(chunk)
+        results = []
+        stops = gen.get("stop") or []
+        for row, mask in zip(out[:, prompt_len:], inputs["attention_mask"]):
+            ids = row.tolist()
+            n = len(ids)
+            finish = "length"
+            if tok.eos_token_id is not None and tok.eos_token_id in ids:
+                n = ids.index(tok.eos_token_id)
+                finish = "stop"
+            text = tok.decode(ids[:n], skip_special_tokens=True)
+            text, stopped = _cut_at_stop(text, stops)
+            results.append(ModelOutput(text=text, input_tokens=int(mask.sum()), output_tokens=n,
+                                       finish_reason="stop" if stopped else finish, latency_ms=latency,
+                                       formatted_prompt=None))
+        return results

@@ -1,0 +1,1 @@
+"""Multimodal tasks (MMMU, DocVQA): preprocessors, metrics and image handling."""
