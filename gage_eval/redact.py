@@ -4,7 +4,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-SECRET_KEY = re.compile(r"(api[_-]?key|token|secret|password|authorization|bearer|credential)", re.I)
+SECRET_KEY = re.compile(r"(api[_-]?key|token(?!s)|secret|password|authorization|bearer|credential)", re.I)
 REDACTED = "***"
 
 

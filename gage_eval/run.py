@@ -48,7 +48,26 @@ def read_run_config(path: str) -> dict:
                                 + (f"; unknown: {', '.join(sorted(bad))}" if bad else ""))
         elif not isinstance(task, str):
             raise GageError(f"{p}: key 'tasks.{i}': expected a task name or a mapping")
+        if isinstance(task, dict):
+            _check_override(p, f"tasks.{i}", task)
+    if data.get("limit") is not None and (not isinstance(data["limit"], int) or data["limit"] < 0):
+        raise GageError(f"{p}: key 'limit': expected a whole number of rows, got {data['limit']!r}")
+    if data.get("data") is not None and not isinstance(data["data"], dict):
+        raise GageError(f"{p}: key 'data': expected a mapping TASK: PATH")
     return data
+
+
+def _check_override(p: Path, where: str, task: dict) -> None:
+    limit = task.get("limit")
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
+        raise GageError(f"{p}: key '{where}.limit': expected a whole number of rows, got {limit!r}")
+    if task.get("metrics") is not None and not (isinstance(task["metrics"], list) and task["metrics"]):
+        raise GageError(f"{p}: key '{where}.metrics': expected a non-empty list of metric names or "
+                        f"{{name, as, args}} mappings")
+    if task.get("generation") is not None and not isinstance(task["generation"], dict):
+        raise GageError(f"{p}: key '{where}.generation': expected a mapping (max_new_tokens, temperature, ...)")
+    if task.get("data") is not None and not isinstance(task["data"], str):
+        raise GageError(f"{p}: key '{where}.data': expected a path")
 
 
 def build_options(*, tasks, model, model_args, judge_model, judge_args, batch_size, limit, output_dir, run_id,
@@ -66,18 +85,28 @@ def build_options(*, tasks, model, model_args, judge_model, judge_args, batch_si
             overrides[name] = {k: v for k, v in entry.items() if k != "name"}
     if tasks:
         task_names = [t.strip() for t in tasks.split(",") if t.strip()]
+    if limit is not None:  # --limit beats every limit in the file
+        for entry in overrides.values():
+            entry.pop("limit", None)
+    overrides = {name: entry for name, entry in overrides.items() if entry}
     if not task_names:
         raise GageError("no tasks: pass --tasks NAME[,NAME] (see `gage-eval tasks`)")
+    overrides = {name: entry for name, entry in overrides.items() if name in task_names}
     dut = models.get("dut") or {}
     judge = models.get("judge") or {}
-    data_map = {**(cfg.get("data") or {}), **{k: v.get("data") for k, v in overrides.items() if v.get("data")},
-                **parse_data_overrides(data)}
+    file_data = {**(cfg.get("data") or {}), **{k: v["data"] for k, v in overrides.items() if v.get("data")}}
+    data_map = {**{k: v for k, v in file_data.items() if k in task_names}, **parse_data_overrides(data)}
+    model_name = model or dut.get("backend") or DEFAULT_MODEL
+    judge_name = judge_model or judge.get("backend")
     return RunOptions(
         tasks=task_names,
-        model=model or dut.get("backend") or DEFAULT_MODEL,
-        model_args=parse_kv(model_args, "--model-args") if model_args is not None else dict(dut.get("args") or {}),
-        judge_model=judge_model or judge.get("backend"),
-        judge_args=parse_kv(judge_args, "--judge-args") if judge_args is not None else dict(judge.get("args") or {}),
+        model=model_name,
+        # the file's args belong to the file's backend: a --model naming another backend starts clean
+        model_args=(parse_kv(model_args, "--model-args") if model_args is not None
+                    else dict(dut.get("args") or {}) if model_name == dut.get("backend") else {}),
+        judge_model=judge_name,
+        judge_args=(parse_kv(judge_args, "--judge-args") if judge_args is not None
+                    else dict(judge.get("args") or {}) if judge_name == judge.get("backend") else {}),
         batch_size=parse_value(batch_size) if batch_size is not None else cfg.get("batch_size"),
         limit=limit if limit is not None else cfg.get("limit"),
         output_dir=output_dir or cfg.get("output_dir") or "runs",

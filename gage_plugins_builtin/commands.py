@@ -54,6 +54,8 @@ def plugins_command(as_json):
     registered = registry.by_plugin()
     rows = []
     for name, plugin in pm.list_name_plugin():
+        if plugin is None:  # blocked by GAGE_EVAL_DISABLE_PLUGINS: pluggy keeps the name, not the plugin
+            continue
         version = versions.get(name) or getattr(plugin, "__version__", None)
         if name == BUILTIN:
             from gage_eval import __version__ as version
