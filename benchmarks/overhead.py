@@ -1,0 +1,162 @@
+"""Harness overhead: the dummy backend through the whole pipeline, via the real CLI.
+
+Generates synthetic PIQA-format rows (goal/sol1/sol2/label), runs
+
+    gage-eval --tasks piqa --model dummy --data piqa=FILE -q -o DIR
+
+in a subprocess for each size, and reports samples/s and the subprocess's peak
+RSS (sampled with psutil when installed, else ru_maxrss of the child). The
+streaming contract says memory is bounded by the samples in flight, so peak RSS
+at the largest size must stay within ``--rss-ratio`` (1.2x) of the smallest.
+
+    python benchmarks/overhead.py                      # 10,000 and 100,000 rows
+    python benchmarks/overhead.py --sizes 1000,10000 --profile
+
+``--profile`` also runs the smallest size under cProfile and prints the top
+entries by cumulative time. Exit status 1 when the RSS ratio is exceeded.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+
+WORDS = ("cup jar lid towel water soap knife spoon bottle paper plate string tape glue cloth brush oven "
+         "fridge door window shelf box bag ice salt sugar oil bread rice candle magnet nail screw").split()
+VERBS = ("keep open clean dry fix hang store cool warm seal stack fold cut carry light remove").split()
+
+
+def make_rows(n: int, path: Path, seed: int = 0) -> Path:
+    """Write ``n`` synthetic PIQA rows; lengths vary like the real set (goal 4-14 words, solutions 5-25)."""
+    rng = random.Random(seed)
+
+    def phrase(lo: int, hi: int) -> str:
+        return " ".join(rng.choice(WORDS) for _ in range(rng.randint(lo, hi)))
+
+    with path.open("w", encoding="utf-8") as fh:
+        for i in range(n):
+            row = {"goal": f"{rng.choice(VERBS).capitalize()} the {phrase(3, 13)} (row {i}).",
+                   "sol1": f"Use the {phrase(5, 25)}.", "sol2": f"Put the {phrase(5, 25)} away.",
+                   "label": rng.randint(0, 1)}
+            fh.write(json.dumps(row) + "\n")
+    return path
+
+
+def gage_eval_command() -> list[str]:
+    exe = Path(sys.executable).with_name("gage-eval")
+    return [str(exe)] if exe.exists() else [sys.executable, "-m", "gage_eval.cli"]
+
+
+def measure(cmd: list[str], env: dict | None = None, poll_s: float = 0.02) -> dict:
+    """Run ``cmd``; return wall seconds, peak RSS in MiB and the exit status."""
+    try:
+        import psutil
+    except ImportError:
+        psutil = None
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True)
+    peak = 0
+    if psutil is not None:
+        p = psutil.Process(proc.pid)
+        while proc.poll() is None:
+            try:
+                peak = max(peak, p.memory_info().rss)
+            except psutil.Error:
+                break
+            time.sleep(poll_s)
+    out, err = proc.communicate()
+    wall = time.perf_counter() - t0
+    # ru_maxrss of reaped children (KiB on Linux): a maximum over every child so
+    # far, so it is exact only for the first or largest run; psutil is per run.
+    children_max = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
+    return {"rc": proc.returncode, "wall_s": wall, "peak_rss_mib": (peak or children_max) / 2**20,
+            "source": "psutil" if peak else "ru_maxrss", "stdout": out, "stderr": err}
+
+
+def run_size(n: int, work: Path, extra: list[str]) -> dict:
+    data = make_rows(n, work / f"piqa_{n}.jsonl")
+    out = work / f"run_{n}"
+    cmd = gage_eval_command() + ["--tasks", "piqa", "--model", "dummy", "--data", f"piqa={data}", "-q",
+                                 "-o", str(out), "--run-id", "bench"] + extra
+    env = dict(os.environ, HF_HUB_OFFLINE="1")
+    res = measure(cmd, env=env)
+    if res["rc"] != 0:
+        raise SystemExit(f"gage-eval failed on {n} rows (exit {res['rc']}):\n{res['stderr'][-3000:]}")
+    summary = json.loads((out / "bench" / "summary.json").read_text())
+    task = summary["tasks"]["piqa"]
+    if task["counts"]["total"] != n or task["counts"]["errored"]:
+        raise SystemExit(f"{n} rows: unexpected counts {task['counts']}")
+    timings = summary["run"]["timings"]
+    res.update(rows=n, samples_per_s=n / res["wall_s"], engine_wall_s=timings["wall_runtime_s"],
+               engine_samples_per_s=timings.get("throughput_total_samples_per_s"),
+               stage_s={k: round(task["timings"][k], 2) for k in
+                        ("dataset_materialization_s", "inference_s", "evaluation_s", "writing_s")})
+    return res
+
+
+def profile(n: int, work: Path, top: int) -> str:
+    data = work / f"piqa_{n}.jsonl"
+    if not data.exists():
+        make_rows(n, data)
+    stats_file = work / "profile.pstats"
+    cmd = [sys.executable, "-m", "cProfile", "-o", str(stats_file), "-m", "gage_eval.cli", "--tasks", "piqa", "--model",
+           "dummy", "--data", f"piqa={data}", "-q", "-o", str(work / "profile_run"), "--run-id", "prof"]
+    subprocess.run(cmd, check=False, capture_output=True, env=dict(os.environ, HF_HUB_OFFLINE="1"))
+    import io
+    import pstats
+
+    buf = io.StringIO()
+    pstats.Stats(str(stats_file), stream=buf).sort_stats("cumulative").print_stats(top)
+    return buf.getvalue()
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", default="10000,100000", help="comma-separated row counts")
+    ap.add_argument("--rss-ratio", type=float, default=1.2, help="allowed peak RSS, largest / smallest")
+    ap.add_argument("--profile", action="store_true", help="cProfile the smallest size, top entries")
+    ap.add_argument("--top", type=int, default=25)
+    ap.add_argument("--keep", metavar="DIR", help="write data and runs here (default: a temp dir, removed)")
+    ap.add_argument("--json", action="store_true", help="print the figures as JSON")
+    ap.add_argument("extra", nargs="*", help="extra gage-eval arguments after --")
+    args = ap.parse_args(argv)
+    sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
+    work = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="gage-overhead-"))
+    work.mkdir(parents=True, exist_ok=True)
+    try:
+        results = [run_size(n, work, args.extra) for n in sizes]
+        if not args.json:
+            print(f"{'rows':>8}  {'wall s':>7}  {'samples/s':>9}  {'engine/s':>8}  {'peak RSS MiB':>12}  stages (s)")
+        for r in results:
+            if not args.json:
+                print(f"{r['rows']:>8}  {r['wall_s']:>7.1f}  {r['samples_per_s']:>9.0f}  "
+                      f"{r['engine_samples_per_s'] or 0:>8.0f}  {r['peak_rss_mib']:>12.1f}  {r['stage_s']}")
+        ratio = results[-1]["peak_rss_mib"] / results[0]["peak_rss_mib"]
+        ok = ratio <= args.rss_ratio
+        if args.json:
+            print(json.dumps({"results": [{k: v for k, v in r.items() if k not in ("stdout", "stderr")}
+                                          for r in results], "rss_ratio": ratio, "ok": ok}, indent=2))
+        else:
+            print(f"peak RSS {results[-1]['rows']} / {results[0]['rows']} rows: {ratio:.2f}x "
+                  f"(limit {args.rss_ratio}x): {'ok' if ok else 'EXCEEDED'} [{results[0]['source']}]")
+        if args.profile:
+            print(profile(sizes[0], work, args.top))
+        return 0 if ok else 1
+    finally:
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,38 @@
+"""gage-eval-plugin-example: a backend, a metric and a task folder, registered through hooks.
+
+gage-eval finds this module through the entry point in pyproject.toml
+(group ``gage_eval``) and calls each ``@hookimpl`` function below with a
+``register`` callable. Names are namespaced ``example/...`` so they cannot
+collide with the builtins or with another plugin.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from gage_eval import hookimpl
+
+__version__ = "0.1.0"
+
+TASKS_DIR = Path(__file__).resolve().parent / "tasks"
+
+
+@hookimpl
+def gage_register_backends(register):
+    # Registered as the class itself: this plugin has no heavy dependency. A
+    # backend that needs torch or httpx registers a small function that imports
+    # it when called (see README.md).
+    from gage_eval_plugin_example.backend import LookupBackend
+
+    register("example/lookup", LookupBackend)
+
+
+@hookimpl
+def gage_register_metrics(register):
+    from gage_eval_plugin_example.metric import WordF1
+
+    register("example/word_f1", WordF1)
+
+
+@hookimpl
+def gage_register_task_paths(register):
+    register(str(TASKS_DIR))
