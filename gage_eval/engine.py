@@ -13,6 +13,7 @@ from typing import Any, Iterable, Iterator, Mapping
 from gage_eval import __version__
 from gage_eval.backend import LOGLIKELIHOOD, Backend, ModelOutput
 from gage_eval.errors import GageError, RowError
+from gage_eval.idset import IdSet
 from gage_eval.events import RunEnd, RunStart, SampleDone, TaskDone
 from gage_eval.metric import MetricContext, TaskAggregate, metric_value
 from gage_eval.plugins import Registry, load_plugins, plugin_versions
@@ -306,7 +307,7 @@ class Engine:
     def _run_task(self, tr: TaskRun, backend: Backend, judge_backend: Backend, events: EventLog) -> None:
         opts = self.options
         writer = TaskWriter(self.run_dir, tr.name, model_id=backend.model_id, evaluation_id=self.run_id)
-        done: set[str] = set()
+        done = IdSet()
         if self.resume:
             for record in writer.recover():
                 done.add(str(record.get("id")))
@@ -315,7 +316,7 @@ class Engine:
         events.emit("task_start", task=tr.name)
         window_size = max(1, int(getattr(backend, "max_batch", 64) or 64))
         progress = Progress(tr.name, total=opts.limit, quiet=opts.quiet, start=len(done))
-        seen: set[str] = set()
+        seen = IdSet()
         window: list[Item] = []
         t_load = time.perf_counter()
         try:
@@ -334,11 +335,13 @@ class Engine:
         finally:
             writer.close()
             progress.close()
+            seen.close()
+            done.close()
         result = tr.summary()
         events.emit("task_done", task=tr.name, counts=tr.counts, timings=result["timings"])
         self._notify("gage_task_done", TaskDone(self.run_id, tr.name, dict(tr.counts), result["metrics"]))
 
-    def _items(self, tr: TaskRun, seen: set[str]) -> Iterable[Item]:
+    def _items(self, tr: TaskRun, seen: IdSet) -> Iterable[Item]:
         """Rows of the dataset as items: a valid Sample with its request, or an error."""
         for index, locator, record in tr.rows():
             if isinstance(record, RowError):
@@ -360,11 +363,10 @@ class Engine:
                                                       f"not a valid Sample v1: {msg}"))
                 continue
             sid = str(sample["id"])
-            if sid in seen:
+            if not seen.add(sid):
                 yield Item(index, locator, error_stub(tr.name, index, locator, "preprocess",
                                                       f"duplicate sample id {sid!r}"))
                 continue
-            seen.add(sid)
             item = Item(index, locator, sample)
             try:
                 item.request, item.rendered = tr.builder.build(sample)
@@ -384,6 +386,7 @@ class Engine:
                 if out.error:
                     it.error = {"stage": "inference", "message": out.error, "locator": it.locator}
         t_eval = time.perf_counter()
+        writing_before = tr.timings["writing_s"]
         if tr.judge is not None:
             self._judge(tr, [it for it in live if it.error is None], judge_backend)
         for it in window:
@@ -405,7 +408,7 @@ class Engine:
             if err and self.options.fail_fast:
                 raise GageError(f"stopped at the first error (--fail-fast): {it.locator}: "
                                 f"{err.get('stage')}: {err.get('message')}")
-        tr.timings["evaluation_s"] += time.perf_counter() - t_eval
+        tr.timings["evaluation_s"] += time.perf_counter() - t_eval - (tr.timings["writing_s"] - writing_before)
 
     def _judge(self, tr: TaskRun, items: list[Item], judge_backend: Backend) -> None:
         requests, owners = [], []
@@ -521,7 +524,8 @@ class Engine:
                 "command": opts.command,
                 "interrupted": interrupted,
                 "versions": {"gage_eval": __version__, "python": platform.python_version(),
-                             "plugins": plugin_versions()},
+                             "plugins": {name: version for name, version in plugin_versions().items()
+                                         if self.pm.get_plugin(name) is not None}},
                 "model": {"name": opts.model, "model_id": backend.model_id, "args": opts.model_args,
                           "settings": backend.settings()},
                 "judge": ({"name": opts.judge_model or opts.model, "model_id": judge_backend.model_id,

@@ -47,6 +47,22 @@ def validator(name: str):
     return cls(schema, format_checker=cls.FORMAT_CHECKER)
 
 
+@lru_cache(maxsize=None)
+def fast_validator(name: str):
+    """A compiled validator (jsonschema-rs) used to pass valid rows quickly; None when unavailable.
+
+    Invalid rows always go through :func:`validator` for the detailed, path-naming errors.
+    """
+    try:
+        import jsonschema_rs
+    except ImportError:
+        return None
+    try:
+        return jsonschema_rs.validator_for(load_schema(name))
+    except Exception:  # a schema feature it does not support: fall back to the reference validator
+        return None
+
+
 def _path(error) -> str:
     out = "$"
     for part in error.absolute_path:
@@ -64,6 +80,9 @@ def _best(error):
 def validation_errors(instance: Any, name: str) -> list[tuple[str, str]]:
     """Every problem of ``instance`` against schema ``name`` as (JSON path, message)."""
     problems = []
+    fast = fast_validator(name)
+    if fast is not None and fast.is_valid(instance):
+        return list(EXTRA_CHECKS[name](instance)) if name in EXTRA_CHECKS else []
     for error in sorted(validator(name).iter_errors(instance), key=lambda e: list(map(str, e.absolute_path))):
         best = _best(error)
         message = best.message

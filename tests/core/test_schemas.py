@@ -109,3 +109,23 @@ def test_instance_single_turn_needs_output():
     assert any("output" in msg for _, msg in validation_errors(row, "instance"))
     row["output"] = {"raw": "a"}
     assert validation_errors(row, "instance") == []
+
+
+@pytest.mark.parametrize("case", sorted(INVALID))
+def test_fast_validator_agrees_on_invalid_shapes(case):
+    from gage_eval.schemas import fast_validator
+
+    fast = fast_validator("sample")
+    if fast is None:
+        pytest.skip("jsonschema-rs not installed")
+    sample = copy.deepcopy(minimal())
+    INVALID[case](sample)
+    assert not fast.is_valid(sample)
+
+
+@pytest.mark.parametrize("name", ["sample", "instance", "task", "legal_eval_v1"])
+def test_fast_validator_compiles_every_schema(name):
+    from gage_eval.schemas import fast_validator
+
+    pytest.importorskip("jsonschema_rs")
+    assert fast_validator(name) is not None
