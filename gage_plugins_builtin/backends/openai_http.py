@@ -1,0 +1,240 @@
+"""POSTs to an OpenAI-compatible server with retries, backoff and a per-attempt deadline.
+
+Retried: 408, 409, 429 and 5xx replies (waiting at least ``Retry-After``), timeouts,
+refused or dropped connections, and replies that are not the JSON the endpoint
+promises. Not retried: other 4xx replies (a bad request stays bad) and a server
+that lacks a feature (:class:`Unsupported`).
+"""
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import json
+import random
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from gage_plugins_builtin.backends.openai_payload import BadReply, Unscorable, Unsupported
+
+RETRY_STATUS = frozenset({408, 409, 429})
+
+
+class Retryable(Exception):
+    def __init__(self, reason: str, retry_after: float | None = None):
+        super().__init__(reason)
+        self.retry_after = retry_after
+
+
+class RequestFailed(Exception):
+    """The request failed for good; the message is the row's error (secrets removed)."""
+
+
+class ServerUnsupported(RequestFailed):
+    """The server lacks what the request needs; every like request will fail the same way."""
+
+
+@dataclass
+class Reply:
+    value: Any
+    attempts: int
+    ttft_ms: float | None = None
+
+
+def retry_after_seconds(value: str | None, now: float | None = None) -> float | None:
+    """``Retry-After`` as seconds: a number, or an HTTP date."""
+    if not value:
+        return None
+    value = value.strip()
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when is None:
+        return None
+    return max(0.0, when.timestamp() - (time.time() if now is None else now))
+
+
+class Poster:
+    """One backend's retry policy; the httpx client is passed in (it belongs to an event loop)."""
+
+    def __init__(self, *, timeout: float, max_retries: int, backoff: float, backoff_max: float,
+                 retry_after_max: float, secrets: tuple[str, ...] = ()):
+        self.timeout = timeout
+        self.max_retries = max_retries
+        self.backoff = backoff
+        self.backoff_max = backoff_max
+        self.retry_after_max = retry_after_max
+        self.secrets = tuple(s for s in secrets if s)
+        self.rng = random.Random()
+
+    def scrub(self, text: str) -> str:
+        for secret in self.secrets:
+            text = text.replace(secret, "***")
+        return text
+
+    def delay(self, attempt: int, retry_after: float | None) -> float:
+        """Exponential backoff with jitter (half fixed, half random); at least the server's Retry-After."""
+        cap = min(self.backoff_max, self.backoff * 2 ** (attempt - 1))
+        wait = cap / 2 + self.rng.uniform(0, cap / 2)
+        if retry_after is not None:
+            wait = max(wait, min(retry_after, self.retry_after_max))
+        return wait
+
+    async def post(self, client: Any, url: str, body: dict, parse: Callable[[Any], Any],
+                   stream: bool = False) -> Reply:
+        """POST ``body``, parse the reply with ``parse`` (a :class:`BadReply` there is retried)."""
+        import httpx
+
+        reasons: list[str] = []
+        attempt = 0
+        while True:
+            attempt += 1
+            retry_after = None
+            try:
+                coro = self._stream(client, url, body, parse) if stream else self._once(client, url, body, parse)
+                if hasattr(asyncio, "timeout"):  # 3.11+: no extra task per attempt
+                    async with asyncio.timeout(self.timeout):
+                        value, ttft = await coro
+                else:
+                    value, ttft = await asyncio.wait_for(coro, self.timeout)
+                return Reply(value, attempt, ttft)
+            except Retryable as exc:
+                reason, retry_after = str(exc), exc.retry_after
+            except BadReply as exc:
+                reason = f"bad reply: {exc}"
+            except (asyncio.TimeoutError, httpx.TimeoutException):
+                reason = f"timed out after {self.timeout:g} s"
+            except httpx.TransportError as exc:
+                reason = f"connection error: {type(exc).__name__}: {exc}" if str(exc) else \
+                    f"connection error: {type(exc).__name__}"
+            except RequestFailed as exc:
+                raise type(exc)(self.scrub(f"{url}: {exc}")) from None
+            except Unsupported as exc:
+                raise ServerUnsupported(self.scrub(f"{url}: {exc}")) from None
+            except Unscorable as exc:
+                raise RequestFailed(self.scrub(f"{url}: {exc}")) from None
+            reasons.append(reason)
+            if attempt > self.max_retries:
+                history = "; ".join(_squash(reasons[:-1])) if len(reasons) > 1 else "none"
+                raise RequestFailed(self.scrub(
+                    f"{url}: gave up after {attempt} attempt(s): {reason} (earlier: {history})"))
+            await asyncio.sleep(self.delay(attempt, retry_after))
+
+    async def _once(self, client: Any, url: str, body: dict, parse: Callable[[Any], Any]) -> tuple[Any, None]:
+        response = await client.post(url, json=body)
+        self._check_status(response.status_code, response.headers, response.text)
+        try:
+            data = json.loads(response.content)
+        except ValueError:
+            raise BadReply(f"not JSON: {response.text[:80]!r}") from None
+        return parse(data), None
+
+    async def _stream(self, client: Any, url: str, body: dict,
+                      parse: Callable[[Any], Any]) -> tuple[Any, float | None]:
+        t0 = time.perf_counter()
+        ttft = None
+        chunks: list[dict] = []
+        async with client.stream("POST", url, json=body) as response:
+            if response.status_code >= 400:
+                await response.aread()
+                self._check_status(response.status_code, response.headers, response.text)
+            done = False
+            async for line in response.aiter_lines():
+                line = line.strip()
+                if done or not line.startswith("data:"):
+                    continue  # read to the end: an abandoned stream leaves a pending task behind
+                payload = line[5:].strip()
+                if payload == "[DONE]":
+                    done = True
+                    continue
+                try:
+                    chunk = json.loads(payload)
+                except ValueError:
+                    raise BadReply(f"a stream event is not JSON: {payload[:80]!r}") from None
+                if not isinstance(chunk, dict):
+                    raise BadReply("a stream event is not a JSON object")
+                if "error" in chunk and not chunk.get("choices"):
+                    raise Retryable(f"error event in the stream: {str(chunk['error'])[:200]}")
+                if ttft is None and _chunk_text(chunk):
+                    ttft = (time.perf_counter() - t0) * 1000
+                chunks.append(chunk)
+        return parse(merge_stream(chunks)), ttft
+
+    def _check_status(self, status: int, headers: Any, text: str) -> None:
+        if status < 400:
+            return
+        detail = _error_detail(text)
+        if status in RETRY_STATUS or status >= 500:
+            raise Retryable(f"HTTP {status}{detail}", retry_after_seconds(headers.get("retry-after")))
+        raise RequestFailed(self.scrub(f"HTTP {status}{detail}"))
+
+
+def _error_detail(text: str) -> str:
+    try:
+        data = json.loads(text)
+        err = data.get("error", data) if isinstance(data, dict) else data
+        message = err.get("message", err) if isinstance(err, dict) else err
+        text = str(message)
+    except ValueError:
+        pass
+    text = " ".join(text.split())
+    return f": {text[:300]}" if text else ""
+
+
+def _squash(reasons: list[str]) -> list[str]:
+    out: list[str] = []
+    for r in reasons:
+        short = r[:120]
+        if out and out[-1].split(" x")[0] == short:
+            head, _, n = out[-1].rpartition(" x")
+            out[-1] = f"{head} x{int(n) + 1}" if n.isdigit() else f"{short} x2"
+        else:
+            out.append(short)
+    return out
+
+
+def _chunk_text(chunk: dict) -> str:
+    for choice in chunk.get("choices") or ():
+        if not isinstance(choice, dict):
+            continue
+        delta = choice.get("delta")
+        if isinstance(delta, dict) and delta.get("content"):
+            return str(delta["content"])
+        if choice.get("text"):
+            return str(choice["text"])
+    return ""
+
+
+def merge_stream(chunks: list[dict]) -> dict:
+    """Server-sent chunks as the one reply a non-streaming call would have given."""
+    if not chunks:
+        raise BadReply("the stream ended without any event")
+    text: list[str] = []
+    finish = None
+    chat = False
+    usage = None
+    for chunk in chunks:
+        if isinstance(chunk.get("usage"), dict):
+            usage = chunk["usage"]
+        for choice in chunk.get("choices") or ():
+            if not isinstance(choice, dict) or choice.get("index", 0) != 0:
+                continue
+            delta = choice.get("delta")
+            if isinstance(delta, dict):
+                chat = True
+                text.append(str(delta.get("content") or ""))
+            elif choice.get("text") is not None:
+                text.append(str(choice["text"]))
+            finish = choice.get("finish_reason") or finish
+    joined = "".join(text)
+    choice = {"message": {"role": "assistant", "content": joined}} if chat else {"text": joined}
+    choice["finish_reason"] = finish
+    reply: dict = {"choices": [choice]}
+    if usage is not None:
+        reply["usage"] = usage
+    return reply
