@@ -1,0 +1,69 @@
+"""Batched generation throughput of the transformers backend: batch 8 against batch 1.
+
+    HF_HUB_OFFLINE=1 python benchmarks/generation_batch.py [--n 16] [--max-new-tokens 32]
+
+Loads the bundled SmolLM2-135M-Instruct once, generates greedily (chat template) for the
+same N prompts at batch size 1 and at batch size 8, and prints tokens per second for both,
+the speed-up, and whether the greedy texts agree. Writes benchmarks/out/generation_batch.json.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+from gage_eval.backend import GENERATE, Request
+
+OUT = Path(__file__).resolve().parent / "out"
+QUESTIONS = [
+    "What is the capital of France?", "Name three primary colours.", "How many legs does a spider have?",
+    "Give one tip for saving water at home.", "What is 12 times 12?", "Why is the sky blue?",
+    "Write a haiku about autumn.", "What does a thermometer measure?", "Name a planet with rings.",
+    "How do you boil an egg?", "What is the opposite of 'ancient'?", "Translate 'thank you' into French.",
+    "What gas do plants absorb?", "Who wrote Romeo and Juliet?", "What is the freezing point of water?",
+    "Suggest a name for a pet goldfish.",
+]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--n", type=int, default=16)
+    ap.add_argument("--max-new-tokens", type=int, default=32)
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--warm", action="store_true", help="time a second pass at each batch size")
+    args = ap.parse_args()
+    from gage_plugins_builtin.backends.hf import smollm2_backend
+
+    backend = smollm2_backend()
+    backend.open()
+    reqs = [Request(kind=GENERATE, sample_id=str(i), chat=True, gen={"max_new_tokens": args.max_new_tokens},
+                    messages=({"role": "user", "content": [{"type": "text", "text": QUESTIONS[i % len(QUESTIONS)]}]},))
+            for i in range(args.n)]
+    backend.run(reqs[:1])  # warm-up
+    report = {"n": args.n, "max_new_tokens": args.max_new_tokens, "warm": args.warm}
+    texts = {}
+    for bs in (1, args.batch):
+        backend.batch_size = bs
+        if args.warm:  # a first pass at this batch size, untimed (CPU kernels warm up per shape)
+            backend.run(reqs)
+        t0 = time.perf_counter()
+        outs = backend.run(reqs)
+        wall = time.perf_counter() - t0
+        errors = [o.error for o in outs if o.error]
+        assert not errors, errors
+        tokens = sum(o.output_tokens for o in outs)
+        texts[bs] = [o.text for o in outs]
+        report[f"batch_{bs}"] = {"wall_s": round(wall, 2), "output_tokens": tokens,
+                                 "tokens_per_s": round(tokens / wall, 1)}
+        print(f"batch {bs}: {tokens} tokens in {wall:.1f}s = {tokens / wall:.1f} tok/s", flush=True)
+    speedup = report[f"batch_{args.batch}"]["tokens_per_s"] / report["batch_1"]["tokens_per_s"]
+    same = sum(a == b for a, b in zip(texts[1], texts[args.batch]))
+    report.update(speedup=round(speedup, 2), same_text=f"{same}/{args.n}")
+    print(f"speed-up batch {args.batch} vs 1: {speedup:.2f}x; identical greedy texts {same}/{args.n}")
+    OUT.mkdir(parents=True, exist_ok=True)
+    (OUT / "generation_batch.json").write_text(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()

