@@ -26,8 +26,19 @@ EXTRA = "pip install 'gage-eval[transformers]'"
 DTYPES = ("float32", "bfloat16", "float16", "auto")
 DEVICES = ("cpu", "cuda", "auto")
 # tokens per forward pass when batch_size is "auto" (CPU); GPUs get more
-AUTO_TOKENS_CPU = 4096
+AUTO_TOKENS_CPU = 1024
 AUTO_TOKENS_GPU = 65536
+
+
+def _common_prefix(conts: list[list[int]]) -> list[int]:
+    """The tokens all choices start with, leaving every choice at least one token of its own."""
+    if len(conts) < 2:
+        return []
+    limit = min(map(len, conts)) - 1
+    k = 0
+    while k < limit and all(c[k] == conts[0][k] for c in conts[1:]):
+        k += 1
+    return conts[0][:k]
 
 
 def _require_torch() -> None:
@@ -415,17 +426,19 @@ class TransformersBackend(Backend):
             while start < len(shared):
                 batch = [shared[start]]
                 rows = len(shared[start][2])
-                longest = len(shared[start][1]) + max(map(len, shared[start][2]))
+                tokens = len(shared[start][1]) + sum(map(len, shared[start][2]))
                 j = start + 1
                 while j < len(shared):
                     n = len(shared[j][2])
+                    t = len(shared[j][1]) + sum(map(len, shared[j][2]))  # packed: no padding
                     if self.batch_size is not None:
                         if rows + n > self.batch_size:
                             break
-                    elif (rows + n) * longest > budget:
+                    elif tokens + t > budget:
                         break
                     batch.append(shared[j])
                     rows += n
+                    tokens += t
                     j += 1
                 t0 = time.perf_counter()
                 results = self._score_shared(batch)
@@ -464,70 +477,85 @@ class TransformersBackend(Backend):
         return torch.log_softmax(logits.float(), dim=-1)
 
     def _score_shared(self, batch) -> list[tuple[list[float], list[bool]]]:
-        """One pass over the contexts, one over all choices reusing the contexts' key/value cache."""
+        """Score a batch of questions in two packed passes, with no padding.
+
+        Pass 1 runs every question's context, plus the tokens all its choices start with,
+        side by side in one row (a block-diagonal causal mask keeps questions apart).
+        Pass 2 runs every choice's own tokens in one row against pass 1's key/value cache:
+        each choice sees its own question's prefix and its own earlier tokens only. So a
+        question with k choices costs one pass over its prefix, and log-softmax is taken
+        only at the scored positions.
+        """
         import torch
 
         dev = self.device
-        pad = self.tokenizer.pad_token_id
-        n_q = len(batch)
-        ctx_lens = [len(ctx) for _, ctx, _ in batch]
-        ctx_max = max(ctx_lens)
-        # contexts right-padded: real tokens sit at positions 0..len-1, padding after them is
-        # masked out of the second pass
-        ctx_ids = torch.full((n_q, ctx_max), pad, dtype=torch.long)
-        for r, (_, ctx, _) in enumerate(batch):
-            ctx_ids[r, :len(ctx)] = torch.tensor(ctx)
-        ctx_ids = ctx_ids.to(dev)
-        states, is_hidden, cache = self._hidden_or_logits(input_ids=ctx_ids, use_cache=True)
-        last = states[torch.arange(n_q, device=dev), torch.tensor(ctx_lens, device=dev) - 1]  # [n_q, H|V]
-        first_lp = self._log_probs(last, is_hidden)  # predicts each choice's first token
-
-        owner = [r for r, (_, _, conts) in enumerate(batch) for _ in conts]
-        conts = [c for _, _, cs in batch for c in cs]
-        n_rows = len(conts)
-        cont_max = max(map(len, conts))
-        # the choices' inputs are their tokens but the last (the last is only predicted)
-        step_len = max(1, cont_max - 1)
-        scores: list[float] = []
-        greedy: list[bool] = []
-        first_tok = torch.tensor([c[0] for c in conts], device=dev)
-        owner_t = torch.tensor(owner, device=dev)
-        lp0 = first_lp[owner_t].gather(1, first_tok[:, None])[:, 0]
-        g0 = first_lp[owner_t].argmax(-1) == first_tok
-        if cont_max > 1:
-            cache.batch_select_indices(owner_t)
-            inp = torch.full((n_rows, step_len), pad, dtype=torch.long)
-            mask = torch.zeros((n_rows, ctx_max + step_len), dtype=torch.long)
-            for r, c in enumerate(conts):
-                inp[r, :len(c) - 1] = torch.tensor(c[:-1])
-                mask[r, :ctx_lens[owner[r]]] = 1
-                mask[r, ctx_max:] = 1
-            pos = torch.tensor([ctx_lens[o] for o in owner])[:, None] + torch.arange(step_len)[None, :]
+        shared = [_common_prefix(conts) for _, _, conts in batch]
+        prefixes = [ctx + sh for (_, ctx, _), sh in zip(batch, shared)]
+        rests = [[c[len(sh):] for c in conts] for (_, _, conts), sh in zip(batch, shared)]
+        starts = [0]
+        for pre in prefixes:
+            starts.append(starts[-1] + len(pre))
+        l1 = starts[-1]
+        ids1 = torch.tensor([t for pre in prefixes for t in pre], device=dev)[None, :]
+        pos1 = torch.tensor([k for pre in prefixes for k in range(len(pre))], device=dev)[None, :]
+        seg1 = torch.tensor([q for q, pre in enumerate(prefixes) for _ in pre], device=dev)
+        causal1 = torch.arange(l1, device=dev)[:, None] >= torch.arange(l1, device=dev)[None, :]
+        mask1 = (causal1 & (seg1[:, None] == seg1[None, :]))[None, None]
+        states, is_hidden, cache = self._hidden_or_logits(input_ids=ids1, position_ids=pos1,
+                                                          attention_mask=mask1, use_cache=True)
+        states = states[0]
+        # scored positions of pass 1: the shared tokens, and each choice's first own token
+        pick_pos, targets, owner = [], [], []  # owner: (question, choice or -1 for shared)
+        for q, ((_, ctx, _), sh) in enumerate(zip(batch, shared)):
+            for k, tok in enumerate(sh):
+                pick_pos.append(starts[q] + len(ctx) - 1 + k)
+                targets.append(tok)
+                owner.append((q, -1))
+            for i, rest in enumerate(rests[q]):
+                pick_pos.append(starts[q + 1] - 1)
+                targets.append(rest[0])
+                owner.append((q, i))
+        # pass 2: every choice's own tokens but the last (the last is only predicted)
+        seg2, pos2, ids2, pass2_targets = [], [], [], []
+        for q, choices in enumerate(rests):
+            for i, rest in enumerate(choices):
+                for k in range(len(rest) - 1):
+                    ids2.append(rest[k])
+                    pos2.append(len(prefixes[q]) + k)
+                    seg2.append((q, i))
+                    pass2_targets.append(rest[k + 1])
+        lp_parts, tgt_parts = [], []
+        lp_parts.append(self._log_probs(states[torch.tensor(pick_pos, device=dev)], is_hidden))
+        tgt_parts.append(torch.tensor(targets, device=dev))
+        if ids2:
+            l2 = len(ids2)
+            q2 = torch.tensor([q for q, _ in seg2], device=dev)
+            c2 = torch.tensor([q * 1000003 + i for q, i in seg2], device=dev)
+            sees_prefix = q2[:, None] == seg1[None, :]
+            causal2 = torch.arange(l2, device=dev)[:, None] >= torch.arange(l2, device=dev)[None, :]
+            sees_own = causal2 & (c2[:, None] == c2[None, :])
+            mask2 = torch.cat([sees_prefix, sees_own], dim=1)[None, None]
             states2, is_hidden2, _ = self._hidden_or_logits(
-                input_ids=inp.to(dev), attention_mask=mask.to(dev), position_ids=pos.to(dev),
-                past_key_values=cache, use_cache=True)
-            # gather only the scored positions of every row
-            rows_idx = [r for r, c in enumerate(conts) for _ in range(len(c) - 1)]
-            cols_idx = [k for c in conts for k in range(len(c) - 1)]
-            targets = torch.tensor([t for c in conts for t in c[1:]], device=dev)
-            picked = states2[torch.tensor(rows_idx, device=dev), torch.tensor(cols_idx, device=dev)]
-            lp = self._log_probs(picked, is_hidden2)
-            tok_lp = lp.gather(1, targets[:, None])[:, 0]
-            tok_greedy = lp.argmax(-1) == targets
-            rows_t = torch.tensor(rows_idx, device=dev)
-            sums = torch.zeros(n_rows, dtype=tok_lp.dtype, device=dev).index_add_(0, rows_t, tok_lp)
-            misses = torch.zeros(n_rows, dtype=torch.long, device=dev).index_add_(0, rows_t, (~tok_greedy).long())
-            total = (lp0.double() + sums.double()).tolist()
-            all_greedy = (g0 & (misses == 0)).tolist()
-        else:
-            total = lp0.double().tolist()
-            all_greedy = g0.tolist()
-        out: list[tuple[list[float], list[bool]]] = []
-        k = 0
-        for _, _, cs in batch:
-            out.append(([float(x) for x in total[k:k + len(cs)]], [bool(x) for x in all_greedy[k:k + len(cs)]]))
-            k += len(cs)
-        return out
+                input_ids=torch.tensor(ids2, device=dev)[None, :], position_ids=torch.tensor(pos2, device=dev)[None, :],
+                attention_mask=mask2, past_key_values=cache, use_cache=True)
+            lp_parts.append(self._log_probs(states2[0], is_hidden2))
+            tgt_parts.append(torch.tensor(pass2_targets, device=dev))
+            owner.extend(seg2)
+        tok_lp = torch.cat([lp.gather(1, t[:, None])[:, 0] for lp, t in zip(lp_parts, tgt_parts)]).double().tolist()
+        hits = torch.cat([lp.argmax(-1) == t for lp, t in zip(lp_parts, tgt_parts)]).tolist()
+        scores = [[0.0] * len(choices) for choices in rests]
+        greedy = [[True] * len(choices) for choices in rests]
+        shared_lp = [0.0] * len(batch)
+        shared_hit = [True] * len(batch)
+        for (q, i), value, hit in zip(owner, tok_lp, hits):
+            if i < 0:
+                shared_lp[q] += value
+                shared_hit[q] = shared_hit[q] and hit
+            else:
+                scores[q][i] += value
+                greedy[q][i] = greedy[q][i] and hit
+        return [([v + shared_lp[q] for v in scores[q]], [g and shared_hit[q] for g in greedy[q]])
+                for q in range(len(batch))]
 
     def _score_full(self, ctx: list[int], cont: list[int]) -> tuple[float, bool]:
         """One choice on its own, truncated from the left as lm-eval does."""
