@@ -27,6 +27,8 @@ DTYPES = ("float32", "bfloat16", "float16", "auto")
 DEVICES = ("cpu", "cuda", "auto")
 # tokens per forward pass when batch_size is "auto" (CPU); GPUs get more
 AUTO_TOKENS_CPU = 1024
+# length of one packed row in a log-likelihood pass (attention cost grows with its square)
+PACKED_ROW_TOKENS = 192
 AUTO_TOKENS_GPU = 65536
 
 
@@ -477,14 +479,15 @@ class TransformersBackend(Backend):
         return torch.log_softmax(logits.float(), dim=-1)
 
     def _score_shared(self, batch) -> list[tuple[list[float], list[bool]]]:
-        """Score a batch of questions in two packed passes, with no padding.
+        """Score a batch of questions in two packed passes, with almost no padding.
 
-        Pass 1 runs every question's context, plus the tokens all its choices start with,
-        side by side in one row (a block-diagonal causal mask keeps questions apart).
-        Pass 2 runs every choice's own tokens in one row against pass 1's key/value cache:
-        each choice sees its own question's prefix and its own earlier tokens only. So a
-        question with k choices costs one pass over its prefix, and log-softmax is taken
-        only at the scored positions.
+        The questions are packed into a few rows of similar length (attention cost grows
+        with the square of a row's length, so rows stay short). Pass 1 runs, side by side in
+        its row, each question's context plus the tokens all its choices start with; a
+        block-diagonal causal mask keeps questions apart. Pass 2 runs every choice's own
+        tokens in the same row against pass 1's key/value cache: each choice sees its own
+        question's prefix and its own earlier tokens only. So a question with k choices
+        costs one pass over its prefix, and log-softmax is taken only at scored positions.
         """
         import torch
 
@@ -492,55 +495,88 @@ class TransformersBackend(Backend):
         shared = [_common_prefix(conts) for _, _, conts in batch]
         prefixes = [ctx + sh for (_, ctx, _), sh in zip(batch, shared)]
         rests = [[c[len(sh):] for c in conts] for (_, _, conts), sh in zip(batch, shared)]
-        starts = [0]
-        for pre in prefixes:
-            starts.append(starts[-1] + len(pre))
-        l1 = starts[-1]
-        ids1 = torch.tensor([t for pre in prefixes for t in pre], device=dev)[None, :]
-        pos1 = torch.tensor([k for pre in prefixes for k in range(len(pre))], device=dev)[None, :]
-        seg1 = torch.tensor([q for q, pre in enumerate(prefixes) for _ in pre], device=dev)
-        causal1 = torch.arange(l1, device=dev)[:, None] >= torch.arange(l1, device=dev)[None, :]
-        mask1 = (causal1 & (seg1[:, None] == seg1[None, :]))[None, None]
-        states, is_hidden, cache = self._hidden_or_logits(input_ids=ids1, position_ids=pos1,
-                                                          attention_mask=mask1, use_cache=True)
-        states = states[0]
+        sizes = [len(pre) + sum(len(r) - 1 for r in rs) for pre, rs in zip(prefixes, rests)]
+        n_rows = max(1, round(sum(sizes) / PACKED_ROW_TOKENS))
+        rows: list[list[int]] = [[] for _ in range(n_rows)]
+        loads = [0] * n_rows
+        for q in sorted(range(len(batch)), key=lambda q: -sizes[q]):  # longest first, least-loaded row
+            r = loads.index(min(loads))
+            rows[r].append(q)
+            loads[r] += sizes[q]
+        rows = [row for row in rows if row]
+        n_rows = len(rows)
+        # pass-1 layout: where each question's prefix sits in its row
+        row_of, start_of = {}, {}
+        l1 = max(sum(len(prefixes[q]) for q in row) for row in rows)
+        ids1 = torch.full((n_rows, l1), self.tokenizer.pad_token_id or 0, dtype=torch.long)
+        pos1 = torch.zeros((n_rows, l1), dtype=torch.long)
+        seg1 = torch.full((n_rows, l1), -1, dtype=torch.long)
+        for r, row in enumerate(rows):
+            at = 0
+            for q in row:
+                pre = prefixes[q]
+                row_of[q], start_of[q] = r, at
+                ids1[r, at:at + len(pre)] = torch.tensor(pre)
+                pos1[r, at:at + len(pre)] = torch.arange(len(pre))
+                seg1[r, at:at + len(pre)] = q
+                at += len(pre)
+        idx1 = torch.arange(l1)
+        causal1 = idx1[:, None] >= idx1[None, :]
+        same1 = (seg1[:, :, None] == seg1[:, None, :]) & (seg1[:, :, None] >= 0)
+        mask1 = (causal1[None] & same1) | torch.eye(l1, dtype=torch.bool)[None]  # padding sees itself
+        states, is_hidden, cache = self._hidden_or_logits(
+            input_ids=ids1.to(dev), position_ids=pos1.to(dev), attention_mask=mask1[:, None].to(dev), use_cache=True)
         # scored positions of pass 1: the shared tokens, and each choice's first own token
-        pick_pos, targets, owner = [], [], []  # owner: (question, choice or -1 for shared)
+        pick_r, pick_c, targets, owner = [], [], [], []  # owner: (question, choice or -1 for shared)
         for q, ((_, ctx, _), sh) in enumerate(zip(batch, shared)):
+            r, at = row_of[q], start_of[q]
             for k, tok in enumerate(sh):
-                pick_pos.append(starts[q] + len(ctx) - 1 + k)
+                pick_r.append(r)
+                pick_c.append(at + len(ctx) - 1 + k)
                 targets.append(tok)
                 owner.append((q, -1))
             for i, rest in enumerate(rests[q]):
-                pick_pos.append(starts[q + 1] - 1)
+                pick_r.append(r)
+                pick_c.append(at + len(prefixes[q]) - 1)
                 targets.append(rest[0])
                 owner.append((q, i))
+        lp_parts = [self._log_probs(states[torch.tensor(pick_r, device=dev), torch.tensor(pick_c, device=dev)], is_hidden)]
+        tgt_parts = [torch.tensor(targets, device=dev)]
         # pass 2: every choice's own tokens but the last (the last is only predicted)
-        seg2, pos2, ids2, pass2_targets = [], [], [], []
-        for q, choices in enumerate(rests):
-            for i, rest in enumerate(choices):
-                for k in range(len(rest) - 1):
-                    ids2.append(rest[k])
-                    pos2.append(len(prefixes[q]) + k)
-                    seg2.append((q, i))
-                    pass2_targets.append(rest[k + 1])
-        lp_parts, tgt_parts = [], []
-        lp_parts.append(self._log_probs(states[torch.tensor(pick_pos, device=dev)], is_hidden))
-        tgt_parts.append(torch.tensor(targets, device=dev))
-        if ids2:
-            l2 = len(ids2)
-            q2 = torch.tensor([q for q, _ in seg2], device=dev)
-            c2 = torch.tensor([q * 1000003 + i for q, i in seg2], device=dev)
-            sees_prefix = q2[:, None] == seg1[None, :]
-            causal2 = torch.arange(l2, device=dev)[:, None] >= torch.arange(l2, device=dev)[None, :]
-            sees_own = causal2 & (c2[:, None] == c2[None, :])
-            mask2 = torch.cat([sees_prefix, sees_own], dim=1)[None, None]
+        l2 = max(sum(len(rest) - 1 for q in row for rest in rests[q]) for row in rows)
+        if l2 > 0:
+            ids2 = torch.full((n_rows, l2), self.tokenizer.pad_token_id or 0, dtype=torch.long)
+            pos2 = torch.zeros((n_rows, l2), dtype=torch.long)
+            qseg2 = torch.full((n_rows, l2), -2, dtype=torch.long)
+            cseg2 = torch.full((n_rows, l2), -1, dtype=torch.long)
+            pick2_r, pick2_c, targets2 = [], [], []
+            for r, row in enumerate(rows):
+                at = 0
+                for q in row:
+                    for i, rest in enumerate(rests[q]):
+                        n = len(rest) - 1
+                        if n <= 0:
+                            continue
+                        ids2[r, at:at + n] = torch.tensor(rest[:-1])
+                        pos2[r, at:at + n] = len(prefixes[q]) + torch.arange(n)
+                        qseg2[r, at:at + n] = q
+                        cseg2[r, at:at + n] = q * 1024 + i
+                        pick2_r.extend([r] * n)
+                        pick2_c.extend(range(at, at + n))
+                        targets2.extend(rest[1:])
+                        owner.extend([(q, i)] * n)
+                        at += n
+            idx2 = torch.arange(l2)
+            sees_prefix = qseg2[:, :, None] == seg1[:, None, :]
+            sees_own = (idx2[:, None] >= idx2[None, :])[None] & (cseg2[:, :, None] == cseg2[:, None, :])
+            sees_own = sees_own | torch.eye(l2, dtype=torch.bool)[None]  # padding sees itself
+            mask2 = torch.cat([sees_prefix, sees_own], dim=2)[:, None]
             states2, is_hidden2, _ = self._hidden_or_logits(
-                input_ids=torch.tensor(ids2, device=dev)[None, :], position_ids=torch.tensor(pos2, device=dev)[None, :],
-                attention_mask=mask2, past_key_values=cache, use_cache=True)
-            lp_parts.append(self._log_probs(states2[0], is_hidden2))
-            tgt_parts.append(torch.tensor(pass2_targets, device=dev))
-            owner.extend(seg2)
+                input_ids=ids2.to(dev), position_ids=pos2.to(dev), attention_mask=mask2.to(dev),
+                past_key_values=cache, use_cache=True)
+            lp_parts.append(self._log_probs(
+                states2[torch.tensor(pick2_r, device=dev), torch.tensor(pick2_c, device=dev)], is_hidden2))
+            tgt_parts.append(torch.tensor(targets2, device=dev))
         tok_lp = torch.cat([lp.gather(1, t[:, None])[:, 0] for lp, t in zip(lp_parts, tgt_parts)]).double().tolist()
         hits = torch.cat([lp.argmax(-1) == t for lp, t in zip(lp_parts, tgt_parts)]).tolist()
         scores = [[0.0] * len(choices) for choices in rests]
