@@ -168,7 +168,9 @@ def test_real_vllm_cpu_generates_and_scores(tmp_path, smollm2_gguf):
         model.hf_quantizer = None
     model.save_pretrained(folder)
     tok.save_pretrained(folder)
-    backend = vllm_backend(pretrained=str(folder), vision=False, dtype="float32", max_model_len="2048")
+    # on CPU gpu_memory_utilization is the share of RAM vLLM reserves; CI-sized machines need it small
+    backend = vllm_backend(pretrained=str(folder), vision=False, dtype="float32", max_model_len="2048",
+                           gpu_memory_utilization=0.25)
     backend.open()
     gen, ll = backend.run([
         Request(kind="generate", sample_id="g", prompt="The capital of France is", gen={"max_new_tokens": 8}),
