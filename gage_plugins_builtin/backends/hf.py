@@ -21,6 +21,7 @@ from typing import Any, Sequence
 from gage_eval.backend import GENERATE, LOGLIKELIHOOD, Backend, ModelOutput, Request
 from gage_eval.errors import GageError
 from gage_eval.sample import content_text
+from gage_plugins_builtin.backends.args import as_bool, as_number
 
 EXTRA = "pip install 'gage-eval[transformers]'"
 DTYPES = ("float32", "bfloat16", "float16", "auto")
@@ -50,24 +51,11 @@ def _require_torch() -> None:
 
 
 def _bool(value: Any, key: str) -> bool:
-    if isinstance(value, bool):
-        return value
-    text = str(value).strip().lower()
-    if text in ("1", "true", "yes", "on"):
-        return True
-    if text in ("0", "false", "no", "off", ""):
-        return False
-    raise GageError(f"transformers backend: {key} must be true or false, not {value!r}")
+    return as_bool(value, key, "transformers backend")
 
 
 def _int(value: Any, key: str, minimum: int = 1) -> int:
-    try:
-        number = int(value)
-    except (TypeError, ValueError):
-        raise GageError(f"transformers backend: {key} must be an integer, not {value!r}") from None
-    if number < minimum:
-        raise GageError(f"transformers backend: {key} must be at least {minimum}, not {number}")
-    return number
+    return as_number(value, key, "transformers backend", int, minimum)
 
 
 def _local_config(folder: Path) -> dict | None:

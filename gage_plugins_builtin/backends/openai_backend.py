@@ -38,6 +38,7 @@ from typing import Any, Mapping, Sequence
 
 from gage_eval.backend import GENERATE, LOGLIKELIHOOD, Backend, ModelOutput, Request
 from gage_eval.errors import GageError
+from gage_plugins_builtin.backends.args import as_bool, as_number
 from gage_eval.redact import SECRET_KEY
 from gage_plugins_builtin.backends import openai_payload as payload
 from gage_plugins_builtin.backends.openai_http import Poster, RequestFailed, ServerUnsupported
@@ -58,24 +59,11 @@ def _import_httpx():
 
 
 def _flag(name: str, value: Any) -> bool:
-    if isinstance(value, bool):
-        return value
-    text = str(value).strip().lower()
-    if text in ("1", "true", "yes", "on"):
-        return True
-    if text in ("0", "false", "no", "off", ""):
-        return False
-    raise GageError(f"openai backend: {name} must be true or false, not {value!r}")
+    return as_bool(value, name, "openai backend")
 
 
 def _number(name: str, value: Any, cast: type, minimum: float) -> Any:
-    try:
-        number = cast(value)
-    except (TypeError, ValueError):
-        raise GageError(f"openai backend: {name} must be a number, not {value!r}") from None
-    if number < minimum:
-        raise GageError(f"openai backend: {name} must be at least {minimum}, not {value!r}")
-    return number
+    return as_number(value, name, "openai backend", cast, minimum)
 
 
 def normalize_base_url(url: str) -> str:

@@ -1,0 +1,30 @@
+"""Checking backend arguments that arrive as strings from --model-args."""
+from __future__ import annotations
+
+from typing import Any
+
+from gage_eval.errors import GageError
+
+
+def as_bool(value: Any, key: str, backend: str) -> bool:
+    """``true/false``, ``yes/no``, ``on/off``, ``1/0`` (or a real bool)."""
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off", ""):
+        return False
+    raise GageError(f"{backend}: {key} must be true or false, not {value!r}")
+
+
+def as_number(value: Any, key: str, backend: str, cast: type = int, minimum: float = 1) -> Any:
+    """``value`` as an int (or ``cast``) no smaller than ``minimum``."""
+    try:
+        number = cast(value)
+    except (TypeError, ValueError):
+        kind = "an integer" if cast is int else "a number"
+        raise GageError(f"{backend}: {key} must be {kind}, not {value!r}") from None
+    if number < minimum:
+        raise GageError(f"{backend}: {key} must be at least {minimum}, not {value!r}")
+    return number
