@@ -59,6 +59,16 @@ class ModelOutput:
         return {k: v for k, v in self.__dict__.items() if v is not None}
 
 
+def cut_at_stop(text: str, stops: Sequence[str] | None) -> tuple[str, bool]:
+    """``text`` cut before the earliest of the ``stops`` strings it holds, and whether one was found.
+
+    Every backend applies a task's stop sequences this way, so the written text never
+    holds one even where the model or server already stopped there.
+    """
+    cut = min((text.find(s) for s in stops or () if s and s in text), default=-1)
+    return (text[:cut], True) if cut >= 0 else (text, False)
+
+
 class Backend:
     """Base class for backends.
 

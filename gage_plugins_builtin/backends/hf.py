@@ -16,9 +16,9 @@ import importlib.util
 import os
 import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
-from gage_eval.backend import GENERATE, LOGLIKELIHOOD, Backend, ModelOutput, Request
+from gage_eval.backend import GENERATE, LOGLIKELIHOOD, Backend, ModelOutput, Request, cut_at_stop
 from gage_eval.errors import GageError
 from gage_eval.sample import content_text
 from gage_plugins_builtin.backends.args import as_bool, as_number
@@ -31,6 +31,36 @@ AUTO_TOKENS_CPU = 1024
 # length of one packed row in a log-likelihood pass (attention cost grows with its square)
 PACKED_ROW_TOKENS = 192
 AUTO_TOKENS_GPU = 65536
+
+
+def generation_settings(gen: Mapping[str, Any] | None, default_max_new_tokens: int, seed: int) -> dict:
+    """A request's generation settings, normalised (hashable values, so requests group by them)."""
+    gen = gen or {}
+    stop = gen.get("stop") or []
+    if isinstance(stop, str):
+        stop = [stop]
+    temperature = float(gen.get("temperature", 0.0) or 0.0)
+    do_sample = bool(gen.get("do_sample", temperature > 0))
+    return {"max_new_tokens": int(gen.get("max_new_tokens") or default_max_new_tokens),
+            "stop": tuple(s for s in stop if s), "do_sample": do_sample,
+            "temperature": temperature if do_sample else None,
+            "top_p": float(gen["top_p"]) if do_sample and gen.get("top_p") is not None else None,
+            "top_k": int(gen["top_k"]) if do_sample and gen.get("top_k") is not None else None,
+            "seed": int(gen.get("seed", seed))}
+
+
+def generate_kwargs(settings: Mapping[str, Any]) -> dict:
+    """``model.generate`` arguments for :func:`generation_settings` (stop strings are cut afterwards)."""
+    kwargs: dict[str, Any] = {"max_new_tokens": settings["max_new_tokens"], "do_sample": settings["do_sample"]}
+    if settings["do_sample"]:
+        kwargs["temperature"] = settings["temperature"] or 1.0
+        if settings["top_p"] is not None:
+            kwargs["top_p"] = settings["top_p"]
+        if settings["top_k"] is not None:
+            kwargs["top_k"] = settings["top_k"]
+    else:
+        kwargs.update(temperature=None, top_p=None, top_k=None)
+    return kwargs
 
 
 def _common_prefix(conts: list[list[int]]) -> list[int]:
@@ -614,18 +644,7 @@ class TransformersBackend(Backend):
             content_text(m.get("content")) for m in (req.messages or ()))
 
     def _gen_settings(self, req: Request) -> dict:
-        gen = req.gen or {}
-        stop = gen.get("stop") or []
-        if isinstance(stop, str):
-            stop = [stop]
-        temperature = float(gen.get("temperature", 0.0) or 0.0)
-        do_sample = bool(gen.get("do_sample", temperature > 0))
-        return {"max_new_tokens": int(gen.get("max_new_tokens") or self.max_new_tokens),
-                "stop": tuple(s for s in stop if s), "do_sample": do_sample,
-                "temperature": temperature if do_sample else None,
-                "top_p": float(gen["top_p"]) if do_sample and gen.get("top_p") is not None else None,
-                "top_k": int(gen["top_k"]) if do_sample and gen.get("top_k") is not None else None,
-                "seed": int(gen.get("seed", self.seed))}
+        return generation_settings(req.gen, self.max_new_tokens, self.seed)
 
     def _generate(self, requests: Sequence[Request]) -> list[ModelOutput]:
         import torch
@@ -676,16 +695,7 @@ class TransformersBackend(Backend):
         for r, ids in enumerate(seqs):  # left padding
             inp[r, width - len(ids):] = torch.tensor(ids)
             mask[r, width - len(ids):] = 1
-        kwargs: dict[str, Any] = {"max_new_tokens": settings["max_new_tokens"], "do_sample": settings["do_sample"],
-                                  "pad_token_id": pad}
-        if settings["do_sample"]:
-            kwargs["temperature"] = settings["temperature"] or 1.0
-            if settings["top_p"] is not None:
-                kwargs["top_p"] = settings["top_p"]
-            if settings["top_k"] is not None:
-                kwargs["top_k"] = settings["top_k"]
-        else:
-            kwargs.update(temperature=None, top_p=None, top_k=None)
+        kwargs = {**generate_kwargs(settings), "pad_token_id": pad}
         if settings["stop"]:
             kwargs["stop_strings"] = list(settings["stop"])
             kwargs["tokenizer"] = self.tokenizer
@@ -706,10 +716,9 @@ class TransformersBackend(Backend):
                     reason = "stop"
                     break
                 kept.append(t)
-            text = self.tokenizer.decode(kept, skip_special_tokens=True)
-            cut = min((text.find(s) for s in settings["stop"] if s in text), default=-1)
-            if cut >= 0:
-                text, reason = text[:cut], "stop"
+            text, stopped = cut_at_stop(self.tokenizer.decode(kept, skip_special_tokens=True), settings["stop"])
+            if stopped:
+                reason = "stop"
             results.append(ModelOutput(text=text, input_tokens=len(seqs[r]), output_tokens=len(kept),
                                        latency_ms=ms, finish_reason=reason, formatted_prompt=chunk[r][1],
                                        raw={"batch_size": len(chunk)}))

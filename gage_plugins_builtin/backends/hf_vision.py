@@ -9,8 +9,10 @@ from __future__ import annotations
 import time
 from typing import Any, Mapping, Sequence
 
-from gage_eval.backend import GENERATE, Backend, ModelOutput, Request
+from gage_eval.backend import GENERATE, Backend, ModelOutput, Request, cut_at_stop
 from gage_eval.errors import GageError
+
+from gage_plugins_builtin.backends.hf import generate_kwargs, generation_settings
 
 from gage_plugins_builtin.multimodal.media import load_image, segment_url
 
@@ -40,25 +42,6 @@ def to_processor_messages(messages: Sequence[Mapping[str, Any]], base_dir: str |
                 raise ValueError(f"this model takes text and images only, not {kind} segments")
         out.append({"role": message.get("role", "user"), "content": parts})
     return out, images
-
-
-def _gen_kwargs(gen: Mapping[str, Any], default_max: int) -> dict:
-    kwargs: dict[str, Any] = {"max_new_tokens": int(gen.get("max_new_tokens") or default_max)}
-    temperature = gen.get("temperature")
-    sample = bool(gen.get("do_sample", False)) and (temperature is None or temperature > 0)
-    kwargs["do_sample"] = sample
-    if sample:
-        if temperature is not None:
-            kwargs["temperature"] = float(temperature)
-        for key in ("top_p", "top_k"):
-            if gen.get(key) is not None:
-                kwargs[key] = gen[key]
-    return kwargs
-
-
-def _cut_at_stop(text: str, stops: Sequence[str]) -> tuple[str, bool]:
-    cut = min((text.find(s) for s in stops if s and s in text), default=-1)
-    return (text[:cut], True) if cut >= 0 else (text, False)
 
 
 class VisionTransformersBackend(Backend):
@@ -149,10 +132,10 @@ class VisionTransformersBackend(Backend):
             except Exception as exc:  # a bad image or template fails this request only
                 outputs[i] = ModelOutput(error=f"{type(exc).__name__}: {exc}")
                 continue
-            prepared.append((i, text, images, dict(req.gen)))
-        groups: dict[str, list] = {}
+            prepared.append((i, text, images, generation_settings(req.gen, self.max_new_tokens, self.seed)))
+        groups: dict[tuple, list] = {}
         for item in prepared:
-            groups.setdefault(repr(sorted(item[3].items())), []).append(item)
+            groups.setdefault(tuple(sorted(item[3].items())), []).append(item)
         for items in groups.values():
             items.sort(key=lambda it: len(it[1]))
             for start in range(0, len(items), self.max_batch):
@@ -171,18 +154,17 @@ class VisionTransformersBackend(Backend):
         t0 = time.perf_counter()
         texts = [text for _, text, _, _ in chunk]
         images = [img for _, _, imgs, _ in chunk for img in imgs]
-        gen = chunk[0][3]
+        settings = chunk[0][3]
         inputs = self.processor(text=texts, images=images or None, return_tensors="pt", padding=True)
         inputs = inputs.to(self.device)
-        kwargs = _gen_kwargs(gen, self.max_new_tokens)
-        torch.manual_seed(int(gen.get("seed", self.seed)))
+        kwargs = generate_kwargs(settings)
+        torch.manual_seed(settings["seed"])
         tok = self.processor.tokenizer
         with torch.inference_mode():
             out = self.model.generate(**inputs, **kwargs, pad_token_id=tok.pad_token_id)
         prompt_len = inputs["input_ids"].shape[1]
         latency = (time.perf_counter() - t0) * 1000 / len(chunk)
         results = []
-        stops = gen.get("stop") or []
         for row, mask in zip(out[:, prompt_len:], inputs["attention_mask"]):
             ids = row.tolist()
             n = len(ids)
@@ -191,7 +173,7 @@ class VisionTransformersBackend(Backend):
                 n = ids.index(tok.eos_token_id)
                 finish = "stop"
             text = tok.decode(ids[:n], skip_special_tokens=True)
-            text, stopped = _cut_at_stop(text, stops)
+            text, stopped = cut_at_stop(text, settings["stop"])
             results.append(ModelOutput(text=text, input_tokens=int(mask.sum()), output_tokens=n,
                                        finish_reason="stop" if stopped else finish, latency_ms=latency,
                                        formatted_prompt=None))

@@ -4,11 +4,9 @@ Pure functions, no network: the backend calls them, the tests check them directl
 """
 from __future__ import annotations
 
-import base64
-import mimetypes
-from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from gage_eval import backend
 from gage_eval.sample import MEDIA_SEGMENTS, content_text
 
 
@@ -57,11 +55,7 @@ def sampling_params(gen: Mapping[str, Any], default_max_tokens: int, run_seed: i
 
 def cut_at_stop(text: str, stop: Sequence[str] | None) -> str:
     """Servers stop at ``stop`` strings themselves; some include them in the text."""
-    for s in stop or ():
-        at = text.find(s) if s else -1
-        if at >= 0:
-            text = text[:at]
-    return text
+    return backend.cut_at_stop(text, stop)[0]
 
 
 # -- messages ------------------------------------------------------------------
@@ -70,21 +64,14 @@ def media_url(url: str) -> str:
     """An image reference as OpenAI takes it: http(s) and data URLs as they are, a local file as a data URL."""
     if url.startswith(("http://", "https://", "data:")):
         return url
-    path = Path(url[len("file://"):] if url.startswith("file://") else url).expanduser()
+    from gage_plugins_builtin.multimodal.media import data_url, image_bytes
+
     try:
-        data = path.read_bytes()
+        return data_url(image_bytes(url))
     except OSError as exc:
         raise ValueError(f"cannot read the image {url!r}: {exc.strerror or exc}") from None
-    mime = mimetypes.guess_type(path.name)[0] or _sniff_mime(data)
-    return f"data:{mime};base64,{base64.b64encode(data).decode('ascii')}"
-
-
-def _sniff_mime(data: bytes) -> str:
-    for magic, mime in ((b"\x89PNG", "image/png"), (b"\xff\xd8", "image/jpeg"), (b"GIF8", "image/gif"),
-                        (b"RIFF", "image/webp"), (b"BM", "image/bmp")):
-        if data.startswith(magic):
-            return mime
-    return "application/octet-stream"
+    except ValueError as exc:  # not found, unreadable
+        raise ValueError(f"cannot read the image {url!r}: {exc}") from None
 
 
 def chat_messages(messages: Sequence[Mapping[str, Any]], vision: bool) -> list[dict]:
