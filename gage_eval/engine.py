@@ -60,7 +60,30 @@ class Item:
     request: Any = None
     rendered: dict = field(default_factory=dict)
     output: ModelOutput | None = None
+    model_output: dict = field(default_factory=dict)  # output + rendered prompt pieces, for judges and metrics
     verdict: Any = None
+
+
+STAGES = ("dataset_materialization_s", "inference_s", "judge_s", "evaluation_s", "writing_s")
+
+
+def derived_timings(stages: Mapping[str, float], n: int, wall: float | None = None) -> dict[str, float]:
+    """Stage times plus the totals, throughputs and per-sample latencies of spec 004 section 9."""
+    t = {k: float(stages.get(k, 0.0)) for k in STAGES}
+    t["execution_runtime_s"] = t["inference_s"] + t["evaluation_s"]
+    t["total_runtime_s"] = t["dataset_materialization_s"] + t["execution_runtime_s"] + t["writing_s"]
+    if wall is not None:
+        t["wall_runtime_s"] = wall
+    if n:
+        if wall:
+            t["throughput_total_samples_per_s"] = n / wall
+            t["latency_total_ms_per_sample"] = 1000 * wall / n
+        if t["inference_s"] > 0:
+            t["throughput_inference_samples_per_s"] = n / t["inference_s"]
+            t["latency_inference_ms_per_sample"] = 1000 * t["inference_s"] / n
+        if t["evaluation_s"] > 0:
+            t["throughput_auto_eval_samples_per_s"] = n / t["evaluation_s"]
+    return t
 
 
 def new_run_id() -> str:
@@ -110,8 +133,7 @@ class TaskRun:
         self.aggregate = TaskAggregate()
         self.counts = {"total": 0, "scored": 0, "errored": 0, "skipped": 0, "judge_errors": 0}
         self.errors_by_stage: dict[str, int] = {}
-        self.timings = {"dataset_materialization_s": 0.0, "inference_s": 0.0, "judge_s": 0.0,
-                        "evaluation_s": 0.0, "writing_s": 0.0}
+        self.timings = dict.fromkeys(STAGES, 0.0)
         self.extra_counts: dict[str, int] = {}
 
     def rows(self) -> Iterator[tuple[int, str, Any]]:
@@ -149,13 +171,7 @@ class TaskRun:
         higher = {name: getattr(m, "higher_is_better", True) for name, m in self.metrics}
         for name, entry in agg["metrics"].items():
             entry["higher_is_better"] = higher.get(name, True)
-        n = self.counts["total"]
-        t = dict(self.timings)
-        t["execution_runtime_s"] = t["inference_s"] + t["evaluation_s"]
-        t["total_runtime_s"] = t["dataset_materialization_s"] + t["execution_runtime_s"] + t["writing_s"]
-        if n and t["inference_s"] > 0:
-            t["throughput_inference_samples_per_s"] = n / t["inference_s"]
-            t["latency_inference_ms_per_sample"] = 1000 * t["inference_s"] / n
+        t = derived_timings(self.timings, self.counts["total"])
         return {
             "task": self.name,
             "source": {"folder": str(self.spec.folder), "origin": self.spec.origin},
@@ -383,6 +399,7 @@ class Engine:
             tr.timings["inference_s"] += time.perf_counter() - t0
             for it, out in zip(live, outputs):
                 it.output = out
+                it.model_output = _model_output(it)
                 if out.error:
                     it.error = {"stage": "inference", "message": out.error, "locator": it.locator}
         t_eval = time.perf_counter()
@@ -414,7 +431,7 @@ class Engine:
         requests, owners = [], []
         for it in items:
             try:
-                reqs = tr.judge.requests(it.sample, self._model_output(it))
+                reqs = tr.judge.requests(it.sample, it.model_output)
             except (ValueError, KeyError) as exc:
                 it.error = {"stage": "judge", "message": f"building the judge prompt: {exc}", "locator": it.locator}
                 continue
@@ -431,26 +448,16 @@ class Engine:
         for it, k in owners:
             mine = replies[pos:pos + k]
             pos += k
-            verdict = tr.judge.verdict(it.sample, self._model_output(it), mine)
+            verdict = tr.judge.verdict(it.sample, it.model_output, mine)
             it.verdict = verdict
             if verdict.error:
                 it.error = {"stage": "judge", "message": verdict.error, "locator": it.locator}
-
-    @staticmethod
-    def _model_output(it: Item) -> dict:
-        out = it.output.to_dict() if it.output else {}
-        out.update({k: v for k, v in it.rendered.items() if k not in out})
-        if it.request is not None and it.request.kind == LOGLIKELIHOOD and out.get("loglikelihoods"):
-            lls = out["loglikelihoods"]
-            best = max(range(len(lls)), key=lls.__getitem__)
-            out.setdefault("text", it.rendered["choices"][best])
-        return out
 
     def _finish(self, tr: TaskRun, it: Item) -> dict:
         if "eval_result" in it.sample:  # an error stub
             return it.sample
         record = dict(it.sample)
-        model_output = self._model_output(it)
+        model_output = it.model_output
         if it.output is not None:
             record["predict_result"] = [_predict_entry(model_output)]
         result: dict[str, Any] = {}
@@ -501,21 +508,8 @@ class Engine:
         wall = time.perf_counter() - wall0
         tasks = {tr.name: tr.summary() for tr in runs}
         n = sum(tr.counts["total"] for tr in runs)
-        totals = {k: sum(tr.timings[k] for tr in runs) for k in
-                  ("dataset_materialization_s", "inference_s", "judge_s", "evaluation_s", "writing_s")}
-        timings = dict(totals)
+        timings = derived_timings({k: sum(tr.timings[k] for tr in runs) for k in STAGES}, n, wall)
         timings["model_load_s"] = load_s
-        timings["execution_runtime_s"] = totals["inference_s"] + totals["evaluation_s"]
-        timings["total_runtime_s"] = totals["dataset_materialization_s"] + timings["execution_runtime_s"] + totals["writing_s"]
-        timings["wall_runtime_s"] = wall
-        if n:
-            timings["throughput_total_samples_per_s"] = n / wall if wall else None
-            timings["latency_total_ms_per_sample"] = 1000 * wall / n
-            if totals["inference_s"] > 0:
-                timings["throughput_inference_samples_per_s"] = n / totals["inference_s"]
-                timings["latency_inference_ms_per_sample"] = 1000 * totals["inference_s"] / n
-            if totals["evaluation_s"] > 0:
-                timings["throughput_auto_eval_samples_per_s"] = n / totals["evaluation_s"]
         settings = asdict(opts)
         summary = {
             "run": {
@@ -537,6 +531,18 @@ class Engine:
             "tasks": tasks,
         }
         return redact(summary, self.secrets)
+
+
+def _model_output(it: Item) -> dict:
+    """The backend's output with the rendered prompt pieces; for log-likelihood requests the
+    chosen continuation (highest log-likelihood) is its text."""
+    out = it.output.to_dict() if it.output else {}
+    out.update({k: v for k, v in it.rendered.items() if k not in out})
+    if it.request is not None and it.request.kind == LOGLIKELIHOOD and out.get("loglikelihoods"):
+        lls = out["loglikelihoods"]
+        best = max(range(len(lls)), key=lls.__getitem__)
+        out.setdefault("text", it.rendered["choices"][best])
+    return out
 
 
 def _predict_entry(model_output: Mapping[str, Any]) -> dict:
