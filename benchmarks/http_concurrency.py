@@ -1,17 +1,20 @@
 """Throughput of the openai backend against a local server that answers after a fixed latency.
 
-    python benchmarks/http_concurrency.py                 # 500 requests at 16 and 64, 100 at 1
+    python benchmarks/http_concurrency.py                 # 500 requests at 16 and 64, 100 at 1, median of 3
     python benchmarks/http_concurrency.py --n1 500        # the full 500 at concurrency 1 (50 s)
     python benchmarks/http_concurrency.py --engine        # also 500 rows through the gage-eval CLI
 
-The server (tests/backends/openai_fake_server.py) runs in its own process on 127.0.0.1 and
-sleeps ``--latency`` seconds (100 ms) before each reply, so the ideal throughput at
-concurrency c is c / latency requests per second. Reports achieved / ideal per level.
+The server (benchmarks/latency_server.py) runs in its own process on 127.0.0.1 and answers
+each request ``--latency`` seconds (100 ms) after reading it, so the ideal throughput at
+concurrency c is c / latency requests per second. Reports achieved / ideal per level, and
+also against the best any client can do with n requests: ceil(n / c) rounds of the latency
+(500 requests at 64 need 8 rounds, 0.8 s, not 500 / 640 = 0.78 s).
 """
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import subprocess
 import sys
 import tempfile
@@ -19,7 +22,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-SERVER = ROOT / "tests" / "backends" / "openai_fake_server.py"
+SERVER = ROOT / "benchmarks" / "latency_server.py"
 
 
 def start_server(latency: float) -> tuple[subprocess.Popen, str]:
@@ -80,18 +83,24 @@ def main() -> None:
     parser.add_argument("--n1", type=int, default=100, help="requests at concurrency 1 (default 100: 10 s)")
     parser.add_argument("--levels", default="1,16,64")
     parser.add_argument("--latency", type=float, default=0.1)
+    parser.add_argument("--repeat", type=int, default=3, help="runs per level; the median is reported (default 3)")
     parser.add_argument("--engine", action="store_true", help="also run --n rows through the CLI at the top level")
     args = parser.parse_args()
     proc, url = start_server(args.latency)
     try:
         print(f"server {url}, latency {args.latency * 1000:.0f} ms")
-        print(f"{'concurrency':>11} {'requests':>8} {'wall s':>7} {'req/s':>7} {'ideal':>7} {'of ideal':>8} errors")
+        print(f"{'concurrency':>11} {'requests':>8} {'wall s':>7} {'req/s':>7} {'ideal':>7} {'of ideal':>8} "
+              f"{'floor s':>7} {'of floor':>8} errors")
         levels = [int(x) for x in args.levels.split(",")]
         for c in levels:
             n = args.n1 if c == 1 else args.n
-            wall, errors = backend_run(url, c, n)
+            runs = sorted(backend_run(url, c, n) for _ in range(max(1, args.repeat)))
+            wall, errors = runs[len(runs) // 2]
             rate, ideal = n / wall, c / args.latency
-            print(f"{c:>11} {n:>8} {wall:>7.2f} {rate:>7.1f} {ideal:>7.1f} {rate / ideal:>8.1%} {errors}")
+            floor = math.ceil(n / c) * args.latency
+            spread = f"  (walls {', '.join(f'{w:.3f}' for w, _ in runs)})" if len(runs) > 1 else ""
+            print(f"{c:>11} {n:>8} {wall:>7.3f} {rate:>7.1f} {ideal:>7.1f} {rate / ideal:>8.1%} "
+                  f"{floor:>7.3f} {floor / wall:>8.1%} {errors}{spread}")
         if args.engine:
             c = levels[-1]
             result = engine_run(url, c, args.n)

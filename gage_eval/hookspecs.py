@@ -56,7 +56,7 @@ def gage_register_backends(register: Callable[[str, Callable[..., Any]], None]) 
         receives the parsed ``--model-args`` (strings converted to int, float
         or bool where they look like one) and returns a
         :class:`gage_eval.backend.Backend`. A factory imports its heavy
-        dependencies (torch, transformers, vllm, httpx) itself, when called,
+        dependencies (torch, transformers, vllm, aiohttp) itself, when called,
         and raises :class:`gage_eval.errors.GageError` naming the extra to
         install when one is missing.
     :return: nothing.

@@ -1,7 +1,7 @@
 """gage-eval's builtin plugins, registered exactly like a third-party plugin package.
 
 Each factory is imported only when it is called, so listing plugins or tasks never
-imports torch, transformers, vllm or httpx.
+imports torch, transformers, vllm or aiohttp.
 """
 from __future__ import annotations
 

@@ -29,8 +29,7 @@ The key is sent as ``Authorization: Bearer``; it is never written anywhere.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import math
+import json
 import os
 import threading
 import time
@@ -43,19 +42,31 @@ from gage_eval.redact import SECRET_KEY
 from gage_plugins_builtin.backends import openai_payload as payload
 from gage_plugins_builtin.backends.openai_http import Poster, RequestFailed, ServerUnsupported
 
+
+class Slots:
+    """The concurrency limit: at most ``concurrency`` requests of this call hold the session at once."""
+
+    def __init__(self, session: Any, concurrency: int):
+        self.session = session
+        self.semaphore = asyncio.Semaphore(concurrency)
+
+    async def __aenter__(self) -> Any:
+        await self.semaphore.acquire()
+        return self.session
+
+    async def __aexit__(self, *exc: Any) -> None:
+        self.semaphore.release()
+
 INSTALL = "pip install 'gage-eval[openai]'"
 ENDPOINTS = ("auto", "chat")
-# connections per httpx client: httpcore's pool does work per request that grows with its size
-# (measured here: 13 ms of CPU a request with 64 connections in one client, 1.6 ms with 8)
-POOL_SIZE = 8
 
 
-def _import_httpx():
+def _import_aiohttp():
     try:
-        import httpx
+        import aiohttp
     except ImportError:
-        raise GageError(f"the openai backend needs httpx: {INSTALL}") from None
-    return httpx
+        raise GageError(f"the openai backend needs aiohttp: {INSTALL}") from None
+    return aiohttp
 
 
 def _flag(name: str, value: Any) -> bool:
@@ -77,23 +88,6 @@ def normalize_base_url(url: str) -> str:
     return url
 
 
-class Slots:
-    """The concurrency limit: one slot a connection, spread over clients of at most POOL_SIZE connections."""
-
-    def __init__(self, clients: list, concurrency: int):
-        self.queue: asyncio.Queue = asyncio.Queue()
-        for i in range(concurrency):
-            self.queue.put_nowait(clients[i % len(clients)])
-
-    @contextlib.asynccontextmanager
-    async def take(self):
-        client = await self.queue.get()
-        try:
-            yield client
-        finally:
-            self.queue.put_nowait(client)
-
-
 class OpenAIBackend(Backend):
     name = "openai"
 
@@ -103,7 +97,7 @@ class OpenAIBackend(Backend):
                  retry_after_max: float = 120.0, max_tokens: int = 256, stream: Any = False, vision: Any = False,
                  endpoint: str = "auto", loglikelihood: Any = True, batch_size: Any = None,
                  headers: Mapping[str, Any] | None = None, seed: int | None = None, **extra: Any):
-        self.httpx = _import_httpx()
+        self.aiohttp = _import_aiohttp()
         if "api_key" in extra:
             raise GageError("openai backend: do not put the key in --model-args (it would sit in your shell "
                             "history); export it and name the variable with api_key_env=VAR "
@@ -152,29 +146,33 @@ class OpenAIBackend(Backend):
                              secrets=self.secrets)
         self.model_id = self.model or "openai"
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._clients: dict[int, list] = {}
+        self._session: Any = None  # the aiohttp session of self._loop, kept across run() calls
         self._no_echo: str | None = None
 
     # -- lifecycle ---------------------------------------------------------------
     def open(self) -> None:
         if self.model is None:
-            self.model = self._only_model()
+            self.model = self._run_coro(self._find_model())
             self.model_id = self.model
 
-    def _only_model(self) -> str:
+    async def _find_model(self) -> str:
+        """The one model ``GET {base_url}/models`` lists."""
+        aiohttp = self.aiohttp
         url = f"{self.base_url}/models"
         try:
-            response = self.httpx.get(url, headers=self._headers(), timeout=min(self.timeout, 30.0))
-        except self.httpx.HTTPError as exc:
+            async with aiohttp.ClientSession(headers=self._headers()) as session:
+                async with session.get(url, timeout=aiohttp.ClientTimeout(total=min(self.timeout, 30.0))) as r:
+                    status, content = r.status, await r.read()
+        except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
             raise GageError(self.poster.scrub(f"openai backend: cannot reach {url} to find the model "
                                               f"({type(exc).__name__}: {exc}); is the server running? "
                                               f"(or give model=NAME)")) from None
         try:
-            names = [m["id"] for m in response.json()["data"]]
+            names = [m["id"] for m in json.loads(content)["data"]]
         except (ValueError, KeyError, TypeError):
             names = []
-        if response.status_code != 200 or len(names) != 1:
-            listed = f"it lists {', '.join(names[:10])}" if names else f"HTTP {response.status_code}"
+        if status != 200 or len(names) != 1:
+            listed = f"it lists {', '.join(names[:10])}" if names else f"HTTP {status}"
             raise GageError(f"openai backend: give model=NAME in --model-args ({url}: {listed})")
         return str(names[0])
 
@@ -195,57 +193,55 @@ class OpenAIBackend(Backend):
 
     def close(self) -> None:
         loop, self._loop = self._loop, None
-        clients, self._clients = self._clients, {}
+        session, self._session = self._session, None
         if loop is not None and not loop.is_closed():
-            for group in clients.values():
-                for client in group:
-                    loop.run_until_complete(client.aclose())
+            if session is not None:
+                loop.run_until_complete(session.close())
             loop.close()
 
     # -- running -------------------------------------------------------------------
     def run(self, requests: Sequence[Request]) -> list[ModelOutput]:
         """One event loop for the whole run, so connections are reused between batches."""
+        return self._run_coro(self.arun(requests))
+
+    def _run_coro(self, coro: Any) -> Any:
         try:
             asyncio.get_running_loop()
         except RuntimeError:
             if self._loop is None or self._loop.is_closed():
                 self._loop = asyncio.new_event_loop()
-            return self._loop.run_until_complete(self.arun(requests))
-        result: list[list[ModelOutput]] = []  # called inside someone's event loop: use a thread
-        thread = threading.Thread(target=lambda: result.append(asyncio.run(self.arun(requests))))
+            return self._loop.run_until_complete(coro)
+        result: list = []  # called inside someone's event loop: run ours in a thread
+        thread = threading.Thread(target=lambda: result.append(asyncio.run(coro)))
         thread.start()
         thread.join()
         return result[0]
 
-    def _new_clients(self) -> list:
-        httpx = self.httpx
-        n = math.ceil(self.concurrency / POOL_SIZE)
-        size = math.ceil(self.concurrency / n)
-        return [httpx.AsyncClient(headers=self._headers(),
-                                  timeout=httpx.Timeout(self.timeout, connect=min(self.timeout, 30.0)),
-                                  limits=httpx.Limits(max_connections=size, max_keepalive_connections=size))
-                for _ in range(n)]
-
-    def _client_group(self) -> list:
-        loop = asyncio.get_running_loop()
-        group = self._clients.get(id(loop))
-        if group is None or any(c.is_closed for c in group):
-            group = self._new_clients()
-            if loop is self._loop:  # a caller's own loop gets clients that close with the call
-                self._clients[id(loop)] = group
-        return group
+    def _new_session(self) -> Any:
+        aiohttp = self.aiohttp
+        # the concurrency limit is ours (a semaphore); the connector keeps that many connections alive
+        connector = aiohttp.TCPConnector(limit=self.concurrency, limit_per_host=0, keepalive_timeout=60,
+                                         ttl_dns_cache=300)
+        return aiohttp.ClientSession(
+            connector=connector, headers=self._headers(),
+            timeout=aiohttp.ClientTimeout(total=None, sock_connect=min(self.timeout, 30.0)))
 
     async def arun(self, requests: Sequence[Request]) -> list[ModelOutput]:
         if self.model is None:
-            await asyncio.to_thread(self.open)
-        group = self._client_group()
-        slots = Slots(group, self.concurrency)
+            self.model = await self._find_model()
+            self.model_id = self.model
+        own = asyncio.get_running_loop() is self._loop
+        session = self._session if own else None
+        if session is None or session.closed:
+            session = self._new_session()
+            if own:  # a caller's own loop gets a session that closes with the call
+                self._session = session
+        slots = Slots(session, self.concurrency)
         try:
             return list(await asyncio.gather(*(self._one(slots, r) for r in requests)))
         finally:
-            if self._clients.get(id(asyncio.get_running_loop())) is not group:
-                for client in group:
-                    await client.aclose()
+            if session is not self._session:
+                await session.close()
 
     async def _one(self, slots: Slots, req: Request) -> ModelOutput:
         try:
@@ -275,9 +271,9 @@ class OpenAIBackend(Backend):
         if self.stream:
             body["stream"] = True
             body["stream_options"] = {"include_usage": True}  # OpenAI and vLLM then send usage last
-        async with slots.take() as client:
+        async with slots as session:
             t0 = time.perf_counter()
-            reply = await self.poster.post(client, url, body, lambda data: (data, payload.reply_text(data, chat)),
+            reply = await self.poster.post(session, url, body, lambda data: (data, payload.reply_text(data, chat)),
                                            stream=self.stream)
             latency = (time.perf_counter() - t0) * 1000
         data, text = reply.value
@@ -319,11 +315,11 @@ class OpenAIBackend(Backend):
             value, greedy = payload.continuation_logprob(data, context, continuation)
             return value, greedy, payload.usage(data)[0]
 
-        async with slots.take() as client:
+        async with slots as session:
             if self._no_echo:  # learnt while this request waited for its turn
                 raise RequestFailed(self._no_echo)
             try:
-                reply = await self.poster.post(client, url, body, parse)
+                reply = await self.poster.post(session, url, body, parse)
             except ServerUnsupported as exc:
                 self._no_echo = f"{exc} (this server cannot score log-likelihood tasks; run generate tasks " \
                                 f"on it, or set loglikelihood=false to refuse them up front)"

@@ -60,7 +60,7 @@ def retry_after_seconds(value: str | None, now: float | None = None) -> float | 
 
 
 class Poster:
-    """One backend's retry policy; the httpx client is passed in (it belongs to an event loop)."""
+    """One backend's retry policy; the aiohttp session is passed in (it belongs to an event loop)."""
 
     def __init__(self, *, timeout: float, max_retries: int, backoff: float, backoff_max: float,
                  retry_after_max: float, secrets: tuple[str, ...] = ()):
@@ -85,18 +85,19 @@ class Poster:
             wait = max(wait, min(retry_after, self.retry_after_max))
         return wait
 
-    async def post(self, client: Any, url: str, body: dict, parse: Callable[[Any], Any],
+    async def post(self, session: Any, url: str, body: dict, parse: Callable[[Any], Any],
                    stream: bool = False) -> Reply:
         """POST ``body``, parse the reply with ``parse`` (a :class:`BadReply` there is retried)."""
-        import httpx
+        import aiohttp
 
+        data = json.dumps(body).encode()
         reasons: list[str] = []
         attempt = 0
         while True:
             attempt += 1
             retry_after = None
             try:
-                coro = self._stream(client, url, body, parse) if stream else self._once(client, url, body, parse)
+                coro = self._stream(session, url, data, parse) if stream else self._once(session, url, data, parse)
                 if hasattr(asyncio, "timeout"):  # 3.11+: no extra task per attempt
                     async with asyncio.timeout(self.timeout):
                         value, ttft = await coro
@@ -107,10 +108,12 @@ class Poster:
                 reason, retry_after = str(exc), exc.retry_after
             except BadReply as exc:
                 reason = f"bad reply: {exc}"
-            except (asyncio.TimeoutError, httpx.TimeoutException):
+            except asyncio.TimeoutError:  # aiohttp's own timeouts are asyncio.TimeoutError too
                 reason = f"timed out after {self.timeout:g} s"
-            except httpx.TransportError as exc:
-                reason = f"connection error: {type(exc).__name__}: {exc}" if str(exc) else \
+            except aiohttp.ClientPayloadError:
+                reason = "connection error: the reply ended before the length it announced"
+            except (aiohttp.ClientError, OSError) as exc:
+                reason = f"connection error: {type(exc).__name__}: {_first_line(exc)}" if str(exc) else \
                     f"connection error: {type(exc).__name__}"
             except RequestFailed as exc:
                 raise type(exc)(self.scrub(f"{url}: {exc}")) from None
@@ -125,29 +128,32 @@ class Poster:
                     f"{url}: gave up after {attempt} attempt(s): {reason} (earlier: {history})"))
             await asyncio.sleep(self.delay(attempt, retry_after))
 
-    async def _once(self, client: Any, url: str, body: dict, parse: Callable[[Any], Any]) -> tuple[Any, None]:
-        response = await client.post(url, json=body)
-        self._check_status(response.status_code, response.headers, response.text)
+    async def _once(self, session: Any, url: str, data: bytes, parse: Callable[[Any], Any]) -> tuple[Any, None]:
+        async with session.post(url, data=data) as response:
+            content = await response.read()
+            status = response.status
+            if status >= 400:
+                self._check_status(status, response.headers, content.decode("utf-8", "replace"))
         try:
-            data = json.loads(response.content)
+            reply = json.loads(content)
         except ValueError:
-            raise BadReply(f"not JSON: {response.text[:80]!r}") from None
-        return parse(data), None
+            raise BadReply(f"not JSON: {content[:80].decode('utf-8', 'replace')!r}") from None
+        return parse(reply), None
 
-    async def _stream(self, client: Any, url: str, body: dict,
+    async def _stream(self, session: Any, url: str, data: bytes,
                       parse: Callable[[Any], Any]) -> tuple[Any, float | None]:
         t0 = time.perf_counter()
         ttft = None
         chunks: list[dict] = []
-        async with client.stream("POST", url, json=body) as response:
-            if response.status_code >= 400:
-                await response.aread()
-                self._check_status(response.status_code, response.headers, response.text)
+        async with session.post(url, data=data) as response:
+            if response.status >= 400:
+                text = (await response.read()).decode("utf-8", "replace")
+                self._check_status(response.status, response.headers, text)
             done = False
-            async for line in response.aiter_lines():
-                line = line.strip()
+            async for raw in _lines(response.content):
+                line = raw.strip()
                 if done or not line.startswith("data:"):
-                    continue  # read to the end: an abandoned stream leaves a pending task behind
+                    continue  # read to the end, so the connection can be reused
                 payload = line[5:].strip()
                 if payload == "[DONE]":
                     done = True
@@ -172,6 +178,24 @@ class Poster:
         if status in RETRY_STATUS or status >= 500:
             raise Retryable(f"HTTP {status}{detail}", retry_after_seconds(headers.get("retry-after")))
         raise RequestFailed(self.scrub(f"HTTP {status}{detail}"))
+
+
+async def _lines(content: Any):
+    """The decoded lines of a streamed body, however the server cuts its chunks (no line-length limit)."""
+    pending = b""
+    async for piece in content.iter_any():
+        pending += piece
+        if b"\n" not in piece:
+            continue
+        *complete, pending = pending.split(b"\n")
+        for line in complete:
+            yield line.decode("utf-8", "replace")
+    if pending:
+        yield pending.decode("utf-8", "replace")
+
+
+def _first_line(exc: BaseException) -> str:
+    return str(exc).strip().split("\n")[0][:200]
 
 
 def _error_detail(text: str) -> str:

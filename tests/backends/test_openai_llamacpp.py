@@ -14,6 +14,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -34,8 +35,6 @@ def free_port() -> int:
 def llama_server(smollm2_gguf, tmp_path_factory):
     if importlib.util.find_spec("llama_cpp") is None:
         pytest.skip("needs llama-cpp-python: pip install 'llama-cpp-python[server]' (see .ci/run)")
-    import httpx
-
     port = free_port()
     log = tmp_path_factory.mktemp("llama") / "server.log"
     # interrupt_requests false: by default the server cuts a running stream when the next request comes
@@ -52,9 +51,10 @@ def llama_server(smollm2_gguf, tmp_path_factory):
             if proc.poll() is not None:
                 pytest.fail(f"llama_cpp.server exited with {proc.returncode}: {log.read_text()[-2000:]}")
             try:
-                if httpx.get(f"{url}/models", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
+                with urllib.request.urlopen(f"{url}/models", timeout=2) as reply:
+                    if reply.status == 200:
+                        break
+            except OSError:  # refused, reset, timed out, or an HTTP error status
                 pass
             if time.monotonic() > deadline:
                 pytest.fail(f"llama_cpp.server did not answer within 180 s: {log.read_text()[-2000:]}")

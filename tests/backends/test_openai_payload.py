@@ -156,7 +156,7 @@ def test_arguments(monkeypatch):
     assert b._headers()["X_Team"] == "eval" and b._headers()["Authorization"] == "Bearer sk-gage-test-0000"
 
 
-def test_missing_httpx_names_the_extra(monkeypatch):
-    monkeypatch.setitem(sys.modules, "httpx", None)
+def test_missing_aiohttp_names_the_extra(monkeypatch):
+    monkeypatch.setitem(sys.modules, "aiohttp", None)
     with pytest.raises(GageError, match=r"pip install 'gage-eval\[openai\]'"):
         openai_backend(base_url="http://h", model="m")
