@@ -28,9 +28,10 @@ DTYPES = ("float32", "bfloat16", "float16", "auto")
 DEVICES = ("cpu", "cuda", "auto")
 # tokens per forward pass when batch_size is "auto" (CPU); GPUs get more
 AUTO_TOKENS_CPU = 1024
-# length of one packed row in a log-likelihood pass (attention cost grows with its square)
-PACKED_ROW_TOKENS = 192
 AUTO_TOKENS_GPU = 65536
+# capacity of one packed row in a log-likelihood pass: attention cost grows with the square
+# of a row's length, so rows stay short; a question longer than this gets a row of its own
+PACKED_ROW_TOKENS = 160
 
 
 def generation_settings(gen: Mapping[str, Any] | None, default_max_new_tokens: int, seed: int) -> dict:
@@ -72,6 +73,23 @@ def _common_prefix(conts: list[list[int]]) -> list[int]:
     while k < limit and all(c[k] == conts[0][k] for c in conts[1:]):
         k += 1
     return conts[0][:k]
+
+
+def pack_rows(sizes: Sequence[int], capacity: int) -> list[list[int]]:
+    """First-fit decreasing: item indexes in rows of at most ``capacity`` (a bigger item alone)."""
+    rows: list[list[int]] = []
+    loads: list[int] = []
+    for i in sorted(range(len(sizes)), key=lambda i: -sizes[i]):
+        for r, load in enumerate(loads):
+            if load + sizes[i] <= capacity:
+                rows[r].append(i)
+                loads[r] += sizes[i]
+                break
+        else:
+            rows.append([i])
+            loads.append(sizes[i])
+    order = sorted(range(len(rows)), key=lambda r: -loads[r])  # longest first
+    return [rows[r] for r in order]
 
 
 def _require_torch() -> None:
@@ -438,36 +456,15 @@ class TransformersBackend(Backend):
             items.append((i, ctx, conts))
         shared = [it for it in items if len(it[1]) + max(map(len, it[2])) <= self.max_length + 1]
         single = [it for it in items if len(it[1]) + max(map(len, it[2])) > self.max_length + 1]
-        # longest first, as lm-eval: a memory problem shows at once; similar lengths share a batch
-        shared.sort(key=lambda it: (-(len(it[1]) + max(map(len, it[2]))), -len(it[1])))
-        budget = self._tokens_budget()
         with torch.inference_mode():
-            start = 0
-            while start < len(shared):
-                batch = [shared[start]]
-                rows = len(shared[start][2])
-                tokens = len(shared[start][1]) + sum(map(len, shared[start][2]))
-                j = start + 1
-                while j < len(shared):
-                    n = len(shared[j][2])
-                    t = len(shared[j][1]) + sum(map(len, shared[j][2]))  # packed: no padding
-                    if self.batch_size is not None:
-                        if rows + n > self.batch_size:
-                            break
-                    elif tokens + t > budget:
-                        break
-                    batch.append(shared[j])
-                    rows += n
-                    tokens += t
-                    j += 1
+            for batch, rows in self._plan(shared):
                 t0 = time.perf_counter()
-                results = self._score_shared(batch)
+                results = self._score_packed(batch, rows)
                 ms = (time.perf_counter() - t0) * 1000
                 for (i, ctx, conts), (lls, greedy) in zip(batch, results):
                     outputs[i] = ModelOutput(loglikelihoods=lls, is_greedy=greedy,
                                              input_tokens=len(ctx) + sum(map(len, conts)), latency_ms=ms,
                                              raw={"batch_questions": len(batch)})
-                start = j
             for i, ctx, conts in single:
                 t0 = time.perf_counter()
                 lls, greedy = [], []
@@ -496,16 +493,70 @@ class TransformersBackend(Backend):
         logits = self._head[1](states) if is_hidden else states
         return torch.log_softmax(logits.float(), dim=-1)
 
-    def _score_shared(self, batch) -> list[tuple[list[float], list[bool]]]:
-        """Score a batch of questions in two packed passes, with almost no padding.
+    @staticmethod
+    def _packed_size(item) -> int:
+        """Tokens a question takes in a packed row: its prefix, then each choice's own inputs."""
+        _, ctx, conts = item
+        sh = len(_common_prefix(conts))
+        return len(ctx) + sh + sum(len(c) - sh - 1 for c in conts)
 
-        The questions are packed into a few rows of similar length (attention cost grows
-        with the square of a row's length, so rows stay short). Pass 1 runs, side by side in
-        its row, each question's context plus the tokens all its choices start with; a
-        block-diagonal causal mask keeps questions apart. Pass 2 runs every choice's own
-        tokens in the same row against pass 1's key/value cache: each choice sees its own
-        question's prefix and its own earlier tokens only. So a question with k choices
-        costs one pass over its prefix, and log-softmax is taken only at scored positions.
+    def _plan(self, items: list) -> list[tuple[list, list[list[int]]]]:
+        """The forward passes for these questions: (questions, rows of indexes into them).
+
+        Questions are packed first-fit-decreasing into rows of about PACKED_ROW_TOKENS tokens
+        (almost no padding: rows end up nearly equally full), and rows of similar length go
+        into one pass of at most the token budget, longest first as lm-eval orders its
+        requests (a memory problem shows at once). With a fixed ``batch_size`` a pass holds
+        at most that many choices, as lm-eval counts its batch.
+        """
+        sizes = [self._packed_size(it) for it in items]
+        if self.batch_size is not None:
+            order = sorted(range(len(items)), key=lambda i: -sizes[i])
+            plans, chunk, choices = [], [], 0
+            for i in order:
+                n = len(items[i][2])
+                if chunk and choices + n > self.batch_size:
+                    plans.append(chunk)
+                    chunk, choices = [], 0
+                chunk.append(i)
+                choices += n
+            if chunk:
+                plans.append(chunk)
+            out = []
+            for chunk in plans:
+                rows = pack_rows([sizes[i] for i in chunk], PACKED_ROW_TOKENS)
+                out.append(([items[i] for i in chunk], rows))
+            return out
+        budget = self._tokens_budget()
+        rows = pack_rows(sizes, PACKED_ROW_TOKENS)
+        out = []
+        group: list[list[int]] = []
+        for row in rows:
+            width = sum(sizes[i] for i in (group[0] if group else row))  # the group's widest row comes first
+            if group and (len(group) + 1) * width > budget:
+                out.append(group)
+                group = []
+            group.append(row)
+        if group:
+            out.append(group)
+        plans = []
+        for group in out:
+            members = [i for row in group for i in row]
+            local = {i: k for k, i in enumerate(members)}
+            plans.append(([items[i] for i in members], [[local[i] for i in row] for row in group]))
+        return plans
+
+    def _score_packed(self, batch, rows: list[list[int]]) -> list[tuple[list[float], list[bool]]]:
+        """Score a batch of questions in one packed forward pass, with almost no padding.
+
+        Each row holds a few questions side by side; a question is laid out as its prefix
+        (the context plus the tokens all its choices start with), then each choice's own
+        tokens but the last. The attention mask lets a choice's tokens see their question's
+        prefix and their own earlier tokens only, and their positions continue from the
+        prefix, so every choice is scored exactly as if it followed the context alone while
+        the prefix's keys and values are computed once and shared by all its choices: a
+        question with k choices costs one pass over its context, not k. Log-probabilities
+        are taken only at the scored positions.
         """
         import torch
 
@@ -514,89 +565,65 @@ class TransformersBackend(Backend):
         prefixes = [ctx + sh for (_, ctx, _), sh in zip(batch, shared)]
         rests = [[c[len(sh):] for c in conts] for (_, _, conts), sh in zip(batch, shared)]
         sizes = [len(pre) + sum(len(r) - 1 for r in rs) for pre, rs in zip(prefixes, rests)]
-        n_rows = max(1, round(sum(sizes) / PACKED_ROW_TOKENS))
-        rows: list[list[int]] = [[] for _ in range(n_rows)]
-        loads = [0] * n_rows
-        for q in sorted(range(len(batch)), key=lambda q: -sizes[q]):  # longest first, least-loaded row
-            r = loads.index(min(loads))
-            rows[r].append(q)
-            loads[r] += sizes[q]
-        rows = [row for row in rows if row]
+        width = max(sum(sizes[q] for q in row) for row in rows)
         n_rows = len(rows)
-        # pass-1 layout: where each question's prefix sits in its row
-        row_of, start_of = {}, {}
-        l1 = max(sum(len(prefixes[q]) for q in row) for row in rows)
-        ids1 = torch.full((n_rows, l1), self.tokenizer.pad_token_id or 0, dtype=torch.long)
-        pos1 = torch.zeros((n_rows, l1), dtype=torch.long)
-        seg1 = torch.full((n_rows, l1), -1, dtype=torch.long)
+        ids: list[int] = []
+        pos: list[int] = []
+        qseg: list[int] = []  # question of each position (-1: padding)
+        cseg: list[int] = []  # choice of each position (-1: the question's prefix)
+        pick: list[int] = []  # flat positions whose next-token distribution is scored
+        targets: list[int] = []
+        owner: list[tuple[int, int]] = []  # (question, choice or -1 for the shared tokens)
+        pad = self.tokenizer.pad_token_id or 0
         for r, row in enumerate(rows):
+            base = r * width
             at = 0
             for q in row:
+                ctx = batch[q][1]
                 pre = prefixes[q]
-                row_of[q], start_of[q] = r, at
-                ids1[r, at:at + len(pre)] = torch.tensor(pre)
-                pos1[r, at:at + len(pre)] = torch.arange(len(pre))
-                seg1[r, at:at + len(pre)] = q
+                ids.extend(pre)
+                pos.extend(range(len(pre)))
+                qseg.extend([q] * len(pre))
+                cseg.extend([-1] * len(pre))
+                for k, tok in enumerate(shared[q]):
+                    pick.append(base + at + len(ctx) - 1 + k)
+                    targets.append(tok)
+                    owner.append((q, -1))
+                last_pre = base + at + len(pre) - 1
                 at += len(pre)
-        idx1 = torch.arange(l1)
-        causal1 = idx1[:, None] >= idx1[None, :]
-        same1 = (seg1[:, :, None] == seg1[:, None, :]) & (seg1[:, :, None] >= 0)
-        mask1 = (causal1[None] & same1) | torch.eye(l1, dtype=torch.bool)[None]  # padding sees itself
-        states, is_hidden, cache = self._hidden_or_logits(
-            input_ids=ids1.to(dev), position_ids=pos1.to(dev), attention_mask=mask1[:, None].to(dev), use_cache=True)
-        # scored positions of pass 1: the shared tokens, and each choice's first own token
-        pick_r, pick_c, targets, owner = [], [], [], []  # owner: (question, choice or -1 for shared)
-        for q, ((_, ctx, _), sh) in enumerate(zip(batch, shared)):
-            r, at = row_of[q], start_of[q]
-            for k, tok in enumerate(sh):
-                pick_r.append(r)
-                pick_c.append(at + len(ctx) - 1 + k)
-                targets.append(tok)
-                owner.append((q, -1))
-            for i, rest in enumerate(rests[q]):
-                pick_r.append(r)
-                pick_c.append(at + len(prefixes[q]) - 1)
-                targets.append(rest[0])
-                owner.append((q, i))
-        lp_parts = [self._log_probs(states[torch.tensor(pick_r, device=dev), torch.tensor(pick_c, device=dev)], is_hidden)]
-        tgt_parts = [torch.tensor(targets, device=dev)]
-        # pass 2: every choice's own tokens but the last (the last is only predicted)
-        l2 = max(sum(len(rest) - 1 for q in row for rest in rests[q]) for row in rows)
-        if l2 > 0:
-            ids2 = torch.full((n_rows, l2), self.tokenizer.pad_token_id or 0, dtype=torch.long)
-            pos2 = torch.zeros((n_rows, l2), dtype=torch.long)
-            qseg2 = torch.full((n_rows, l2), -2, dtype=torch.long)
-            cseg2 = torch.full((n_rows, l2), -1, dtype=torch.long)
-            pick2_r, pick2_c, targets2 = [], [], []
-            for r, row in enumerate(rows):
-                at = 0
-                for q in row:
-                    for i, rest in enumerate(rests[q]):
-                        n = len(rest) - 1
-                        if n <= 0:
-                            continue
-                        ids2[r, at:at + n] = torch.tensor(rest[:-1])
-                        pos2[r, at:at + n] = len(prefixes[q]) + torch.arange(n)
-                        qseg2[r, at:at + n] = q
-                        cseg2[r, at:at + n] = q * 1024 + i
-                        pick2_r.extend([r] * n)
-                        pick2_c.extend(range(at, at + n))
-                        targets2.extend(rest[1:])
-                        owner.extend([(q, i)] * n)
-                        at += n
-            idx2 = torch.arange(l2)
-            sees_prefix = qseg2[:, :, None] == seg1[:, None, :]
-            sees_own = (idx2[:, None] >= idx2[None, :])[None] & (cseg2[:, :, None] == cseg2[:, None, :])
-            sees_own = sees_own | torch.eye(l2, dtype=torch.bool)[None]  # padding sees itself
-            mask2 = torch.cat([sees_prefix, sees_own], dim=2)[:, None]
-            states2, is_hidden2, _ = self._hidden_or_logits(
-                input_ids=ids2.to(dev), position_ids=pos2.to(dev), attention_mask=mask2.to(dev),
-                past_key_values=cache, use_cache=True)
-            lp_parts.append(self._log_probs(
-                states2[torch.tensor(pick2_r, device=dev), torch.tensor(pick2_c, device=dev)], is_hidden2))
-            tgt_parts.append(torch.tensor(targets2, device=dev))
-        tok_lp = torch.cat([lp.gather(1, t[:, None])[:, 0] for lp, t in zip(lp_parts, tgt_parts)]).double().tolist()
-        hits = torch.cat([lp.argmax(-1) == t for lp, t in zip(lp_parts, tgt_parts)]).tolist()
+                for i, rest in enumerate(rests[q]):
+                    n = len(rest) - 1
+                    pick.append(last_pre)
+                    targets.append(rest[0])
+                    owner.append((q, i))
+                    ids.extend(rest[:-1])
+                    pos.extend(range(len(pre), len(pre) + n))
+                    qseg.extend([q] * n)
+                    cseg.extend([i] * n)
+                    pick.extend(range(base + at, base + at + n))
+                    targets.extend(rest[1:])
+                    owner.extend([(q, i)] * n)
+                    at += n
+            fill = width - at
+            ids.extend([pad] * fill)
+            pos.extend([0] * fill)
+            qseg.extend([-1] * fill)
+            cseg.extend([-1] * fill)
+        ids_t = torch.tensor(ids, dtype=torch.long).view(n_rows, width)
+        pos_t = torch.tensor(pos, dtype=torch.long).view(n_rows, width)
+        q_t = torch.tensor(qseg, dtype=torch.long).view(n_rows, width)
+        c_t = torch.tensor(cseg, dtype=torch.long).view(n_rows, width)
+        idx = torch.arange(width)
+        causal = (idx[:, None] >= idx[None, :])[None]
+        same_q = (q_t[:, :, None] == q_t[:, None, :]) & (q_t[:, :, None] >= 0)
+        visible = (c_t[:, None, :] == -1) | (c_t[:, :, None] == c_t[:, None, :])
+        mask = (causal & same_q & visible) | torch.eye(width, dtype=torch.bool)[None]  # padding sees itself
+        states, is_hidden, _ = self._hidden_or_logits(
+            input_ids=ids_t.to(dev), position_ids=pos_t.to(dev), attention_mask=mask[:, None].to(dev),
+            use_cache=False)
+        flat = states.reshape(n_rows * width, states.shape[-1])
+        tok_lp, hits = self._token_scores(flat[torch.tensor(pick, device=dev)], torch.tensor(targets, device=dev),
+                                          is_hidden)
         scores = [[0.0] * len(choices) for choices in rests]
         greedy = [[True] * len(choices) for choices in rests]
         shared_lp = [0.0] * len(batch)
@@ -610,6 +637,15 @@ class TransformersBackend(Backend):
                 greedy[q][i] = greedy[q][i] and hit
         return [([v + shared_lp[q] for v in scores[q]], [g and shared_hit[q] for g in greedy[q]])
                 for q in range(len(batch))]
+
+    def _token_scores(self, states, targets, is_hidden: bool) -> tuple[list[float], list[bool]]:
+        """Each position's log-probability of its target, and whether the target is the argmax.
+
+        Through a float32 log_softmax, as lm-eval does: ``logit - logsumexp(logits)`` skips
+        writing the log-softmax out but drifts by up to 2e-3 a choice over 49k-token vocabularies.
+        """
+        lp = self._log_probs(states, is_hidden)
+        return lp.gather(1, targets[:, None])[:, 0].double().tolist(), (lp.argmax(-1) == targets).tolist()
 
     def _score_full(self, ctx: list[int], cont: list[int]) -> tuple[float, bool]:
         """One choice on its own, truncated from the left as lm-eval does."""

@@ -276,3 +276,16 @@ def test_transformers_backend_dispatches_vlm_folders(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "gage_plugins_builtin.backends.hf_vision", fake)
     made = transformers_backend(pretrained=str(tmp_path), dtype="float32")
     assert isinstance(made, VisionTransformersBackend) and made.kwargs["pretrained"] == str(tmp_path)
+
+
+def test_pack_rows_fills_rows_without_losing_a_question():
+    from gage_plugins_builtin.backends.hf import pack_rows
+
+    sizes = [90, 70, 60, 50, 40, 30, 200, 10]
+    rows = pack_rows(sizes, 160)
+    assert sorted(i for row in rows for i in row) == list(range(len(sizes)))  # each question once
+    loads = [sum(sizes[i] for i in row) for row in rows]
+    assert [6] in rows  # bigger than a row: alone
+    assert all(load <= 160 for row, load in zip(rows, loads) if row != [6])
+    assert loads == sorted(loads, reverse=True)  # longest first
+    assert len(rows) == 4  # 350 tokens of small questions fit in 3 rows of 160
