@@ -4,7 +4,10 @@
 
 Loads the bundled SmolLM2-135M-Instruct once, generates greedily (chat template) for the
 same N prompts at batch size 1 and at batch size 8, and prints tokens per second for both,
-the speed-up, and whether the greedy texts agree. Writes benchmarks/out/generation_batch.json.
+the speed-up, and whether the greedy texts agree. The backend's default path is continuous
+batching (gage_plugins_builtin/backends/hf_decode.py); ``--static`` also times
+``model.generate`` in static batches (``continuous_batching=false``) at both sizes, so the
+batch-1 baselines can be compared. Writes benchmarks/out/generation_batch.json.
 """
 from __future__ import annotations
 
@@ -32,6 +35,7 @@ def main() -> None:
     ap.add_argument("--max-new-tokens", type=int, default=32)
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--warm", action="store_true", help="time a second pass at each batch size")
+    ap.add_argument("--static", action="store_true", help="also time model.generate in static batches")
     args = ap.parse_args()
     from gage_plugins_builtin.backends.hf import smollm2_backend
 
@@ -43,24 +47,36 @@ def main() -> None:
     backend.run(reqs[:1])  # warm-up
     report = {"n": args.n, "max_new_tokens": args.max_new_tokens, "warm": args.warm}
     texts = {}
-    for bs in (1, args.batch):
-        backend.batch_size = bs
-        if args.warm:  # a first pass at this batch size, untimed (CPU kernels warm up per shape)
-            backend.run(reqs)
-        t0 = time.perf_counter()
-        outs = backend.run(reqs)
-        wall = time.perf_counter() - t0
-        errors = [o.error for o in outs if o.error]
-        assert not errors, errors
-        tokens = sum(o.output_tokens for o in outs)
-        texts[bs] = [o.text for o in outs]
-        report[f"batch_{bs}"] = {"wall_s": round(wall, 2), "output_tokens": tokens,
-                                 "tokens_per_s": round(tokens / wall, 1)}
-        print(f"batch {bs}: {tokens} tokens in {wall:.1f}s = {tokens / wall:.1f} tok/s", flush=True)
+    modes = [("continuous", None)] + ([("static", False)] if args.static else [])
+    for mode, flag in modes:
+        backend._continuous = flag  # None: continuous where the model allows it; False: model.generate
+        for bs in (1, args.batch):
+            backend.batch_size = bs
+            if args.warm:  # a first pass at this batch size, untimed (CPU kernels warm up per shape)
+                backend.run(reqs)
+            t0 = time.perf_counter()
+            outs = backend.run(reqs)
+            wall = time.perf_counter() - t0
+            errors = [o.error for o in outs if o.error]
+            assert not errors, errors
+            tokens = sum(o.output_tokens for o in outs)
+            texts[mode, bs] = [o.text for o in outs]
+            key = f"batch_{bs}" if mode == "continuous" else f"static_batch_{bs}"
+            report[key] = {"wall_s": round(wall, 2), "output_tokens": tokens, "tokens_per_s": round(tokens / wall, 1)}
+            print(f"{mode} batch {bs}: {tokens} tokens in {wall:.1f}s = {tokens / wall:.1f} tok/s", flush=True)
     speedup = report[f"batch_{args.batch}"]["tokens_per_s"] / report["batch_1"]["tokens_per_s"]
-    same = sum(a == b for a, b in zip(texts[1], texts[args.batch]))
+    same = sum(a == b for a, b in zip(texts["continuous", 1], texts["continuous", args.batch]))
     report.update(speedup=round(speedup, 2), same_text=f"{same}/{args.n}")
     print(f"speed-up batch {args.batch} vs 1: {speedup:.2f}x; identical greedy texts {same}/{args.n}")
+    if args.static:
+        static = report[f"static_batch_{args.batch}"]["tokens_per_s"] / report["static_batch_1"]["tokens_per_s"]
+        vs_generate = report[f"batch_{args.batch}"]["tokens_per_s"] / report["static_batch_1"]["tokens_per_s"]
+        same_static = sum(a == b for a, b in zip(texts["continuous", 1], texts["static", 1]))
+        report.update(static_speedup=round(static, 2), speedup_vs_generate_batch_1=round(vs_generate, 2),
+                      same_text_as_generate=f"{same_static}/{args.n}")
+        print(f"static (model.generate) batch {args.batch} vs 1: {static:.2f}x; continuous batch {args.batch} vs "
+              f"model.generate batch 1: {vs_generate:.2f}x; batch-1 texts equal to model.generate's "
+              f"{same_static}/{args.n}")
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / "generation_batch.json").write_text(json.dumps(report, indent=2))
 

@@ -5,8 +5,9 @@ matters for the numbers: the context's trailing whitespace moves to the continua
 context+continuation is encoded as a whole and split at the context's token count, an
 empty context becomes the prefix token, and the input is truncated from the left to
 ``max_length + 1`` tokens. Unlike lm-eval, the context of a multiple-choice question is run
-once and its key/value cache is reused for every choice, and the output projection is
-applied only at the positions that are scored.
+once and every choice attends to its keys and values (one packed pass, see
+``_score_packed``), and the output projection is applied only at the positions that are
+scored. Generation batches continuously (``hf_decode``) where the model allows it.
 
 torch and transformers are imported inside the functions that need them.
 """
@@ -21,6 +22,7 @@ from typing import Any, Mapping, Sequence
 from gage_eval.backend import GENERATE, LOGLIKELIHOOD, Backend, ModelOutput, Request, cut_at_stop
 from gage_eval.errors import GageError
 from gage_eval.sample import content_text
+from gage_plugins_builtin.backends import hf_decode
 from gage_plugins_builtin.backends.args import as_bool, as_number
 
 EXTRA = "pip install 'gage-eval[transformers]'"
@@ -181,11 +183,11 @@ class TransformersBackend(Backend):
                  device: str = "cpu", batch_size: int | str = "auto", max_length: int | str | None = None,
                  seed: int = 1234, trust_remote_code: bool | str = False, max_new_tokens: int | str = 256,
                  add_bos_token: bool | str | None = None, revision: str | None = None,
-                 model_id: str | None = None, **unused: Any):
+                 model_id: str | None = None, continuous_batching: bool | str = True, **unused: Any):
         if unused:
             raise GageError(f"transformers backend: unknown argument(s) {', '.join(sorted(unused))} "
                             "(known: pretrained, gguf_file, dtype, device, batch_size, max_length, seed, "
-                            "trust_remote_code, max_new_tokens, add_bos_token, revision)")
+                            "trust_remote_code, max_new_tokens, add_bos_token, revision, continuous_batching)")
         if not pretrained:
             raise GageError("transformers backend: pretrained is required "
                             "(--model-args pretrained=FOLDER_OR_HUB_ID)")
@@ -223,6 +225,8 @@ class TransformersBackend(Backend):
         self.model_id = model_id or (f"{self.pretrained}:{self.gguf_file}" if self.gguf_file else self.pretrained)
         self.model = None
         self.tokenizer = None
+        # generation: None = continuous batching where the model allows it (decided on first use)
+        self._continuous: bool | None = None if _bool(continuous_batching, "continuous_batching") else False
         caps = {GENERATE, LOGLIKELIHOOD}
         if self._has_chat_template():
             caps.add("chat")
@@ -342,7 +346,8 @@ class TransformersBackend(Backend):
         out = {"pretrained": self.pretrained, "gguf_file": self.gguf_file, "dtype": self.dtype,
                "device": self.device_arg, "batch_size": self.batch_size or "auto",
                "max_length": self.max_length_arg, "seed": self.seed, "max_new_tokens": self.max_new_tokens,
-               "add_bos_token": self.add_bos_token, "trust_remote_code": self.trust_remote_code}
+               "add_bos_token": self.add_bos_token, "trust_remote_code": self.trust_remote_code,
+               "continuous_batching": self._continuous is not False}
         if self.revision:
             out["revision"] = self.revision
         if self.model is not None:
@@ -706,6 +711,16 @@ class TransformersBackend(Backend):
             settings = dict(key)
             members.sort(key=lambda m: -len(m[2]))
             size = self.batch_size or (64 if str(self.device).startswith("cuda") else 16)
+            if self._continuous is None:
+                self._continuous = hf_decode.supported(self.model)
+            if self._continuous:
+                try:
+                    results = self._generate_continuous(members, settings, size)
+                except torch.OutOfMemoryError as exc:  # pragma: no cover - GPU only
+                    results = [ModelOutput(error=f"transformers backend: out of memory: {exc}")] * len(members)
+                for (i, _, _), out in zip(members, results):
+                    outputs[i] = out
+                continue
             for s in range(0, len(members), size):
                 chunk = members[s:s + size]
                 try:
@@ -715,6 +730,35 @@ class TransformersBackend(Backend):
                 for (i, _, _), out in zip(chunk, results):
                     outputs[i] = out
         return [o if o is not None else ModelOutput(error="transformers backend: no output") for o in outputs]
+
+    def _eos_ids(self) -> set[int]:
+        eos = self.model.generation_config.eos_token_id
+        eos_ids = set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
+        if self.tokenizer.eos_token_id is not None:
+            eos_ids.add(self.tokenizer.eos_token_id)
+        return eos_ids
+
+    def _generate_continuous(self, members, settings: dict, slots: int) -> list[ModelOutput]:
+        """Continuous batching (:mod:`hf_decode`): a finished row's slot goes to the next prompt at once."""
+        budget = self.max_length - settings["max_new_tokens"]
+        if budget < 1:
+            return [ModelOutput(error=f"transformers backend: max_new_tokens={settings['max_new_tokens']} "
+                                      f"leaves no room in max_length={self.max_length}")] * len(members)
+        prompts = [ids[-budget:] for _, _, ids in members]
+        pad = self.tokenizer.pad_token_id
+        rows = hf_decode.decode(self.model, prompts, settings, slots=slots,
+                                pad_id=pad if pad is not None else 0, eos_ids=self._eos_ids(),
+                                decode_text=lambda t: self.tokenizer.decode(t, skip_special_tokens=True),
+                                device=self.device)
+        results = []
+        for (_, text_in, _), row in zip(members, rows):
+            text, stopped = cut_at_stop(self.tokenizer.decode(row.tokens, skip_special_tokens=True),
+                                        settings["stop"])
+            results.append(ModelOutput(text=text, input_tokens=row.prompt_len, output_tokens=len(row.tokens),
+                                       latency_ms=(row.ended - row.started) * 1000,
+                                       finish_reason="stop" if stopped else row.reason, formatted_prompt=text_in,
+                                       raw={"batch_size": slots}))
+        return results
 
     def _generate_batch(self, chunk, settings: dict) -> list[ModelOutput]:
         import torch
@@ -741,9 +785,7 @@ class TransformersBackend(Backend):
             out = self.model.generate(input_ids=inp.to(self.device), attention_mask=mask.to(self.device), **kwargs)
         ms = (time.perf_counter() - t0) * 1000
         new = out[:, width:].tolist()
-        eos = self.model.generation_config.eos_token_id
-        eos_ids = set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
-        eos_ids.add(self.tokenizer.eos_token_id)
+        eos_ids = self._eos_ids()
         results = []
         for r, tokens in enumerate(new):
             kept, reason = [], "length"

@@ -1,0 +1,237 @@
+"""Continuous batching for the transformers backend: a decode loop that refills finished rows.
+
+``model.generate`` runs a batch until its longest answer ends, so a row that stops early
+idles (on SmolLM2 with 32-token answers, a third of the work at batch 8). This loop keeps
+up to ``slots`` sequences decoding together on one key/value cache: a finished row leaves
+the batch at once, and a waiting prompt is prefilled and joins it. Rows of different
+lengths share the cache left-padded; the attention mask hides the padding and each row
+carries its own position ids, so a row's tokens are computed as they would be alone.
+
+Only for decoder-only models whose cache is a plain ``DynamicCache`` (full attention in
+every layer); :func:`supported` says whether a model qualifies, and the backend falls
+back to ``model.generate`` otherwise.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+from gage_eval.backend import cut_at_stop
+
+
+@dataclass
+class Row:
+    """One sequence being decoded."""
+
+    index: int  # the caller's index of this prompt
+    prompt_len: int
+    started: float
+    tokens: list[int] = field(default_factory=list)
+    reason: str | None = None  # "stop" or "length" once finished
+    ended: float = 0.0
+
+
+def supported(model: Any) -> bool:
+    """Whether :func:`decode` can drive this model (else use ``model.generate``)."""
+    import inspect
+
+    config = getattr(model, "config", None)
+    if config is None or getattr(config, "is_encoder_decoder", False):
+        return False
+    text = getattr(config, "text_config", None) or config
+    layer_types = getattr(text, "layer_types", None)
+    if layer_types is not None:
+        if any(t != "full_attention" for t in layer_types):
+            return False
+    elif getattr(text, "sliding_window", None) and getattr(text, "use_sliding_window", True):
+        return False
+    if getattr(text, "model_type", "") in ("mamba", "mamba2", "rwkv", "recurrent_gemma", "falcon_mamba",
+                                          "jamba", "zamba", "zamba2", "bamba", "lfm2"):
+        return False
+    try:
+        params = inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):
+        return False
+    return all(name in params for name in ("position_ids", "past_key_values", "attention_mask"))
+
+
+def _layers(cache: Any) -> list:
+    layers = getattr(cache, "layers", None)
+    if not layers or any(type(layer).__name__ != "DynamicLayer" for layer in layers):
+        raise TypeError(f"continuous batching needs a DynamicCache of full-attention layers, not {type(cache)}")
+    return layers
+
+
+def _left_pad(cache: Any, n: int) -> None:
+    import torch
+
+    if n <= 0:
+        return
+    for layer in _layers(cache):
+        for name in ("keys", "values"):
+            t = getattr(layer, name)
+            pad = torch.zeros((*t.shape[:2], n, t.shape[3]), dtype=t.dtype, device=t.device)
+            setattr(layer, name, torch.cat([pad, t], dim=2))
+
+
+def _append(cache: Any, other: Any) -> None:
+    import torch
+
+    for layer, extra in zip(_layers(cache), _layers(other)):
+        layer.keys = torch.cat([layer.keys, extra.keys], dim=0)
+        layer.values = torch.cat([layer.values, extra.values], dim=0)
+
+
+def _select(cache: Any, keep: Any, trim: int) -> None:
+    for layer in _layers(cache):
+        layer.keys = layer.keys[keep, :, trim:]
+        layer.values = layer.values[keep, :, trim:]
+
+
+class Chooser:
+    """Next token from the last position's logits: greedy, or sampled with a seeded generator."""
+
+    def __init__(self, settings: dict, device: Any):
+        import torch
+
+        self.settings = settings
+        self.generator = None
+        if settings["do_sample"]:
+            self.generator = torch.Generator(device=device)
+            self.generator.manual_seed(int(settings["seed"]))
+
+    def __call__(self, logits: Any) -> Any:
+        import torch
+
+        s = self.settings
+        if not s["do_sample"]:
+            return logits.argmax(dim=-1)
+        logits = logits.float() / max(float(s["temperature"] or 1.0), 1e-6)
+        if s["top_k"]:
+            kth = torch.topk(logits, min(int(s["top_k"]), logits.shape[-1]), dim=-1).values[:, -1:]
+            logits = logits.masked_fill(logits < kth, float("-inf"))
+        if s["top_p"] is not None and s["top_p"] < 1.0:
+            ordered, order = torch.sort(logits, descending=True, dim=-1)
+            probs = torch.softmax(ordered, dim=-1)
+            drop = probs.cumsum(dim=-1) - probs > float(s["top_p"])  # keep the smallest set reaching top_p
+            ordered = ordered.masked_fill(drop, float("-inf"))
+            logits = torch.full_like(logits, float("-inf")).scatter(-1, order, ordered)
+        probs = torch.softmax(logits, dim=-1)
+        return torch.multinomial(probs, 1, generator=self.generator)[:, 0]
+
+
+def decode(model: Any, prompts: Sequence[list[int]], settings: dict, *, slots: int, pad_id: int,
+           eos_ids: set[int], decode_text: Callable[[list[int]], str], device: Any) -> list[Row]:
+    """Generate for every prompt (token ids, already cut to fit), ``slots`` rows at a time.
+
+    Returns one finished :class:`Row` per prompt, in the prompts' order. Rows stop at an
+    end-of-sequence token, at a stop string (``settings["stop"]``), or at
+    ``settings["max_new_tokens"]``.
+    """
+    import torch
+
+    from transformers import DynamicCache
+
+    import inspect
+
+    max_new = int(settings["max_new_tokens"])
+    stops = tuple(settings["stop"] or ())
+    # the prefill needs the last position's logits only (not width x vocabulary of them)
+    last_only = {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(model.forward).parameters else {}
+    choose = Chooser(settings, device)
+    waiting = list(range(len(prompts)))
+    waiting.reverse()  # pop() takes the first
+    done: dict[int, Row] = {}
+    rows: list[Row] = []
+    cache = None
+    mask = None  # [rows, cache length + 1]: 1 where a real token is (or the coming one)
+    positions = None  # [rows]: the position of each row's next input token
+    last = None  # [rows]: each row's last chosen token, the next step's input
+
+    def finished(row: Row) -> bool:
+        token = row.tokens[-1]
+        if token in eos_ids:
+            row.tokens.pop()
+            row.reason = "stop"
+        elif stops and cut_at_stop(decode_text(row.tokens), stops)[1]:
+            row.reason = "stop"
+        elif len(row.tokens) >= max_new:
+            row.reason = "length"
+        if row.reason is None:
+            return False
+        row.ended = time.perf_counter()
+        return True
+
+    with torch.inference_mode():
+        while waiting or rows:
+            # refill: prefill waiting prompts into free slots (left-padded batch of their own)
+            free = slots - len(rows)
+            if free > 0 and waiting:
+                batch = [waiting.pop() for _ in range(min(free, len(waiting)))]
+                started = time.perf_counter()
+                width = max(len(prompts[i]) for i in batch)
+                ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
+                new_mask = torch.zeros((len(batch), width), dtype=torch.long)
+                for r, i in enumerate(batch):
+                    ids[r, width - len(prompts[i]):] = torch.tensor(prompts[i], dtype=torch.long)
+                    new_mask[r, width - len(prompts[i]):] = 1
+                pos = (new_mask.cumsum(dim=1) - 1).clamp(min=0)
+                new_cache = DynamicCache()
+                out = model(input_ids=ids.to(device), attention_mask=new_mask.to(device),
+                            position_ids=pos.to(device), past_key_values=new_cache, use_cache=True, **last_only)
+                first = choose(out.logits[:, -1, :]).to("cpu")
+                new_rows = [Row(index=i, prompt_len=len(prompts[i]), started=started, tokens=[int(t)])
+                            for i, t in zip(batch, first.tolist())]
+                new_pos = new_mask.sum(dim=1)
+                if cache is None:
+                    cache, mask, positions, last, rows = new_cache, new_mask, new_pos, first, new_rows
+                else:
+                    have, come = mask.shape[1], new_mask.shape[1]
+                    if come < have:
+                        _left_pad(new_cache, have - come)
+                        new_mask = torch.cat([torch.zeros((len(batch), have - come), dtype=torch.long), new_mask], 1)
+                    elif have < come:
+                        _left_pad(cache, come - have)
+                        mask = torch.cat([torch.zeros((len(rows), come - have), dtype=torch.long), mask], 1)
+                    _append(cache, new_cache)
+                    mask = torch.cat([mask, new_mask], 0)
+                    positions = torch.cat([positions, new_pos])
+                    last = torch.cat([last, first])
+                    rows = rows + new_rows
+                keep = [r for r, row in enumerate(rows) if not finished(row)]
+                for r, row in enumerate(rows):
+                    if row.reason is not None:
+                        done[row.index] = row
+                if len(keep) < len(rows):
+                    cache, mask, positions, last, rows = _drop(cache, mask, positions, last, rows, keep)
+                continue
+            # one decoding step for every row
+            step_mask = torch.cat([mask, torch.ones((len(rows), 1), dtype=torch.long)], dim=1)
+            out = model(input_ids=last[:, None].to(device), attention_mask=step_mask.to(device),
+                        position_ids=positions[:, None].to(device), past_key_values=cache, use_cache=True)
+            chosen = choose(out.logits[:, -1, :]).to("cpu")
+            mask, positions, last = step_mask, positions + 1, chosen
+            keep = []
+            for r, (row, token) in enumerate(zip(rows, chosen.tolist())):
+                row.tokens.append(int(token))
+                if finished(row):
+                    done[row.index] = row
+                else:
+                    keep.append(r)
+            if len(keep) < len(rows):
+                cache, mask, positions, last, rows = _drop(cache, mask, positions, last, rows, keep)
+    return [done[i] for i in range(len(prompts))]
+
+
+def _drop(cache, mask, positions, last, rows, keep):
+    """Keep only the rows ``keep``; cut the cache's leading columns that are padding in all of them."""
+    import torch
+
+    if not keep:
+        return None, None, None, None, []
+    index = torch.tensor(keep, dtype=torch.long)
+    mask = mask[index]
+    trim = int(mask.argmax(dim=1).min())  # the first real column of the row that starts earliest
+    _select(cache, index.to(_layers(cache)[0].keys.device), trim)
+    return cache, mask[:, trim:], positions[index], last[index], [rows[k] for k in keep]
