@@ -1,6 +1,6 @@
 """Batched generation throughput of the transformers backend: batch 8 against batch 1.
 
-    HF_HUB_OFFLINE=1 python benchmarks/generation_batch.py [--n 16] [--max-new-tokens 32]
+    HF_HUB_OFFLINE=1 python benchmarks/generation_batch.py [--n 64] [--max-new-tokens 32] [--warm] [--static]
 
 Loads the bundled SmolLM2-135M-Instruct once, generates greedily (chat template) for the
 same N prompts at batch size 1 and at batch size 8, and prints tokens per second for both,
@@ -26,12 +26,31 @@ QUESTIONS = [
     "How do you boil an egg?", "What is the opposite of 'ancient'?", "Translate 'thank you' into French.",
     "What gas do plants absorb?", "Who wrote Romeo and Juliet?", "What is the freezing point of water?",
     "Suggest a name for a pet goldfish.",
+    # 48 more, so that --n 64 asks 64 different questions
+    "What is the largest ocean on Earth?", "How many days are in a leap year?", "What colour is a ripe banana?",
+    "Name a musical instrument with strings.", "What is the boiling point of water in Celsius?",
+    "Who painted the Mona Lisa?", "What is the main ingredient of guacamole?", "How many continents are there?",
+    "What do bees make?", "Name a fruit that is red.", "What is the square root of 81?",
+    "Which animal is known as the king of the jungle?", "What is the chemical symbol for gold?",
+    "How many hours are in a day?", "What is the tallest mountain in the world?", "Name a type of cloud.",
+    "What language is spoken in Brazil?", "How many sides does a hexagon have?", "What is the capital of Japan?",
+    "Give a synonym for 'happy'.", "What is the smallest prime number?", "Name a mammal that can fly.",
+    "What do you call a baby cat?", "Which planet is closest to the Sun?", "What is 7 plus 8?",
+    "Name something you can recycle.", "What is the opposite of 'cold'?", "How many minutes are in an hour?",
+    "What is the capital of Italy?", "Name a vegetable that is orange.", "Why do we need sleep?",
+    "What is the freezing point of water in Fahrenheit?", "Who invented the telephone?",
+    "Write a short sentence about the sea.", "What is the plural of 'mouse'?", "Name a famous bridge.",
+    "What shape has three sides?", "How do plants make food?", "What is the capital of Canada?",
+    "Name a bird that cannot fly.", "What is 100 divided by 4?", "Which season comes after winter?",
+    "What do you use to write on a blackboard?", "Name an animal that lives in the desert.",
+    "What is the hardest natural substance?", "Translate 'hello' into Spanish.", "What is a group of wolves called?",
+    "Give one reason to exercise.",
 ]
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--n", type=int, default=16)
+    ap.add_argument("--n", type=int, default=64, help="prompts (default 64: 8 rounds at batch 8)")
     ap.add_argument("--max-new-tokens", type=int, default=32)
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--warm", action="store_true", help="time a second pass at each batch size")

@@ -7,6 +7,10 @@ the batch at once, and a waiting prompt is prefilled and joins it. Rows of diffe
 lengths share the cache left-padded; the attention mask hides the padding and each row
 carries its own position ids, so a row's tokens are computed as they would be alone.
 
+Prompts usually share a beginning (a chat template's system prompt, few-shot examples):
+the tokens all of a call's prompts start with are run once, and each prompt's prefill
+runs only its own tokens against a copy of that prefix's keys and values.
+
 Only for decoder-only models whose cache is a plain ``DynamicCache`` (full attention in
 every layer); :func:`supported` says whether a model qualifies, and the backend falls
 back to ``model.generate`` otherwise.
@@ -18,6 +22,9 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from gage_eval.backend import cut_at_stop
+
+# a common beginning shorter than this is not worth a pass of its own
+MIN_SHARED_PREFIX = 4
 
 
 @dataclass
@@ -81,6 +88,32 @@ def _append(cache: Any, other: Any) -> None:
     for layer, extra in zip(_layers(cache), _layers(other)):
         layer.keys = torch.cat([layer.keys, extra.keys], dim=0)
         layer.values = torch.cat([layer.values, extra.values], dim=0)
+
+
+def common_prefix_length(prompts: Sequence[list[int]]) -> int:
+    """How many tokens all prompts start with, leaving each at least one token of its own."""
+    if len(prompts) < 2:
+        return 0
+    limit = min(len(p) for p in prompts) - 1
+    first = prompts[0]
+    n = 0
+    while n < limit and all(p[n] == first[n] for p in prompts):
+        n += 1
+    return n if n >= MIN_SHARED_PREFIX else 0
+
+
+def _expand(cache: Any, rows: int) -> Any:
+    """A cache with ``rows`` copies of a one-row cache (views: the cache only ever concatenates)."""
+    import copy
+
+    out = copy.copy(cache)
+    out.layers = []
+    for layer in _layers(cache):
+        twin = copy.copy(layer)
+        twin.keys = layer.keys.expand(rows, -1, -1, -1)
+        twin.values = layer.values.expand(rows, -1, -1, -1)
+        out.layers.append(twin)
+    return out
 
 
 def _select(cache: Any, keep: Any, trim: int) -> None:
@@ -164,20 +197,31 @@ def decode(model: Any, prompts: Sequence[list[int]], settings: dict, *, slots: i
         return True
 
     with torch.inference_mode():
+        shared = common_prefix_length(prompts)
+        prefix_cache = None
+        if shared:
+            prefix_cache = DynamicCache()
+            model(input_ids=torch.tensor([prompts[0][:shared]], device=device),
+                  attention_mask=torch.ones((1, shared), dtype=torch.long, device=device),
+                  position_ids=torch.arange(shared, device=device)[None], past_key_values=prefix_cache,
+                  use_cache=True, **last_only)
         while waiting or rows:
             # refill: prefill waiting prompts into free slots (left-padded batch of their own)
             free = slots - len(rows)
             if free > 0 and waiting:
                 batch = [waiting.pop() for _ in range(min(free, len(waiting)))]
                 started = time.perf_counter()
-                width = max(len(prompts[i]) for i in batch)
+                own = [prompts[i][shared:] for i in batch]
+                width = max(len(t) for t in own)
                 ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
-                new_mask = torch.zeros((len(batch), width), dtype=torch.long)
-                for r, i in enumerate(batch):
-                    ids[r, width - len(prompts[i]):] = torch.tensor(prompts[i], dtype=torch.long)
-                    new_mask[r, width - len(prompts[i]):] = 1
-                pos = (new_mask.cumsum(dim=1) - 1).clamp(min=0)
-                new_cache = DynamicCache()
+                new_mask = torch.zeros((len(batch), shared + width), dtype=torch.long)
+                new_mask[:, :shared] = 1
+                pos = torch.zeros((len(batch), width), dtype=torch.long)
+                for r, tokens in enumerate(own):  # [prefix][padding][own tokens]
+                    ids[r, width - len(tokens):] = torch.tensor(tokens, dtype=torch.long)
+                    new_mask[r, shared + width - len(tokens):] = 1
+                    pos[r, width - len(tokens):] = torch.arange(shared, shared + len(tokens))
+                new_cache = _expand(prefix_cache, len(batch)) if shared else DynamicCache()
                 out = model(input_ids=ids.to(device), attention_mask=new_mask.to(device),
                             position_ids=pos.to(device), past_key_values=new_cache, use_cache=True, **last_only)
                 first = choose(out.logits[:, -1, :]).to("cpu")

@@ -84,3 +84,31 @@ def test_seeded_sampling_is_reproducible(tiny_llama):
     other = [r.tokens for r in run(tiny_llama, PROMPTS, slots=3, **{**kwargs, "seed": 8})]
     assert first == again and first != other
     assert all(0 <= t < 97 for row in first for t in row)
+
+
+SHARED = [1, 70, 71, 72, 73, 74, 75]  # a "system prompt" all of these start with
+WITH_PREFIX = [SHARED + [5, 9], SHARED + [40, 41, 42, 43, 44], SHARED + [7], SHARED + [60, 61, 62]]
+
+
+def test_common_prefix_is_run_once_and_changes_nothing(tiny_llama):
+    assert hf_decode.common_prefix_length(WITH_PREFIX) == len(SHARED)
+    assert hf_decode.common_prefix_length([SHARED, SHARED]) == len(SHARED) - 1  # each keeps a token of its own
+    assert hf_decode.common_prefix_length([[1, 2, 3], [1, 2, 4]]) == 0  # too short to be worth a pass
+    alone = [run(tiny_llama, [p], slots=1)[0].tokens for p in WITH_PREFIX]  # a single prompt: no prefix pass
+    calls = []
+    forward = tiny_llama.forward
+
+    def counting(*args, **kwargs):
+        calls.append(kwargs["input_ids"].shape[1])
+        return forward(*args, **kwargs)
+
+    tiny_llama.forward = counting
+    try:
+        for slots in (1, 2, 4):
+            calls.clear()
+            assert [r.tokens for r in run(tiny_llama, WITH_PREFIX, slots=slots)] == alone, slots
+            assert calls[0] == len(SHARED)  # the shared beginning, once
+            prefills = [n for n in calls[1:] if n > 1]
+            assert prefills and max(prefills) <= 5  # then only each prompt's own tokens
+    finally:
+        del tiny_llama.forward
