@@ -63,8 +63,9 @@ class Poster:
     """One backend's retry policy; the aiohttp session is passed in (it belongs to an event loop)."""
 
     def __init__(self, *, timeout: float, max_retries: int, backoff: float, backoff_max: float,
-                 retry_after_max: float, secrets: tuple[str, ...] = ()):
+                 retry_after_max: float, secrets: tuple[str, ...] = (), proxy: str | None = None):
         self.timeout = timeout
+        self.proxy = proxy
         self.max_retries = max_retries
         self.backoff = backoff
         self.backoff_max = backoff_max
@@ -129,7 +130,7 @@ class Poster:
             await asyncio.sleep(self.delay(attempt, retry_after))
 
     async def _once(self, session: Any, url: str, data: bytes, parse: Callable[[Any], Any]) -> tuple[Any, None]:
-        async with session.post(url, data=data) as response:
+        async with session.post(url, data=data, proxy=self.proxy) as response:
             content = await response.read()
             status = response.status
             if status >= 400:
@@ -145,7 +146,7 @@ class Poster:
         t0 = time.perf_counter()
         ttft = None
         chunks: list[dict] = []
-        async with session.post(url, data=data) as response:
+        async with session.post(url, data=data, proxy=self.proxy) as response:
             if response.status >= 400:
                 text = (await response.read()).decode("utf-8", "replace")
                 self._check_status(response.status, response.headers, text)

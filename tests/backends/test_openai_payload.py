@@ -160,3 +160,20 @@ def test_missing_aiohttp_names_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "aiohttp", None)
     with pytest.raises(GageError, match=r"pip install 'gage-eval\[openai\]'"):
         openai_backend(base_url="http://h", model="m")
+
+
+def test_proxy_from_the_environment_is_looked_up_once(monkeypatch):
+    from gage_plugins_builtin.backends.openai_backend import env_proxy
+
+    for name in ("http_proxy", "https_proxy", "no_proxy", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "ALL_PROXY",
+                 "all_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    assert env_proxy("http://127.0.0.1:8000/v1") is None
+    monkeypatch.setenv("HTTP_PROXY", "http://user:pw-secret-9@proxy.internal:3128")
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+    assert env_proxy("http://api.example.com/v1") == "http://user:pw-secret-9@proxy.internal:3128"
+    assert env_proxy("http://127.0.0.1:8000/v1") is None  # NO_PROXY
+    backend = openai_backend(base_url="http://api.example.com/v1", model="m")
+    assert backend.poster.proxy.endswith("@proxy.internal:3128")
+    assert "pw-secret-9" in backend.poster.secrets  # scrubbed from any error message
+    assert "pw-secret-9" not in repr(backend.settings()) and backend.settings()["proxy"] is True
