@@ -66,17 +66,6 @@ def generate_kwargs(settings: Mapping[str, Any]) -> dict:
     return kwargs
 
 
-def _common_prefix(conts: list[list[int]]) -> list[int]:
-    """The tokens all choices start with, leaving every choice at least one token of its own."""
-    if len(conts) < 2:
-        return []
-    limit = min(map(len, conts)) - 1
-    k = 0
-    while k < limit and all(c[k] == conts[0][k] for c in conts[1:]):
-        k += 1
-    return conts[0][:k]
-
-
 def pack_rows(sizes: Sequence[int], capacity: int) -> list[list[int]]:
     """First-fit decreasing: item indexes in rows of at most ``capacity`` (a bigger item alone)."""
     rows: list[list[int]] = []
@@ -462,9 +451,9 @@ class TransformersBackend(Backend):
         shared = [it for it in items if len(it[1]) + max(map(len, it[2])) <= self.max_length + 1]
         single = [it for it in items if len(it[1]) + max(map(len, it[2])) > self.max_length + 1]
         with torch.inference_mode():
-            for batch, rows in self._plan(shared):
+            for batch, layouts, rows in self._plan(shared):
                 t0 = time.perf_counter()
-                results = self._score_packed(batch, rows)
+                results = self._score_packed(layouts, rows)
                 ms = (time.perf_counter() - t0) * 1000
                 for (i, ctx, conts), (lls, greedy) in zip(batch, results):
                     outputs[i] = ModelOutput(loglikelihoods=lls, is_greedy=greedy,
@@ -499,14 +488,19 @@ class TransformersBackend(Backend):
         return torch.log_softmax(logits.float(), dim=-1)
 
     @staticmethod
-    def _packed_size(item) -> int:
-        """Tokens a question takes in a packed row: its prefix, then each choice's own inputs."""
-        _, ctx, conts = item
-        sh = len(_common_prefix(conts))
-        return len(ctx) + sh + sum(len(c) - sh - 1 for c in conts)
+    def _layout(item) -> tuple[list[int], list[int], list[list[int]], int]:
+        """A question in a packed row: (shared tokens, prefix, each choice's own tokens, size).
 
-    def _plan(self, items: list) -> list[tuple[list, list[list[int]]]]:
-        """The forward passes for these questions: (questions, rows of indexes into them).
+        The prefix is the context plus the tokens all choices start with; the size counts
+        the prefix and each choice's own tokens but its last (which is only predicted).
+        """
+        _, ctx, conts = item
+        shared = hf_decode.common_prefix(conts)
+        rests = [c[len(shared):] for c in conts]
+        return shared, ctx + shared, rests, len(ctx) + len(shared) + sum(len(r) - 1 for r in rests)
+
+    def _plan(self, items: list) -> list[tuple[list, list, list[list[int]]]]:
+        """The forward passes for these questions: (questions, their layouts, rows of indexes into them).
 
         Questions are packed first-fit-decreasing into rows of about PACKED_ROW_TOKENS tokens
         (almost no padding: rows end up nearly equally full), and rows of similar length go
@@ -514,44 +508,36 @@ class TransformersBackend(Backend):
         requests (a memory problem shows at once). With a fixed ``batch_size`` a pass holds
         at most that many choices, as lm-eval counts its batch.
         """
-        sizes = [self._packed_size(it) for it in items]
+        layouts = [self._layout(it) for it in items]
+        sizes = [layout[3] for layout in layouts]
+        groups: list[list[list[int]]] = []  # passes, each a list of rows of indexes into items
         if self.batch_size is not None:
-            order = sorted(range(len(items)), key=lambda i: -sizes[i])
-            plans, chunk, choices = [], [], 0
-            for i in order:
-                n = len(items[i][2])
-                if chunk and choices + n > self.batch_size:
-                    plans.append(chunk)
-                    chunk, choices = [], 0
-                chunk.append(i)
-                choices += n
-            if chunk:
-                plans.append(chunk)
-            out = []
-            for chunk in plans:
-                rows = pack_rows([sizes[i] for i in chunk], PACKED_ROW_TOKENS)
-                out.append(([items[i] for i in chunk], rows))
-            return out
-        budget = self._tokens_budget()
-        rows = pack_rows(sizes, PACKED_ROW_TOKENS)
-        out = []
-        group: list[list[int]] = []
-        for row in rows:
-            width = sum(sizes[i] for i in (group[0] if group else row))  # the group's widest row comes first
-            if group and (len(group) + 1) * width > budget:
-                out.append(group)
-                group = []
-            group.append(row)
-        if group:
-            out.append(group)
+            chunks: list[list[int]] = [[]]
+            choices = 0
+            for i in sorted(range(len(items)), key=lambda i: -sizes[i]):
+                if chunks[-1] and choices + len(items[i][2]) > self.batch_size:
+                    chunks.append([])
+                    choices = 0
+                chunks[-1].append(i)
+                choices += len(items[i][2])
+            groups = [[[chunk[j] for j in row] for row in pack_rows([sizes[k] for k in chunk], PACKED_ROW_TOKENS)]
+                      for chunk in chunks if chunk]
+        else:
+            budget = self._tokens_budget()
+            for row in pack_rows(sizes, PACKED_ROW_TOKENS):  # longest first: a group's first row is its widest
+                if groups and (len(groups[-1]) + 1) * sum(sizes[i] for i in groups[-1][0]) <= budget:
+                    groups[-1].append(row)
+                else:
+                    groups.append([row])
         plans = []
-        for group in out:
+        for group in groups:
             members = [i for row in group for i in row]
             local = {i: k for k, i in enumerate(members)}
-            plans.append(([items[i] for i in members], [[local[i] for i in row] for row in group]))
+            plans.append(([items[i] for i in members], [layouts[i] for i in members],
+                          [[local[i] for i in row] for row in group]))
         return plans
 
-    def _score_packed(self, batch, rows: list[list[int]]) -> list[tuple[list[float], list[bool]]]:
+    def _score_packed(self, layouts: list, rows: list[list[int]]) -> list[tuple[list[float], list[bool]]]:
         """Score a batch of questions in one packed forward pass, with almost no padding.
 
         Each row holds a few questions side by side; a question is laid out as its prefix
@@ -566,10 +552,7 @@ class TransformersBackend(Backend):
         import torch
 
         dev = self.device
-        shared = [_common_prefix(conts) for _, _, conts in batch]
-        prefixes = [ctx + sh for (_, ctx, _), sh in zip(batch, shared)]
-        rests = [[c[len(sh):] for c in conts] for (_, _, conts), sh in zip(batch, shared)]
-        sizes = [len(pre) + sum(len(r) - 1 for r in rs) for pre, rs in zip(prefixes, rests)]
+        shared, prefixes, rests, sizes = map(list, zip(*layouts))
         width = max(sum(sizes[q] for q in row) for row in rows)
         n_rows = len(rows)
         ids: list[int] = []
@@ -584,14 +567,14 @@ class TransformersBackend(Backend):
             base = r * width
             at = 0
             for q in row:
-                ctx = batch[q][1]
                 pre = prefixes[q]
+                context_len = len(pre) - len(shared[q])
                 ids.extend(pre)
                 pos.extend(range(len(pre)))
                 qseg.extend([q] * len(pre))
                 cseg.extend([-1] * len(pre))
                 for k, tok in enumerate(shared[q]):
-                    pick.append(base + at + len(ctx) - 1 + k)
+                    pick.append(base + at + context_len - 1 + k)
                     targets.append(tok)
                     owner.append((q, -1))
                 last_pre = base + at + len(pre) - 1
@@ -631,8 +614,8 @@ class TransformersBackend(Backend):
                                           is_hidden)
         scores = [[0.0] * len(choices) for choices in rests]
         greedy = [[True] * len(choices) for choices in rests]
-        shared_lp = [0.0] * len(batch)
-        shared_hit = [True] * len(batch)
+        shared_lp = [0.0] * len(layouts)
+        shared_hit = [True] * len(layouts)
         for (q, i), value, hit in zip(owner, tok_lp, hits):
             if i < 0:
                 shared_lp[q] += value
@@ -641,7 +624,7 @@ class TransformersBackend(Backend):
                 scores[q][i] += value
                 greedy[q][i] = greedy[q][i] and hit
         return [([v + shared_lp[q] for v in scores[q]], [g and shared_hit[q] for g in greedy[q]])
-                for q in range(len(batch))]
+                for q in range(len(layouts))]
 
     def _token_scores(self, states, targets, is_hidden: bool) -> tuple[list[float], list[bool]]:
         """Each position's log-probability of its target, and whether the target is the argmax.
@@ -659,10 +642,8 @@ class TransformersBackend(Backend):
         seq = (ctx + cont)[-(self.max_length + 1):][:-1]
         inp = torch.tensor([seq], device=self.device)
         states, is_hidden, _ = self._hidden_or_logits(input_ids=inp, use_cache=False)
-        picked = states[0, -len(cont):]
-        lp = self._log_probs(picked, is_hidden)
-        targets = torch.tensor(cont, device=self.device)
-        return float(lp.gather(1, targets[:, None]).double().sum()), bool((lp.argmax(-1) == targets).all())
+        lps, hits = self._token_scores(states[0, -len(cont):], torch.tensor(cont, device=self.device), is_hidden)
+        return sum(lps), all(hits)
 
     def score_separately(self, req: Request) -> list[float]:
         """Each choice as a whole sequence of its own, no cache reuse (for checking the fast path)."""
@@ -711,20 +692,21 @@ class TransformersBackend(Backend):
             settings = dict(key)
             members.sort(key=lambda m: -len(m[2]))
             size = self.batch_size or (64 if str(self.device).startswith("cuda") else 16)
+            budget = self.max_length - settings["max_new_tokens"]
+            if budget < 1:
+                for i, _, _ in members:
+                    outputs[i] = ModelOutput(error=f"transformers backend: max_new_tokens={settings['max_new_tokens']}"
+                                                   f" leaves no room in max_length={self.max_length}")
+                continue
             if self._continuous is None:
                 self._continuous = hf_decode.supported(self.model)
-            if self._continuous:
+            # continuous batching takes the whole group (slots refill); model.generate takes static batches
+            chunks = [members] if self._continuous else [members[s:s + size] for s in range(0, len(members), size)]
+            for chunk in chunks:
+                prompts = [ids[-budget:] for _, _, ids in chunk]
                 try:
-                    results = self._generate_continuous(members, settings, size)
-                except torch.OutOfMemoryError as exc:  # pragma: no cover - GPU only
-                    results = [ModelOutput(error=f"transformers backend: out of memory: {exc}")] * len(members)
-                for (i, _, _), out in zip(members, results):
-                    outputs[i] = out
-                continue
-            for s in range(0, len(members), size):
-                chunk = members[s:s + size]
-                try:
-                    results = self._generate_batch(chunk, settings)
+                    results = self._generate_continuous(chunk, prompts, settings, size) if self._continuous \
+                        else self._generate_batch(chunk, prompts, settings)
                 except torch.OutOfMemoryError as exc:  # pragma: no cover - GPU only
                     results = [ModelOutput(error=f"transformers backend: out of memory: {exc}")] * len(chunk)
                 for (i, _, _), out in zip(chunk, results):
@@ -738,13 +720,9 @@ class TransformersBackend(Backend):
             eos_ids.add(self.tokenizer.eos_token_id)
         return eos_ids
 
-    def _generate_continuous(self, members, settings: dict, slots: int) -> list[ModelOutput]:
+    def _generate_continuous(self, members, prompts: list[list[int]], settings: dict,
+                             slots: int) -> list[ModelOutput]:
         """Continuous batching (:mod:`hf_decode`): a finished row's slot goes to the next prompt at once."""
-        budget = self.max_length - settings["max_new_tokens"]
-        if budget < 1:
-            return [ModelOutput(error=f"transformers backend: max_new_tokens={settings['max_new_tokens']} "
-                                      f"leaves no room in max_length={self.max_length}")] * len(members)
-        prompts = [ids[-budget:] for _, _, ids in members]
         pad = self.tokenizer.pad_token_id
         rows = hf_decode.decode(self.model, prompts, settings, slots=slots,
                                 pad_id=pad if pad is not None else 0, eos_ids=self._eos_ids(),
@@ -760,15 +738,11 @@ class TransformersBackend(Backend):
                                        raw={"batch_size": slots}))
         return results
 
-    def _generate_batch(self, chunk, settings: dict) -> list[ModelOutput]:
+    def _generate_batch(self, chunk, seqs: list[list[int]], settings: dict) -> list[ModelOutput]:
+        """``model.generate`` on one static batch, left-padded."""
         import torch
 
         pad = self.tokenizer.pad_token_id
-        budget = self.max_length - settings["max_new_tokens"]
-        if budget < 1:
-            return [ModelOutput(error=f"transformers backend: max_new_tokens={settings['max_new_tokens']} "
-                                      f"leaves no room in max_length={self.max_length}")] * len(chunk)
-        seqs = [ids[-budget:] for _, _, ids in chunk]
         width = max(map(len, seqs))
         inp = torch.full((len(seqs), width), pad, dtype=torch.long)
         mask = torch.zeros((len(seqs), width), dtype=torch.long)

@@ -90,15 +90,24 @@ def _append(cache: Any, other: Any) -> None:
         layer.values = torch.cat([layer.values, extra.values], dim=0)
 
 
-def common_prefix_length(prompts: Sequence[list[int]]) -> int:
-    """How many tokens all prompts start with, leaving each at least one token of its own."""
-    if len(prompts) < 2:
-        return 0
-    limit = min(len(p) for p in prompts) - 1
-    first = prompts[0]
+def common_prefix(seqs: Sequence[list[int]]) -> list[int]:
+    """The tokens all sequences start with, leaving each at least one token of its own.
+
+    Shared by log-likelihood (a question's choices) and generation (a call's prompts).
+    """
+    if len(seqs) < 2:
+        return []
+    limit = min(len(s) for s in seqs) - 1
+    first = seqs[0]
     n = 0
-    while n < limit and all(p[n] == first[n] for p in prompts):
+    while n < limit and all(s[n] == first[n] for s in seqs):
         n += 1
+    return first[:n]
+
+
+def common_prefix_length(prompts: Sequence[list[int]]) -> int:
+    """How many tokens all prompts start with, when that is worth a pass of its own (else 0)."""
+    n = len(common_prefix(prompts))
     return n if n >= MIN_SHARED_PREFIX else 0
 
 
