@@ -65,7 +65,7 @@ def cut_at_stop(text: str, stops: Sequence[str] | None) -> tuple[str, bool]:
     Every backend applies a task's stop sequences this way, so the written text never
     holds one even where the model or server already stopped there.
     """
-    cut = min((text.find(s) for s in stops or () if s and s in text), default=-1)
+    cut = min((i for i in (text.find(s) for s in stops or () if s) if i >= 0), default=-1)
     return (text[:cut], True) if cut >= 0 else (text, False)
 
 

@@ -337,7 +337,7 @@ class Engine:
         t_load = time.perf_counter()
         try:
             for item in self._items(tr, seen):
-                if item.sample["id"] in done:
+                if done and item.sample["id"] in done:  # (an empty set: not resuming, no lookup)
                     continue
                 window.append(item)
                 if len(window) >= window_size:

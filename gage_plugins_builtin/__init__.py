@@ -31,7 +31,6 @@ def lazy(target: str) -> Callable[..., Any]:
 
     factory.__name__ = attr
     factory.__qualname__ = attr
-    factory.target = target  # type: ignore[attr-defined]
     return factory
 
 

@@ -155,15 +155,15 @@ class OpenAIBackend(Backend):
         else:
             self.max_batch = _number("batch_size", batch_size, int, 1)
         self.seed = None if seed is None else int(seed)
+        proxy = env_proxy(self.base_url)
+        proxy_password = urllib.parse.urlsplit(proxy).password if proxy else None
+        if proxy_password:  # never echo a proxy's password in an error message
+            self.secrets += (proxy_password,)
         self.poster = Poster(timeout=self.timeout, max_retries=_number("max_retries", max_retries, int, 0),
                              backoff=_number("backoff", backoff, float, 0), backoff_max=_number(
                                  "backoff_max", backoff_max, float, 0),
                              retry_after_max=_number("retry_after_max", retry_after_max, float, 0),
-                             secrets=self.secrets, proxy=env_proxy(self.base_url))
-        proxy_password = urllib.parse.urlsplit(self.poster.proxy).password if self.poster.proxy else None
-        if proxy_password:  # never echo a proxy's password in an error message
-            self.secrets += (proxy_password,)
-            self.poster.secrets += (proxy_password,)
+                             secrets=self.secrets, proxy=proxy)
         self.model_id = self.model or "openai"
         self._loop: asyncio.AbstractEventLoop | None = None
         self._session: Any = None  # the aiohttp session of self._loop, kept across run() calls

@@ -1,13 +1,12 @@
 """legal_eval_v1 metrics: programmatic mcq grading and the judge's score (spec 003 grading contract)."""
 from __future__ import annotations
 
-import json
 import re
 from typing import Any, Sequence
 
 from gage_eval.metric import Metric, MetricContext
 
-from gage_plugins_builtin.judges import strip_reasoning
+from gage_plugins_builtin.judges import _json_objects, strip_reasoning
 
 _SEP = r"(?:\s*(?:,|and|und|et|e|y|&|/|\+)\s*|\s+)"
 
@@ -28,21 +27,15 @@ def parse_choice_ids(text: str, ids: Sequence[str]) -> tuple[list[str], str] | N
     idset = set(ids)
     pat = _id_pattern(ids)
     one = rf"\(?(?:{pat})\)?(?![\w])"
-    decoder = json.JSONDecoder()
-    for m in reversed(list(re.finditer(r"\{", body))):
-        try:
-            obj, _ = decoder.raw_decode(body[m.start():])
-        except json.JSONDecodeError:
-            continue
-        if isinstance(obj, dict):
-            for key in ("answer", "answers", "choice", "choices", "correct_choice_ids"):
-                value = obj.get(key)
-                if isinstance(value, str):
-                    value = re.split(r"[,\s]+", value.strip())
-                if isinstance(value, list):
-                    found = [str(v).strip("() .") for v in value]
-                    if found and all(f in idset for f in found):
-                        return _order(found, ids), "json"
+    for obj in reversed(_json_objects(body)):
+        for key in ("answer", "answers", "choice", "choices", "correct_choice_ids"):
+            value = obj.get(key)
+            if isinstance(value, str):
+                value = re.split(r"[,\s]+", value.strip())
+            if isinstance(value, list):
+                found = [str(v).strip("() .") for v in value]
+                if found and all(f in idset for f in found):
+                    return _order(found, ids), "json"
     boxed = list(re.finditer(rf"\\boxed\{{\s*((?:{pat})(?:{_SEP}(?:{pat}))*)\s*\}}", body))
     if boxed:
         return _ids_in(boxed[-1].group(1), ids), "boxed"

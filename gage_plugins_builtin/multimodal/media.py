@@ -150,12 +150,3 @@ def load_image(url: str, base_dir: Path | str | None = None, mode: str = "RGB") 
 def _short(url: str) -> str:
     return url[:48] + "..." if url.startswith("data:") and len(url) > 48 else url
 
-
-def media_segments(messages: Any) -> list[dict]:
-    """Every non-text segment of a list of messages, in order."""
-    out = []
-    for message in messages or ():
-        content = message.get("content")
-        if isinstance(content, list):
-            out.extend(s for s in content if isinstance(s, Mapping) and s.get("type", "text") != "text")
-    return out
