@@ -224,15 +224,25 @@ def elide_inline_media(record: Any, keep: int = INLINE_MEDIA_KEEP) -> Any:
         for key, value in record.items():
             if key == "url" and isinstance(value, str) and value.startswith("data:") and len(value) > keep:
                 new = _elided(value)
+            elif isinstance(value, (dict, list)) or (not isinstance(value, (str, int, float)) and
+                                                     isinstance(value, Mapping)):
+                new = elide_inline_media(value, keep)  # only containers can hold a url (a per-row path)
             else:
-                new = elide_inline_media(value, keep)
+                continue
             if new is not value:
                 out = dict(record) if out is None else out
                 out[key] = new
         return record if out is None else out
     if isinstance(record, list):
-        items = [elide_inline_media(v, keep) for v in record]
-        return record if all(a is b for a, b in zip(items, record)) else items
+        items = None  # copied on the first change only
+        for i, value in enumerate(record):
+            if isinstance(value, (dict, list)) or (not isinstance(value, (str, int, float)) and
+                                                   isinstance(value, Mapping)):
+                new = elide_inline_media(value, keep)
+                if new is not value:
+                    items = list(record) if items is None else items
+                    items[i] = new
+        return record if items is None else items
     return record
 
 
