@@ -88,6 +88,15 @@ def ensure_hf_folder(folder: Path = HF_FOLDER) -> Path:
     return folder
 
 
+def timed_run(cmd: list[str], cwd: Path) -> float:
+    """Run one harness offline, echoing the command; its wall time in seconds."""
+    env = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+    print("$", " ".join(cmd), flush=True)
+    t0 = time.perf_counter()
+    subprocess.run(cmd, check=True, env=env, cwd=cwd)
+    return time.perf_counter() - t0
+
+
 def run_gage(folder: Path, data: Path, batch: str, limit: int | None) -> dict:
     out = OUT / f"gage_piqa_b{batch}"
     cmd = [str(Path(sys.executable).parent / "gage-eval"), "--tasks", "piqa", "--data", f"piqa={data}",
@@ -95,11 +104,7 @@ def run_gage(folder: Path, data: Path, batch: str, limit: int | None) -> dict:
            "--batch-size", str(batch), "-o", str(out), "--quiet"]
     if limit:
         cmd += ["--limit", str(limit)]
-    env = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
-    print("$", " ".join(cmd), flush=True)
-    t0 = time.perf_counter()
-    subprocess.run(cmd, check=True, env=env, cwd=ROOT)
-    wall = time.perf_counter() - t0
+    wall = timed_run(cmd, cwd=ROOT)
     summaries = sorted(out.rglob("summary.json"), key=lambda p: p.stat().st_mtime)
     summary = json.loads(summaries[-1].read_text())
     task = summary["tasks"]["piqa"] if "tasks" in summary else summary["piqa"]
@@ -141,11 +146,7 @@ def run_lm_eval(folder: Path, data: Path, batch: str, limit: int | None) -> dict
            "--output_path", str(out), "--log_samples"]
     if limit:
         cmd += ["--limit", str(limit)]
-    env = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
-    print("$", " ".join(cmd), flush=True)
-    t0 = time.perf_counter()
-    subprocess.run(cmd, check=True, env=env, cwd=OUT)
-    wall = time.perf_counter() - t0
+    wall = timed_run(cmd, cwd=OUT)
     results = sorted(out.rglob("results_*.json"), key=lambda p: p.stat().st_mtime)[-1]
     res = json.loads(results.read_text())["results"]["piqa_local"]
     first_lls = None
