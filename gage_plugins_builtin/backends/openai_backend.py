@@ -44,7 +44,7 @@ from gage_eval.errors import GageError
 from gage_plugins_builtin.backends.args import as_bool, as_number
 from gage_eval.redact import SECRET_KEY
 from gage_plugins_builtin.backends import openai_payload as payload
-from gage_plugins_builtin.backends.openai_http import Poster, RequestFailed, ServerUnsupported
+from gage_plugins_builtin.backends.openai_http import Poster, RequestFailed, ServerUnsupported, eager_body_writes
 
 
 def env_proxy(url: str) -> str | None:
@@ -232,12 +232,27 @@ class OpenAIBackend(Backend):
         except RuntimeError:
             if self._loop is None or self._loop.is_closed():
                 self._loop = asyncio.new_event_loop()
+                eager_body_writes(self._loop)
             return self._loop.run_until_complete(coro)
-        result: list = []  # called inside someone's event loop: run ours in a thread
-        thread = threading.Thread(target=lambda: result.append(asyncio.run(coro)))
+        outcome: list = []  # called inside someone's event loop: run ours in a thread
+
+        async def in_thread() -> Any:
+            eager_body_writes(asyncio.get_running_loop())
+            return await coro
+
+        def target() -> None:
+            try:
+                outcome.append((True, asyncio.run(in_thread())))
+            except BaseException as exc:  # handed to the caller's thread
+                outcome.append((False, exc))
+
+        thread = threading.Thread(target=target)
         thread.start()
         thread.join()
-        return result[0]
+        ok, value = outcome[0]
+        if not ok:
+            raise value
+        return value
 
     def _new_session(self) -> Any:
         aiohttp = self.aiohttp

@@ -8,10 +8,13 @@ that lacks a feature (:class:`Unsupported`).
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import email.utils
 import json
 import random
+import sys
 import time
+import types
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -193,6 +196,79 @@ async def _lines(content: Any):
             yield line.decode("utf-8", "replace")
     if pending:
         yield pending.decode("utf-8", "replace")
+
+
+def eager_body_writes(loop: asyncio.AbstractEventLoop) -> None:
+    """On Python 3.11, start aiohttp's request-body writer at once, as aiohttp itself does on 3.12+.
+
+    aiohttp sends a POST's body from a task of its own. From Python 3.12 on it starts that task
+    eagerly, so the request leaves in the same loop turn; on 3.11 the task waits a turn, and when
+    64 replies arrive together every next request waits behind all the others' work before a byte
+    of it is sent. At concurrency 64 against a 100 ms server that is 88% of c / latency against
+    92% (benchmarks/README.md). This task factory runs the body writer's first step on the spot
+    and leaves every other task alone. Installed only on event loops the backend creates, and
+    only on 3.11 (3.10 tasks take no context; 3.12+ needs nothing).
+    """
+    if sys.version_info[:2] != (3, 11) or loop.get_task_factory() is not None:
+        return
+    try:
+        from aiohttp.client_reqrep import ClientRequest
+        code = ClientRequest.write_bytes.__code__
+    except (ImportError, AttributeError):  # another aiohttp layout: keep its default
+        return
+    loop.set_task_factory(eager_factory(code))
+
+
+def eager_factory(code: types.CodeType) -> Callable[..., Any]:
+    """A 3.11 task factory that runs coroutines of ``code`` up to their first wait when created.
+
+    What ``asyncio.Task(..., eager_start=True)`` does on 3.12: the first step runs in the task's
+    own context; a coroutine done in that step gives a finished future; one still waiting goes
+    on in a task, where cancelling it reaches the coroutine. Any other coroutine, or any created
+    while the loop is not running, becomes an ordinary task.
+    """
+    def factory(loop: asyncio.AbstractEventLoop, coro: Any, context: contextvars.Context | None = None) -> Any:
+        if getattr(coro, "cr_code", None) is not code or not loop.is_running():
+            return asyncio.Task(coro, loop=loop, context=context)
+        context = context if context is not None else contextvars.copy_context()
+        done = loop.create_future()
+        try:
+            first = context.run(coro.send, None)
+        except StopIteration as stop:
+            done.set_result(stop.value)
+            return done
+        except BaseException as exc:  # noqa: B036 - the task's outcome, as an eager task keeps it
+            done.set_exception(exc)
+            return done
+        return asyncio.Task(_resumed(coro, first), loop=loop, context=context)
+
+    return factory
+
+
+async def _resumed(coro: Any, first: Any) -> Any:
+    return await _continue(coro, first)
+
+
+@types.coroutine
+def _continue(coro: Any, first: Any):
+    """Go on with a coroutine already stepped once (it yielded ``first``), passing sends and throws on."""
+    to_yield = first
+    while True:
+        try:
+            sent = yield to_yield
+        except GeneratorExit:
+            coro.close()
+            raise
+        except BaseException as exc:  # cancellation and the like go to the coroutine
+            try:
+                to_yield = coro.throw(exc)
+            except StopIteration as stop:
+                return stop.value
+            continue
+        try:
+            to_yield = coro.send(sent)
+        except StopIteration as stop:
+            return stop.value
 
 
 def _first_line(exc: BaseException) -> str:

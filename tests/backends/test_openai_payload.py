@@ -177,3 +177,71 @@ def test_proxy_from_the_environment_is_looked_up_once(monkeypatch):
     assert backend.poster.proxy.endswith("@proxy.internal:3128")
     assert "pw-secret-9" in backend.poster.secrets  # scrubbed from any error message
     assert "pw-secret-9" not in repr(backend.settings()) and backend.settings()["proxy"] is True
+
+
+@pytest.mark.skipif(sys.version_info[:2] != (3, 11), reason="the eager body-writer shim exists for Python 3.11 only")
+def test_eager_factory_starts_only_the_chosen_coroutine_and_keeps_task_semantics():
+    import asyncio
+
+    from gage_plugins_builtin.backends.openai_http import eager_body_writes, eager_factory
+
+    steps: list[str] = []
+
+    async def chosen(tag, gate=None, fail=False):
+        steps.append(f"{tag} started")
+        if fail:
+            raise OSError(f"{tag} failed")
+        if gate is not None:
+            try:
+                await gate
+            except asyncio.CancelledError:
+                steps.append(f"{tag} cancelled")
+                raise
+        steps.append(f"{tag} finished")
+        return tag
+
+    async def other():
+        steps.append("other started")
+        return "other"
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        loop.set_task_factory(eager_factory(chosen.__code__))
+        done_now = loop.create_task(chosen("a"))
+        assert steps == ["a started", "a finished"] and done_now.done() and done_now.result() == "a"
+        plain = loop.create_task(other())
+        assert steps[-1] == "a finished"  # an ordinary task: not run yet
+        gate = loop.create_future()
+        waiting = loop.create_task(chosen("b", gate))
+        assert steps[-1] == "b started" and not waiting.done()
+        gate.set_result(None)
+        assert await waiting == "b" and await plain == "other"
+        failing = loop.create_task(chosen("c", fail=True))
+        assert failing.done() and isinstance(failing.exception(), OSError)
+        cancelled = loop.create_task(chosen("d", loop.create_future()))
+        await asyncio.sleep(0)
+        cancelled.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await cancelled
+        assert steps[-1] == "d cancelled"
+
+    asyncio.run(main())
+    loop = asyncio.new_event_loop()
+    try:
+        eager_body_writes(loop)  # aiohttp's body writer on this Python: the shim is installed
+        assert loop.get_task_factory() is not None
+    finally:
+        loop.close()
+
+
+def test_backend_run_inside_a_running_event_loop(monkeypatch):
+    """Called from async code, the backend runs its own loop in a thread and hands errors back."""
+    import asyncio
+
+    backend = openai_backend(base_url="http://127.0.0.1:9/v1", max_retries=0, timeout=2)
+
+    async def caller():
+        return backend.run([])
+
+    with pytest.raises(GageError, match="cannot reach"):
+        asyncio.run(caller())  # no model given: the /models lookup fails in the thread
