@@ -2,7 +2,7 @@
 
     python benchmarks/http_concurrency.py                 # 500 requests at 16 and 64, 100 at 1, median of 3
     python benchmarks/http_concurrency.py --n1 500        # the full 500 at concurrency 1 (50 s)
-    python benchmarks/http_concurrency.py --engine        # also 500 rows through the gage-eval CLI
+    python benchmarks/http_concurrency.py --engine        # also 500 and 5000 rows through the gage-eval CLI
 
 The server (benchmarks/latency_server.py) runs in its own process on 127.0.0.1 and answers
 each request ``--latency`` seconds (100 ms) after reading it, so the ideal throughput at
@@ -84,7 +84,8 @@ def main() -> None:
     parser.add_argument("--levels", default="1,16,64")
     parser.add_argument("--latency", type=float, default=0.1)
     parser.add_argument("--repeat", type=int, default=3, help="runs per level; the median is reported (default 3)")
-    parser.add_argument("--engine", action="store_true", help="also run --n rows through the CLI at the top level")
+    parser.add_argument("--engine", action="store_true", help="also run rows through the CLI at the top level")
+    parser.add_argument("--engine-rows", default="500,5000", help="row counts for --engine (default 500,5000)")
     args = parser.parse_args()
     proc, url = start_server(args.latency)
     try:
@@ -103,11 +104,13 @@ def main() -> None:
                   f"{floor:>7.3f} {floor / wall:>8.1%} {errors}{spread}")
         if args.engine:
             c = levels[-1]
-            result = engine_run(url, c, args.n)
-            rate = args.n / result["inference_s"]
-            print(f"engine (CLI) at concurrency {c}: {args.n} rows, inference {result['inference_s']:.2f} s, "
-                  f"{rate:.1f} rows/s = {rate / (c / args.latency):.1%} of ideal; whole command "
-                  f"{result['wall_s']:.2f} s; counts {result['counts']}; exact_match {result['score']:.3f}")
+            ideal = c / args.latency
+            for rows in (int(x) for x in args.engine_rows.split(",")):
+                result = engine_run(url, c, rows)
+                print(f"engine (CLI) at concurrency {c}: {rows} rows, inference {result['inference_s']:.2f} s = "
+                      f"{rows / result['inference_s'] / ideal:.1%} of ideal; whole command {result['wall_s']:.2f} s "
+                      f"(start-up and writing included) = {rows / result['wall_s'] / ideal:.1%}; "
+                      f"counts {result['counts']}; exact_match {result['score']:.3f}")
     finally:
         proc.terminate()
         proc.wait(10)

@@ -150,7 +150,9 @@ def test_arguments(monkeypatch):
                        loglikelihood=False)
     assert b.secrets == ("sk-gage-test-0000", "azure-secret-1")
     assert b.capabilities == {"generate", "chat", "vision"}
-    assert b.max_batch == 64
+    assert b.max_batch == 128  # 16 rounds of 8 a window
+    assert openai_backend(base_url="http://h", model="m", concurrency=2).max_batch == 64
+    assert openai_backend(base_url="http://h", model="m", concurrency=64, batch_size=300).max_batch == 300
     settings = repr(b.settings())
     assert "sk-gage-test-0000" not in settings and "azure-secret-1" not in settings
     assert b._headers()["X_Team"] == "eval" and b._headers()["Authorization"] == "Bearer sk-gage-test-0000"
