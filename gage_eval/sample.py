@@ -50,6 +50,11 @@ def messages_text(messages: Iterable[Mapping], role: str | None = None) -> str:
                        if role is None or m.get("role") == role)
 
 
+def text_chat(messages: Iterable[Mapping]) -> list[dict]:
+    """The messages with each content flattened to its text, for a text-only chat template."""
+    return [{"role": m.get("role", "user"), "content": content_text(m.get("content"))} for m in messages]
+
+
 def last_user_text(messages: Sequence[Mapping]) -> str:
     for message in reversed(messages):
         if message.get("role") == "user":

@@ -21,7 +21,7 @@ from typing import Any, Mapping, Sequence
 
 from gage_eval.backend import GENERATE, LOGLIKELIHOOD, Backend, ModelOutput, Request, cut_at_stop
 from gage_eval.errors import GageError
-from gage_eval.sample import content_text
+from gage_eval.sample import messages_text, text_chat
 from gage_plugins_builtin.backends import hf_decode
 from gage_plugins_builtin.backends.args import as_bool, as_number
 
@@ -116,7 +116,7 @@ def transformers_backend(**kwargs: Any) -> Backend:
         folder = Path(str(pretrained)).expanduser()
         config = _local_config(folder) if folder.is_dir() else None
         if config is None and not folder.exists() and _looks_like_hub_id(str(pretrained)):
-            config = _hub_config(str(pretrained), bool(kwargs.get("trust_remote_code", False)))
+            config = _hub_config(str(pretrained))
         if config and config.get("vision_config"):
             from gage_plugins_builtin.backends.hf_vision import VisionTransformersBackend
 
@@ -140,12 +140,17 @@ def smollm2_backend(**kwargs: Any) -> Backend:
     return TransformersBackend(pretrained=str(folder), gguf_file=found[0].name, **kwargs)
 
 
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
 def _looks_like_hub_id(text: str) -> bool:
     parts = text.split("/")
     return len(parts) == 2 and all(parts) and not text.startswith((".", "~"))
 
 
-def _hub_config(repo: str, trust_remote_code: bool) -> dict | None:
+def _hub_config(repo: str) -> dict | None:
     """The config of a hub id from the local cache (offline here); None when not cached."""
     if importlib.util.find_spec("huggingface_hub") is None:
         return None
@@ -268,8 +273,8 @@ class TransformersBackend(Backend):
         try:
             self.tokenizer = AutoTokenizer.from_pretrained(self.pretrained, **self._load_kwargs())
         except (OSError, ValueError) as exc:
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise GageError(f"transformers backend: cannot load the tokenizer of {self.pretrained}: {first}") from None
+            raise GageError(f"transformers backend: cannot load the tokenizer of {self.pretrained}: "
+                            f"{_first_line(exc)}") from None
         if self.tokenizer.pad_token_id is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
 
@@ -296,8 +301,7 @@ class TransformersBackend(Backend):
         try:
             model = AutoModelForCausalLM.from_pretrained(self.pretrained, dtype=torch_dtype, **self._load_kwargs())
         except (OSError, ValueError) as exc:
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise GageError(f"transformers backend: cannot load {self.pretrained}: {first}") from None
+            raise GageError(f"transformers backend: cannot load {self.pretrained}: {_first_line(exc)}") from None
         model.to(self.device)
         model.eval()
         self.model = model
@@ -398,15 +402,6 @@ class TransformersBackend(Backend):
         bos = self.tokenizer.bos_token_id
         return bos if bos is not None else self.tokenizer.eos_token_id
 
-    def encode_pair(self, context: str, continuation: str) -> tuple[list[int], list[int]]:
-        n_spaces = len(context) - len(context.rstrip())
-        if n_spaces:
-            continuation = context[-n_spaces:] + continuation
-            context = context[:-n_spaces]
-        whole = self.tok_encode(context + continuation)
-        ctx = self.tok_encode(context)
-        return ctx, whole[len(ctx):]
-
     def encode_request(self, req: Request) -> tuple[list[int], list[list[int]]]:
         context = req.prompt or ""
         if context == "":
@@ -419,11 +414,12 @@ class TransformersBackend(Backend):
                 raise ValueError("an empty context with choices that start with the prefix token "
                                  "cannot share one context")
             return [prefix], conts
-        pairs = [self.encode_pair(context, c) for c in req.continuations]
-        ctxs = {tuple(p[0]) for p in pairs}
-        if len(ctxs) != 1:  # cannot happen: the context is encoded alone; kept as a guard
-            raise RuntimeError("context encodings differ between choices")
-        return pairs[0][0], [p[1] for p in pairs]
+        # as lm-eval: the context's trailing whitespace goes to each continuation; the context is
+        # encoded once, and each choice's tokens are what context + choice adds to it
+        n_spaces = len(context) - len(context.rstrip())
+        head = context[:-n_spaces] if n_spaces else context
+        ctx = self.tok_encode(head)
+        return ctx, [self.tok_encode(context + c)[len(ctx):] for c in req.continuations]
 
     # -- log-likelihood -----------------------------------------------------------------------
 
@@ -659,14 +655,9 @@ class TransformersBackend(Backend):
 
     def _prompt_text(self, req: Request) -> str:
         if req.chat:
-            messages = [{"role": m.get("role", "user"), "content": content_text(m.get("content"))}
-                        for m in (req.messages or ())]
-            return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-        return req.prompt if req.prompt is not None else "\n\n".join(
-            content_text(m.get("content")) for m in (req.messages or ()))
-
-    def _gen_settings(self, req: Request) -> dict:
-        return generation_settings(req.gen, self.max_new_tokens, self.seed)
+            return self.tokenizer.apply_chat_template(text_chat(req.messages or ()), tokenize=False,
+                                                      add_generation_prompt=True)
+        return req.prompt if req.prompt is not None else messages_text(req.messages or ())
 
     def _generate(self, requests: Sequence[Request]) -> list[ModelOutput]:
         import torch
@@ -679,7 +670,7 @@ class TransformersBackend(Backend):
                 continue
             try:
                 text = self._prompt_text(req)
-                settings = self._gen_settings(req)
+                settings = generation_settings(req.gen, self.max_new_tokens, self.seed)
             except Exception as exc:  # noqa: BLE001 - a template/settings failure belongs to this request
                 outputs[i] = ModelOutput(error=f"transformers backend: cannot build the prompt: {exc}")
                 continue

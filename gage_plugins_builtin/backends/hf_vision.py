@@ -11,6 +11,7 @@ from typing import Any, Mapping, Sequence
 
 from gage_eval.backend import GENERATE, Backend, ModelOutput, Request, cut_at_stop
 from gage_eval.errors import GageError
+from gage_eval.sample import text_segment, user_message
 
 from gage_plugins_builtin.backends.hf import generate_kwargs, generation_settings
 
@@ -19,8 +20,7 @@ from gage_plugins_builtin.multimodal.media import load_image, segment_url
 TEXT_AND_IMAGES = frozenset({"text", "image_url"})
 
 
-def to_processor_messages(messages: Sequence[Mapping[str, Any]], base_dir: str | None = None
-                          ) -> tuple[list[dict], list[Any]]:
+def to_processor_messages(messages: Sequence[Mapping[str, Any]]) -> tuple[list[dict], list[Any]]:
     """Our messages as the processor's chat-template input, and their images (decoded, in order).
 
     Raises ``ValueError`` for a segment the model cannot take (audio, video, file)."""
@@ -28,15 +28,15 @@ def to_processor_messages(messages: Sequence[Mapping[str, Any]], base_dir: str |
     for message in messages:
         content = message.get("content")
         if isinstance(content, str) or content is None:
-            out.append({"role": message.get("role", "user"), "content": [{"type": "text", "text": content or ""}]})
+            out.append({"role": message.get("role", "user"), "content": [text_segment(content or "")]})
             continue
         parts = []
         for seg in content:
             kind = seg.get("type", "text") if isinstance(seg, Mapping) else "text"
             if kind == "text":
-                parts.append({"type": "text", "text": seg.get("text", "") if isinstance(seg, Mapping) else str(seg)})
+                parts.append(text_segment(seg.get("text", "") if isinstance(seg, Mapping) else str(seg)))
             elif kind == "image_url":
-                images.append(load_image(segment_url(seg), base_dir))
+                images.append(load_image(segment_url(seg)))
                 parts.append({"type": "image"})
             else:
                 raise ValueError(f"this model takes text and images only, not {kind} segments")
@@ -125,7 +125,7 @@ class VisionTransformersBackend(Backend):
                 extra = ", ".join(sorted(set(req.modalities) - TEXT_AND_IMAGES))
                 outputs[i] = ModelOutput(error=f"model {self.model_id} takes text and images, not {extra}")
                 continue
-            messages = req.messages or ({"role": "user", "content": [{"type": "text", "text": req.prompt or ""}]},)
+            messages = req.messages or (user_message(req.prompt or ""),)
             try:
                 chat, images = to_processor_messages(messages)
                 text = self.processor.apply_chat_template(chat, add_generation_prompt=True, tokenize=False)

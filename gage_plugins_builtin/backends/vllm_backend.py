@@ -11,7 +11,7 @@ from typing import Any, Mapping, Sequence
 
 from gage_eval.backend import GENERATE, LOGLIKELIHOOD, Backend, ModelOutput, Request
 from gage_eval.errors import GageError
-from gage_eval.sample import content_text
+from gage_eval.sample import text_chat
 
 from gage_plugins_builtin.backends.hf_vision import TEXT_AND_IMAGES, to_processor_messages
 
@@ -120,10 +120,9 @@ class VLLMBackend(Backend):
             chat, images = to_processor_messages(req.messages or ())
             prompt = self.processor.apply_chat_template(chat, add_generation_prompt=True, tokenize=False)
         else:
-            chat = [{"role": m.get("role", "user"), "content": content_text(m.get("content"))}
-                    for m in req.messages or ()]
             images = []
-            prompt = self.tokenizer.apply_chat_template(chat, add_generation_prompt=True, tokenize=False)
+            prompt = self.tokenizer.apply_chat_template(text_chat(req.messages or ()), add_generation_prompt=True,
+                                                        tokenize=False)
         item: dict[str, Any] = {"prompt": prompt}
         if images:
             item["multi_modal_data"] = {"image": images if len(images) > 1 else images[0]}
