@@ -9,7 +9,6 @@ import yaml
 
 from gage_eval.engine import Engine, RunOptions, load_options, new_run_id
 from gage_eval.errors import GageError
-from gage_eval.redact import redact
 from gage_eval.tasks import parse_data_overrides
 
 DEFAULT_MODEL = "smollm2"

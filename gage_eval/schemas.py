@@ -81,14 +81,14 @@ def validation_errors(instance: Any, name: str) -> list[tuple[str, str]]:
     """Every problem of ``instance`` against schema ``name`` as (JSON path, message)."""
     problems = []
     fast = fast_validator(name)
-    if fast is not None and fast.is_valid(instance):
-        return list(EXTRA_CHECKS[name](instance)) if name in EXTRA_CHECKS else []
-    for error in sorted(validator(name).iter_errors(instance), key=lambda e: list(map(str, e.absolute_path))):
-        best = _best(error)
-        message = best.message
-        if best.validator == "not" and best.validator_value == {}:  # a forbidden field: say why, not "{}"
-            message = (best.schema.get("description") if isinstance(best.schema, dict) else None) or "field not allowed here"
-        problems.append((_path(best) if name != "task" else ".".join(map(str, best.absolute_path)), message))
+    if fast is None or not fast.is_valid(instance):  # the slow validator only to say what is wrong
+        for error in sorted(validator(name).iter_errors(instance), key=lambda e: list(map(str, e.absolute_path))):
+            best = _best(error)
+            message = best.message
+            if best.validator == "not" and best.validator_value == {}:  # a forbidden field: say why, not "{}"
+                message = (best.schema.get("description") if isinstance(best.schema, dict) else None) or \
+                    "field not allowed here"
+            problems.append((_path(best) if name != "task" else ".".join(map(str, best.absolute_path)), message))
     if name in EXTRA_CHECKS:  # code checks tolerate rows the schema refused, so report everything at once
         problems.extend(EXTRA_CHECKS[name](instance))
     return problems

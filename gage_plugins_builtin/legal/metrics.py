@@ -42,9 +42,9 @@ def parse_choice_ids(text: str, ids: Sequence[str]) -> tuple[list[str], str] | N
     answer = list(re.finditer(
         rf"(?i:answer|antwort|réponse|risposta|respuesta|vastaus|option|choice)(?i:s)?\s*(?i:is|are|ist|lautet|:|=)?"
         rf"\s*[:\-]?\s*\**\s*({one}(?:{_SEP}{one})*)", body))
-    answer = [m for m in answer if _ids_in(m.group(1), ids)]
-    if answer:
-        return _ids_in(answer[-1].group(1), ids), "answer_line"
+    named = [found for found in (_ids_in(m.group(1), ids) for m in answer) if found]
+    if named:
+        return named[-1], "answer_line"
     stripped = body.strip().strip("*.` ")
     if re.fullmatch(rf"{one}(?:{_SEP}{one})*(?:[.:)]\s.*)?", stripped, re.S):
         head = re.match(rf"{one}(?:{_SEP}{one})*", stripped).group(0)
@@ -58,7 +58,8 @@ def _ids_in(span: str, ids: Sequence[str]) -> list[str]:
 
 
 def _order(found: Sequence[str], ids: Sequence[str]) -> list[str]:
-    return [i for i in ids if i in set(found)]
+    wanted = set(found)
+    return [i for i in ids if i in wanted]
 
 
 class ChoiceSetMatch(Metric):

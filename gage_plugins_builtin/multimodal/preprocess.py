@@ -10,7 +10,7 @@ import ast
 import re
 from typing import Any, Mapping
 
-from gage_eval.sample import SCHEMA_VERSION, RowContext, text_segment
+from gage_eval.sample import LETTERS, SCHEMA_VERSION, RowContext, normalize_references, text_segment
 
 from gage_plugins_builtin.multimodal.media import image_segment, to_image_url
 
@@ -99,7 +99,7 @@ class MMMU:
 
     def prompt_text(self, question: str, options: list[str]) -> str:
         if options:
-            listed = "\n".join(f"{chr(ord('A') + i)}. {o}" for i, o in enumerate(options))
+            listed = "\n".join(f"{LETTERS[i]}. {o}" for i, o in enumerate(options))
             return f"{question}\n{listed}\n\n{self.mc_instruction}"
         return f"{question}\n\n{self.open_instruction}"
 
@@ -112,8 +112,8 @@ class MMMU:
             options = [str(o) for o in _literal_list(record.get("options", "[]"), "options")]
             if not options:
                 raise ValueError("a multiple-choice row needs options")
-            if len(options) > 26:
-                raise ValueError(f"{len(options)} options; at most 26 can be lettered")
+            if len(options) > len(LETTERS):
+                raise ValueError(f"{len(options)} options; at most {len(LETTERS)} can be lettered")
         elif qtype == "open":
             options = []
         else:
@@ -129,7 +129,7 @@ class MMMU:
                 images[k] = url
         content = interleave(text, images)
         if options:
-            letters = [chr(ord("A") + i) for i in range(len(options))]
+            letters = list(LETTERS[:len(options)])
             label = str(answer).strip()
             if label not in letters:
                 raise ValueError(f"answer {label!r} is not one of the option letters {', '.join(letters)}")
@@ -151,14 +151,14 @@ class MMMU:
             "id": sample_id,
             "task_type": "multiple-choice" if options else "short-answer",
             "messages": [{"role": "user", "content": content}],
-            "references": [{"answer": [text_segment(r)]} for r in references],
+            "references": normalize_references(references),
             "label": label,
             "data_tag": {k: v for k, v in tags.items() if v},
             "metadata": {k: record[k] for k in ("subfield", "topic_difficulty", "img_type", "question_type")
                          if record.get(k) is not None},
         }
         if options:
-            sample["options"] = [{"id": chr(ord("A") + i), "content": o} for i, o in enumerate(options)]
+            sample["options"] = [{"id": letter, "content": o} for letter, o in zip(LETTERS, options)]
         if subject:
             sample["metadata"]["subject"] = subject
         return sample
@@ -191,7 +191,7 @@ class DocVQA:
             "id": qid,
             "task_type": "doc-qa",
             "messages": [{"role": "user", "content": [image_segment(url), text_segment(text)]}],
-            "references": [{"answer": [text_segment(a)]} for a in answers],
+            "references": normalize_references(answers),
             "label": answers[0],
             "metadata": {k: record[k] for k in ("docId", "ucsf_document_id", "ucsf_document_page_no")
                          if record.get(k) is not None},
