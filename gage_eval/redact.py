@@ -16,8 +16,13 @@ def redact(value: Any, secrets: tuple[str, ...] = ()) -> Any:
     if isinstance(value, (list, tuple)):
         return [redact(v, secrets) for v in value]
     if isinstance(value, str):
-        for secret in secrets:
-            if secret and len(secret) >= 6:
-                value = value.replace(secret, REDACTED)
-        return value
+        return scrub(value, secrets)
     return value
+
+
+def scrub(text: str, secrets: tuple[str, ...], min_len: int = 6) -> str:
+    """``text`` with each known secret of at least ``min_len`` characters masked."""
+    for secret in secrets:
+        if secret and len(secret) >= min_len:
+            text = text.replace(secret, REDACTED)
+    return text

@@ -33,9 +33,9 @@ through aiohttp (about 0.3 ms of client CPU a request; see benchmarks/README.md)
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import json
 import os
-import threading
 import time
 import urllib.parse
 import urllib.request
@@ -100,7 +100,7 @@ def normalize_base_url(url: str) -> str:
     url = str(url).strip().rstrip("/")
     if not url.startswith(("http://", "https://")):
         raise GageError(f"openai backend: base_url must start with http:// or https://, not {url!r}")
-    scheme, _, rest = url.partition("://")
+    rest = url.partition("://")[2]
     if "/" not in rest:
         url += "/v1"
     return url
@@ -169,7 +169,8 @@ class OpenAIBackend(Backend):
                                  "backoff_max", backoff_max, float, 0),
                              retry_after_max=_number("retry_after_max", retry_after_max, float, 0),
                              secrets=self.secrets, proxy=proxy)
-        self.model_id = self.model or "openai"
+        self.chat_url = f"{self.base_url}/chat/completions"
+        self.completions_url = f"{self.base_url}/completions"
         self._loop: asyncio.AbstractEventLoop | None = None
         self._session: Any = None  # the aiohttp session of self._loop, kept across run() calls
         self._no_echo: str | None = None
@@ -178,7 +179,6 @@ class OpenAIBackend(Backend):
     def open(self) -> None:
         if self.model is None:
             self.model = self._run_coro(self._find_model())
-            self.model_id = self.model
 
     async def _find_model(self) -> str:
         """The one model ``GET {base_url}/models`` lists."""
@@ -201,6 +201,10 @@ class OpenAIBackend(Backend):
             listed = f"it lists {', '.join(names[:10])}" if names else f"HTTP {status}"
             raise GageError(f"openai backend: give model=NAME in --model-args ({url}: {listed})")
         return str(names[0])
+
+    @property
+    def model_id(self) -> str:  # type: ignore[override]
+        return self.model or "openai"
 
     def _headers(self) -> dict[str, str]:
         headers = {"Content-Type": "application/json", **self.headers}
@@ -239,25 +243,13 @@ class OpenAIBackend(Backend):
                 self._loop = asyncio.new_event_loop()
                 eager_body_writes(self._loop)
             return self._loop.run_until_complete(coro)
-        outcome: list = []  # called inside someone's event loop: run ours in a thread
 
-        async def in_thread() -> Any:
+        async def in_thread() -> Any:  # called inside someone's event loop: run ours in a thread
             eager_body_writes(asyncio.get_running_loop())
             return await coro
 
-        def target() -> None:
-            try:
-                outcome.append((True, asyncio.run(in_thread())))
-            except BaseException as exc:  # handed to the caller's thread
-                outcome.append((False, exc))
-
-        thread = threading.Thread(target=target)
-        thread.start()
-        thread.join()
-        ok, value = outcome[0]
-        if not ok:
-            raise value
-        return value
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            return pool.submit(asyncio.run, in_thread()).result()  # its exception is raised here
 
     def _new_session(self) -> Any:
         aiohttp = self.aiohttp
@@ -271,7 +263,6 @@ class OpenAIBackend(Backend):
     async def arun(self, requests: Sequence[Request]) -> list[ModelOutput]:
         if self.model is None:
             self.model = await self._find_model()
-            self.model_id = self.model
         own = asyncio.get_running_loop() is self._loop
         session = self._session if own else None
         if session is None or session.closed:
@@ -306,10 +297,10 @@ class OpenAIBackend(Backend):
             messages = payload.chat_messages(req.messages, self.vision) if req.chat and req.messages \
                 else payload.prompt_messages(req.prompt or "")
             body: dict[str, Any] = {"model": self.model, "messages": messages, **params}
-            url = f"{self.base_url}/chat/completions"
+            url = self.chat_url
         else:
             body = {"model": self.model, "prompt": req.prompt or "", **params}
-            url = f"{self.base_url}/completions"
+            url = self.completions_url
         if self.stream:
             body["stream"] = True
             body["stream_options"] = {"include_usage": True}  # OpenAI and vLLM then send usage last
@@ -351,7 +342,7 @@ class OpenAIBackend(Backend):
                 "max_tokens": 1, "temperature": 0.0}
         if self.seed is not None:
             body["seed"] = self.seed
-        url = f"{self.base_url}/completions"
+        url = self.completions_url
 
         def parse(data: Any) -> tuple[float, bool | None, int | None]:
             value, greedy = payload.continuation_logprob(data, context, continuation)

@@ -18,6 +18,7 @@ import types
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from gage_eval.redact import scrub
 from gage_plugins_builtin.backends.openai_payload import BadReply, Unscorable, Unsupported
 
 RETRY_STATUS = frozenset({408, 409, 429})
@@ -77,9 +78,7 @@ class Poster:
         self.rng = random.Random()
 
     def scrub(self, text: str) -> str:
-        for secret in self.secrets:
-            text = text.replace(secret, "***")
-        return text
+        return scrub(text, self.secrets, min_len=1)  # every secret we know of, however short
 
     def delay(self, attempt: int, retry_after: float | None) -> float:
         """Exponential backoff with jitter (half fixed, half random); at least the server's Retry-After."""
@@ -176,8 +175,6 @@ class Poster:
         return parse(merge_stream(chunks)), ttft
 
     def _check_status(self, status: int, headers: Any, text: str) -> None:
-        if status < 400:
-            return
         detail = _error_detail(text)
         if status in RETRY_STATUS or status >= 500:
             raise Retryable(f"HTTP {status}{detail}", retry_after_seconds(headers.get("retry-after")))

@@ -9,6 +9,8 @@ from typing import Any, Mapping, Sequence
 from gage_eval import backend
 from gage_eval.sample import MEDIA_SEGMENTS, content_text
 
+_MEDIA = frozenset(MEDIA_SEGMENTS)
+
 
 class BadReply(Exception):
     """A reply that is not what the endpoint promises (garbage JSON, missing fields): worth a retry."""
@@ -84,11 +86,8 @@ def chat_messages(messages: Sequence[Mapping[str, Any]], vision: bool) -> list[d
     for message in messages:
         role = message.get("role", "user")
         content = message.get("content")
-        if isinstance(content, str) or content is None:
-            out.append({"role": role, "content": content or ""})
-            continue
-        kinds = {seg.get("type", "text") for seg in content if isinstance(seg, Mapping)}
-        media = kinds & set(MEDIA_SEGMENTS)
+        media = set() if isinstance(content, str) or content is None else \
+            {seg.get("type", "text") for seg in content if isinstance(seg, Mapping)} & _MEDIA
         if not media:
             out.append({"role": role, "content": content_text(content)})
             continue

@@ -17,7 +17,8 @@ Kinds: 429 (with ``Retry-After``), 500, 503, 400, timeout (stalls), reset (TCP R
 after reading the request), truncated (fewer bytes than Content-Length), garbage
 (200 with HTML), empty (200 with no choices).
 
-Used by tests/backends/test_openai_*.py and benchmarks/http_concurrency.py; run it by
+Used by tests/backends/test_openai_*.py (benchmarks/http_concurrency.py uses the leaner
+benchmarks/latency_server.py); run it by
 hand with ``python tests/backends/openai_fake_server.py --port 8011 --latency 0.1``.
 """
 from __future__ import annotations
@@ -105,7 +106,6 @@ class FakeServer:
         self.attempts: dict[str, int] = {}
         self.log: list[dict] = []  # one entry a request: time, path, fault, headers, body
         self.inflight = self.max_inflight = 0
-        self.lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._server: asyncio.AbstractServer | None = None
         self._thread: threading.Thread | None = None
@@ -212,9 +212,8 @@ class FakeServer:
         chat = path.endswith("chat/completions")
         prompt = message_text(body.get("messages") or []) if chat else str(body.get("prompt", ""))
         key = f"{path}\x1f{prompt}"
-        with self.lock:
-            attempt = self.attempts.get(key, 0)
-            self.attempts[key] = attempt + 1
+        attempt = self.attempts.get(key, 0)  # every handler runs on the server's one loop thread
+        self.attempts[key] = attempt + 1
         faults = parse_faults(prompt)
         fault = faults[attempt] if attempt < len(faults) else None
         self.log.append({"t": time.monotonic(), "path": path, "fault": fault, "headers": headers, "body": body,
