@@ -103,12 +103,19 @@ class PluginGroup(click.Group):
 @click.option("--resume", type=click.Path(file_okay=False), default=None,
               help="Continue an interrupted run in this run folder (its settings are reused).")
 @click.option("--fail-fast", is_flag=True, help="Stop at the first row that errors (it is still written).")
+@click.option("--max-error-rate", type=click.FloatRange(0.0, 1.0), default=None,
+              help="Exit 0 while at most this share of a task's rows errored (default 0: any error exits 1).")
+@click.option("--allow-path", "allow_path", multiple=True, type=click.Path(file_okay=False),
+              help="A folder that paths in data rows (images, attachments) may point into, besides the "
+                   "data file's own folder; repeatable.")
+@click.option("--allow-urls", is_flag=True, help="Let the harness fetch http(s) URLs found in data rows.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar and no per-row error lines.")
 @click.option("--debug", is_flag=True, help="Show tracebacks for errors.")
 @click.version_option(__version__, prog_name="gage-eval")
 @click.pass_context
 def cli(ctx, tasks, model, model_args, judge_model, judge_args, batch_size, limit, output_dir, run_id,
-        include_path, data, config_file, seed, resume, fail_fast, quiet, debug):
+        include_path, data, config_file, seed, resume, fail_fast, max_error_rate, allow_path, allow_urls, quiet,
+        debug):
     """Evaluate language and vision-language models on benchmark task folders.
 
     \b
@@ -129,7 +136,8 @@ def cli(ctx, tasks, model, model_args, judge_model, judge_args, batch_size, limi
         tasks=tasks, model=model, model_args=model_args, judge_model=judge_model, judge_args=judge_args,
         batch_size=batch_size, limit=limit, output_dir=output_dir, run_id=run_id,
         include_paths=list(include_path), data=list(data), config_file=config_file, seed=seed,
-        resume=resume, fail_fast=fail_fast, quiet=quiet,
+        resume=resume, fail_fast=fail_fast, max_error_rate=max_error_rate, allow_paths=list(allow_path),
+        allow_urls=allow_urls, quiet=quiet,
         command=" ".join(["gage-eval"] + [shlex.quote(a) for a in sys.argv[1:]]),
     )
 

@@ -44,6 +44,9 @@ class RunOptions:
     data: dict = field(default_factory=dict)
     task_overrides: dict = field(default_factory=dict)
     fail_fast: bool = False
+    max_error_rate: float = 0.0
+    allow_paths: list[str] = field(default_factory=list)
+    allow_urls: bool = False
     quiet: bool = False
     command: str = ""
     config_file: str | None = None
@@ -262,6 +265,7 @@ class Engine:
         self.pm, self.registry = load_plugins()
         self.run_id = run_dir.name
         self.secrets: tuple[str, ...] = ()
+        self.allowed_dirs = tuple(Path(p).expanduser().resolve() for p in options.allow_paths)
 
     # -- hooks -------------------------------------------------------------
     def _notify(self, hook: str, event: Any) -> None:
@@ -363,7 +367,8 @@ class Engine:
             if isinstance(record, RowError):
                 yield Item(index, locator, error_stub(tr.name, index, locator, record.stage, record.message))
                 continue
-            ctx = RowContext(task=tr.name, locator=locator, index=index, base_dir=tr.data_dir)
+            ctx = RowContext(task=tr.name, locator=locator, index=index, base_dir=tr.data_dir,
+                             allowed_dirs=self.allowed_dirs, allow_urls=self.options.allow_urls)
             try:
                 sample = tr.preprocess(record, ctx)
             except (ValueError, KeyError, TypeError) as exc:

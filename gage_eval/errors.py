@@ -11,6 +11,12 @@ class GageError(Exception):
     """
 
 
+class FatalBackendError(GageError):
+    """Raised by a backend's ``run`` when no further request can succeed (401/403/404, model not
+    found, a server that stopped answering). The engine writes the batch's rows and every row
+    still to come as errored with this message, and the run exits non-zero."""
+
+
 @dataclass(frozen=True)
 class RowError:
     """A dataset row that could not be read; loaders yield it in place of a record."""

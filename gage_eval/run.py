@@ -12,7 +12,8 @@ from gage_eval.errors import GageError
 from gage_eval.tasks import parse_data_overrides
 
 DEFAULT_MODEL = "smollm2"
-CONFIG_KEYS = {"models", "tasks", "limit", "batch_size", "seed", "output_dir", "fail_fast", "include_paths", "data"}
+CONFIG_KEYS = {"models", "tasks", "limit", "batch_size", "seed", "output_dir", "fail_fast", "include_paths", "data",
+               "max_error_rate", "allow_paths", "allow_urls"}
 ROLE_KEYS = {"backend", "args"}
 TASK_OVERRIDE_KEYS = {"name", "limit", "metrics", "generation", "data"}
 
@@ -51,6 +52,14 @@ def read_run_config(path: str) -> dict:
             _check_override(p, f"tasks.{i}", task)
     if data.get("limit") is not None and (not isinstance(data["limit"], int) or data["limit"] < 0):
         raise GageError(f"{p}: key 'limit': expected a whole number of rows, got {data['limit']!r}")
+    rate = data.get("max_error_rate")
+    if rate is not None and (isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0 <= rate <= 1):
+        raise GageError(f"{p}: key 'max_error_rate': expected a number from 0 to 1, got {rate!r}")
+    paths = data.get("allow_paths")
+    if paths is not None and not (isinstance(paths, list) and all(isinstance(x, str) for x in paths)):
+        raise GageError(f"{p}: key 'allow_paths': expected a list of folders")
+    if data.get("allow_urls") is not None and not isinstance(data["allow_urls"], bool):
+        raise GageError(f"{p}: key 'allow_urls': expected true or false")
     if data.get("data") is not None and not isinstance(data["data"], dict):
         raise GageError(f"{p}: key 'data': expected a mapping TASK: PATH")
     return data
@@ -70,7 +79,8 @@ def _check_override(p: Path, where: str, task: dict) -> None:
 
 
 def build_options(*, tasks, model, model_args, judge_model, judge_args, batch_size, limit, output_dir, run_id,
-                  include_paths, data, config_file, seed, fail_fast, quiet, command) -> RunOptions:
+                  include_paths, data, config_file, seed, fail_fast, quiet, command, max_error_rate=None,
+                  allow_paths=(), allow_urls=False) -> RunOptions:
     from gage_eval.cli import parse_kv, parse_value
 
     cfg = read_run_config(config_file) if config_file else {}
@@ -115,10 +125,19 @@ def build_options(*, tasks, model, model_args, judge_model, judge_args, batch_si
         data=data_map,
         task_overrides=overrides,
         fail_fast=fail_fast or bool(cfg.get("fail_fast")),
+        max_error_rate=max_error_rate if max_error_rate is not None else float(cfg.get("max_error_rate") or 0.0),
+        allow_paths=list(allow_paths) + [str(_relative_to(config_file, p)) for p in cfg.get("allow_paths") or []],
+        allow_urls=allow_urls or bool(cfg.get("allow_urls")),
         quiet=quiet,
         command=command,
         config_file=config_file,
     )
+
+
+def _relative_to(config_file: str | None, path: str) -> Path:
+    """A folder named in the run config, relative to the config file's folder."""
+    p = Path(path).expanduser()
+    return p if p.is_absolute() or not config_file else Path(config_file).parent / p
 
 
 def run_from_cli(*, resume: str | None, quiet: bool, **kwargs: Any) -> dict:

@@ -19,6 +19,10 @@ class RowContext:
     locator: str
     index: int
     base_dir: Path | None = None
+    # folders beyond base_dir that data paths may point into (--allow-path), and whether
+    # http(s) URLs in data may be fetched by the harness (--allow-urls)
+    allowed_dirs: tuple[Path, ...] = ()
+    allow_urls: bool = False
 
 
 def text_segment(text: str) -> dict:
