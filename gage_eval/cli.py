@@ -70,7 +70,7 @@ class PluginGroup(click.Group):
             if debug:
                 raise
             click.echo(f"gage-eval: error: {exc}", err=True)
-            sys.exit(2)
+            sys.exit(exc.exit_code)
         except click.exceptions.Abort:
             click.echo("gage-eval: aborted", err=True)
             sys.exit(130)
@@ -82,6 +82,18 @@ class PluginGroup(click.Group):
         except KeyboardInterrupt as exc:
             click.echo(f"gage-eval: {exc or 'interrupted'}", err=True)
             sys.exit(130)
+        except OSError as exc:
+            if debug:
+                raise
+            where = f"{exc.filename}: " if exc.filename else ""
+            click.echo(f"gage-eval: error: {where}{exc.strerror or exc}", err=True)
+            sys.exit(4)
+        except Exception as exc:  # a bug (ours or a plugin's): one line, the traceback only with --debug
+            if debug:
+                raise
+            click.echo(f"gage-eval: internal error: {type(exc).__name__}: {str(exc)[:500]} "
+                       f"(run again with --debug for the traceback, and please report it)", err=True)
+            sys.exit(5)
 
 
 @click.group(cls=PluginGroup, invoke_without_command=True,

@@ -12,14 +12,15 @@ from typing import Any, Iterable, Iterator, Mapping
 
 from gage_eval import __version__
 from gage_eval.backend import LOGLIKELIHOOD, Backend, ModelOutput
-from gage_eval.errors import GageError, RowError
+from gage_eval.errors import FatalBackendError, GageError, OutputError, RowError
 from gage_eval.idset import IdSet
 from gage_eval.events import RunEnd, RunStart, SampleDone, TaskDone
 from gage_eval.metric import MetricContext, TaskAggregate, metric_value
 from gage_eval.plugins import Registry, load_plugins, plugin_versions
 from gage_eval.progress import Progress
 from gage_eval.records import EventLog, TaskWriter, write_json_atomic
-from gage_eval.redact import redact
+from gage_eval.redact import redact, scrub
+from gage_eval.rundir import INPUTS_FILE, changed_inputs, fingerprint, read_inputs
 from gage_eval.requests import RequestBuilder
 from gage_eval.sample import SCHEMA_VERSION, RowContext, elide_inline_media
 from gage_eval.schemas import validation_errors
@@ -108,41 +109,60 @@ def error_stub(task: str, index: int, locator: str, stage: str, message: str, sa
 class TaskRun:
     """The per-task state: components built from the task file, counters, timings."""
 
-    def __init__(self, spec: TaskSpec, registry: Registry, options: RunOptions):
+    def __init__(self, spec: TaskSpec, registry: Registry, options: RunOptions, failure: str | None = None):
         self.spec = spec
         self.name = spec.name
-        ds = spec.dataset
-        loader_args = dict(ds.get("args") or {})
-        self.loader_factory = registry.get("loaders", ds["loader"]).factory
-        self.loader_args = {**loader_args, "base_dir": str(spec.folder)}
-        pre = spec.preprocessor
-        self.preprocess = registry.get("preprocessors", pre["name"]).factory(**(pre.get("args") or {}))
-        self.metrics = []
-        for entry in spec.metrics:
-            entry = {"name": entry} if isinstance(entry, str) else entry
-            factory = registry.get("metrics", entry["name"]).factory
-            try:
-                metric = factory(**(entry.get("args") or {}))
-            except (TypeError, ValueError) as exc:
-                raise GageError(f"{spec.folder / 'task.yaml'}: metric {entry['name']!r}: {exc}") from None
-            self.metrics.append((entry.get("as", entry["name"]), metric))
-        self.primary = spec.primary_metric or self.metrics[0][0]
-        self.judge = None
-        if spec.judge:
-            factory = registry.get("judges", spec.judge["name"]).factory
-            self.judge = factory(**(spec.judge.get("args") or {}), base_dir=str(spec.folder))
-        self.builder = RequestBuilder(spec)
+        self.failure = failure  # why the task could not run (or stopped), when it did not
         self.limit = (options.task_overrides.get(spec.name) or {}).get("limit", options.limit)
         self.aggregate = TaskAggregate()
         self.counts = {"total": 0, "scored": 0, "errored": 0, "skipped": 0, "judge_errors": 0}
         self.errors_by_stage: dict[str, int] = {}
         self.timings = dict.fromkeys(STAGES, 0.0)
         self.extra_counts: dict[str, int] = {}
+        self.metrics: list = []
+        self.judge = None
+        self.primary = spec.primary_metric
+        if failure is None:
+            try:
+                self._build(registry)
+            except GageError as exc:
+                self.failure = str(exc)
+
+    def _build(self, registry: Registry) -> None:
+        spec = self.spec
+        where = f"task {spec.name!r} ({spec.folder / 'task.yaml'})"
+        ds = spec.dataset
+        self.loader = _component(registry, "loaders", ds["loader"], where, "dataset.loader",
+                                 **(ds.get("args") or {}), base_dir=str(spec.folder))
+        self.data_dir = Path(getattr(self.loader, "data_dir", None) or spec.folder)
+        pre = spec.preprocessor
+        self.preprocess = _component(registry, "preprocessors", pre["name"], where, "preprocessor",
+                                     **(pre.get("args") or {}))
+        for i, entry in enumerate(spec.metrics):
+            entry = {"name": entry} if isinstance(entry, str) else entry
+            metric = _component(registry, "metrics", entry["name"], where, f"metrics.{i}",
+                                **(entry.get("args") or {}))
+            self.metrics.append((entry.get("as", entry["name"]), metric))
+        self.primary = spec.primary_metric or self.metrics[0][0]
+        if spec.judge:
+            self.judge = _component(registry, "judges", spec.judge["name"], where, "judge",
+                                    **(spec.judge.get("args") or {}), base_dir=str(spec.folder))
+        self.builder = RequestBuilder(spec)
+
+    def data_files(self) -> list[Path]:
+        """The local files the loader reads (for the resume check); none for a hub dataset."""
+        files = getattr(self.loader, "files", None)
+        if callable(files):
+            return [Path(f) for f in files()]
+        data_files = getattr(self.loader, "data_files", None)
+        if isinstance(data_files, str):
+            data_files = [data_files]
+        elif isinstance(data_files, Mapping):
+            data_files = [f for v in data_files.values() for f in ([v] if isinstance(v, str) else v)]
+        return [Path(f) for f in data_files or [] if Path(f).is_file()]
 
     def rows(self) -> Iterator[tuple[int, str, Any]]:
-        loader = self.loader_factory(**self.loader_args)
-        self.data_dir = Path(getattr(loader, "data_dir", None) or self.spec.folder)
-        for index, (locator, record) in enumerate(loader):
+        for index, (locator, record) in enumerate(self.loader):
             if self.limit is not None and index >= self.limit:
                 break
             yield index, locator, record
@@ -169,14 +189,33 @@ class TaskRun:
         self.counts["scored"] += 1
         self.aggregate.add(values, record.get("data_tag"))
 
-    def summary(self) -> dict:
+    def status(self, max_error_rate: float = 0.0) -> tuple[str, str | None]:
+        """``ok``, ``errors`` (rows errored, more than ``max_error_rate`` of them) or ``failed``
+        (the task could not run, or no row was scored), with the reason."""
+        c = self.counts
+        if self.failure:
+            return "failed", self.failure
+        if c["total"] == 0:
+            return "failed", "no rows: the dataset is empty (or --limit 0)"
+        if c["scored"] == 0:
+            why = (f"all {c['total']} rows errored" if c["errored"] == c["total"]
+                   else f"no row was scored ({c['errored']} errored, {c['skipped']} had no metric value)")
+            return "failed", why
+        if c["errored"] and c["errored"] / c["total"] > max_error_rate:
+            return "errors", f"{c['errored']} of {c['total']} rows errored"
+        return "ok", None
+
+    def summary(self, max_error_rate: float = 0.0) -> dict:
         agg = self.aggregate.result()
         higher = {name: getattr(m, "higher_is_better", True) for name, m in self.metrics}
         for name, entry in agg["metrics"].items():
             entry["higher_is_better"] = higher.get(name, True)
         t = derived_timings(self.timings, self.counts["total"])
+        status, reason = self.status(max_error_rate)
         return {
             "task": self.name,
+            "status": status,
+            "failure": reason,
             "source": {"folder": str(self.spec.folder), "origin": self.spec.origin},
             "primary_metric": self.primary,
             "metrics": agg["metrics"],
@@ -197,9 +236,10 @@ def _check_capabilities(tasks: list[TaskSpec], backend: Backend, model: str, rol
                 f"{', '.join(sorted(backend.capabilities)) or 'nothing'}); pick another model or backend")
 
 
-def resolve_tasks(options: RunOptions, registry: Registry) -> list[TaskSpec]:
+def resolve_tasks(options: RunOptions, registry: Registry) -> list[tuple[TaskSpec, str | None]]:
+    """Each task's validated spec, or a placeholder and the reason its folder cannot run. Unknown
+    names are a usage error; a broken task folder fails that task only."""
     found = discover(registry.task_paths, options.include_paths)
-    specs = []
     unknown = [t for t in options.tasks if t not in found]
     if unknown:
         raise GageError(f"unknown task(s): {', '.join(unknown)}; available: {', '.join(sorted(found)) or 'none'} "
@@ -207,15 +247,21 @@ def resolve_tasks(options: RunOptions, registry: Registry) -> list[TaskSpec]:
     extra = set(options.data) - set(options.tasks)
     if extra:
         raise GageError(f"--data names task(s) not in --tasks: {', '.join(sorted(extra))}")
+    specs = []
     for name in options.tasks:
         src = found[name]
-        spec = read_task_file(src.folder, src.origin)
-        if name in options.data:
-            split = (spec.dataset.get("args") or {}).get("split")
-            spec = with_dataset(spec, dataset_for_path(options.data[name], split))
-        if options.task_overrides.get(name):
-            spec = _with_overrides(spec, options.task_overrides[name], options.config_file)
-        specs.append(spec)
+        try:
+            spec = read_task_file(src.folder, src.origin)
+            if name in options.data:
+                split = (spec.dataset.get("args") or {}).get("split")
+                spec = with_dataset(spec, dataset_for_path(options.data[name], split))
+            if options.task_overrides.get(name):
+                spec = _with_overrides(spec, options.task_overrides[name], options.config_file)
+        except GageError as exc:
+            specs.append((TaskSpec(name=name, folder=src.folder, origin=src.origin, description="", dataset={},
+                                   preprocessor={}, request={"kind": "unknown"}, metrics=[]), str(exc)))
+            continue
+        specs.append((spec, None))
     return specs
 
 
@@ -245,6 +291,21 @@ def _with_overrides(spec: TaskSpec, overrides: Mapping[str, Any], source: str | 
     return replace(spec, request=request, metrics=list(raw["metrics"]), primary_metric=primary, raw=raw)
 
 
+def _component(registry: Registry, kind: str, name: str, where: str, key: str, **kwargs: Any) -> Any:
+    """A task's loader, preprocessor, metric or judge built from its registered factory; an unknown
+    name or bad arguments name the task, its file and the key."""
+    try:
+        factory = registry.get(kind, name).factory
+    except GageError as exc:
+        raise GageError(f"{where}: key '{key}': {exc}") from None
+    try:
+        return factory(**kwargs)
+    except GageError as exc:
+        raise GageError(f"{where}: key '{key}': {exc}") from None
+    except (TypeError, ValueError) as exc:
+        raise GageError(f"{where}: key '{key}' ({name!r}): {exc}") from None
+
+
 def make_backend(registry: Registry, name: str, args: Mapping[str, Any], batch_size: Any, seed: int) -> Backend:
     factory = registry.get("backends", name).factory
     kwargs = dict(args)
@@ -265,6 +326,7 @@ class Engine:
         self.pm, self.registry = load_plugins()
         self.run_id = run_dir.name
         self.secrets: tuple[str, ...] = ()
+        self.fatal: dict[str, str] = {}  # role -> why its backend can take no more requests
         self.allowed_dirs = tuple(Path(p).expanduser().resolve() for p in options.allow_paths)
 
     # -- hooks -------------------------------------------------------------
@@ -278,23 +340,26 @@ class Engine:
     def run(self) -> dict:
         wall0 = time.perf_counter()
         opts = self.options
-        specs = resolve_tasks(opts, self.registry)
-        runs = [TaskRun(spec, self.registry, opts) for spec in specs]
+        runs = [TaskRun(spec, self.registry, opts, failure) for spec, failure in resolve_tasks(opts, self.registry)]
+        ready = [tr for tr in runs if not tr.failure]
         backend = make_backend(self.registry, opts.model, opts.model_args, opts.batch_size, opts.seed)
         judge_backend = backend
-        if any(r.judge for r in runs):
+        if any(tr.judge for tr in ready):
             if opts.judge_model and (opts.judge_model, opts.judge_args) != (opts.model, opts.model_args):
                 judge_backend = make_backend(self.registry, opts.judge_model, opts.judge_args, opts.batch_size,
                                              opts.seed)
-            _check_capabilities([s for s in specs if s.judge], judge_backend, opts.judge_model or opts.model,
-                                role="judge model")
-        _check_capabilities(specs, backend, opts.model)
+            _check_capabilities([tr.spec for tr in ready if tr.judge], judge_backend,
+                                opts.judge_model or opts.model, role="judge model")
+        _check_capabilities([tr.spec for tr in ready], backend, opts.model)
         self.secrets = tuple(getattr(backend, "secrets", ()) or ()) + tuple(getattr(judge_backend, "secrets", ()) or ())
-        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self._check_inputs(ready)
         if not self.resume:
-            write_json_atomic(self.run_dir / "config.json", redact(asdict(opts), self.secrets))
+            _write_json(self.run_dir / "config.json", redact(asdict(opts), self.secrets))
         events = EventLog(self.run_dir / "events.jsonl", self.run_id)
         events.emit("run_resume" if self.resume else "run_start", tasks=opts.tasks, model=opts.model)
+        for tr in runs:
+            if tr.failure:
+                events.emit("task_failed", task=tr.name, message=redact(tr.failure, self.secrets))
         self._notify("gage_run_start", RunStart(self.run_id, self.run_dir, tuple(opts.tasks), opts.model))
         t_open = time.perf_counter()
         backend.open()
@@ -305,34 +370,55 @@ class Engine:
         summary: dict = {}
         interrupted = None
         try:
-            for task_run in runs:
+            for task_run in ready:
                 self._run_task(task_run, backend, judge_backend, events)
         except KeyboardInterrupt:
             interrupted = "interrupted by the user (Ctrl-C)"
         except GageError as exc:
-            interrupted = str(exc)
+            interrupted = redact(str(exc), self.secrets)
             raise
         finally:
             summary = self._summary(runs, backend, judge_backend, wall0, load_s, interrupted)
-            write_json_atomic(self.run_dir / "summary.json", summary)
-            events.emit("run_end", interrupted=interrupted)
-            events.close()
-            for b in {id(backend): backend, id(judge_backend): judge_backend}.values():
-                b.close()
+            try:
+                _write_json(self.run_dir / "summary.json", summary)
+                events.emit("run_end", interrupted=interrupted, exit_status=summary["run"]["exit_status"])
+                events.close()
+            except OutputError:
+                if interrupted is None:  # an earlier error is the one to report
+                    raise
+            finally:
+                for b in {id(backend): backend, id(judge_backend): judge_backend}.values():
+                    b.close()
         if interrupted:
             raise KeyboardInterrupt(interrupted)
         self._notify("gage_run_end", RunEnd(self.run_id, self.run_dir, summary))
         return summary
+
+    def _check_inputs(self, runs: list["TaskRun"]) -> None:
+        """Hash each task folder and local data file; on resume, refuse any that changed."""
+        now = {tr.name: fingerprint(tr.spec.folder, tr.data_files()) for tr in runs}
+        if self.resume:
+            changed = changed_inputs(read_inputs(self.run_dir), now)
+            if changed:
+                raise GageError(f"--resume {self.run_dir}: the inputs changed since the run began, so its "
+                                f"results would mix two versions: " + "; ".join(changed)
+                                + ". Start a new run instead.")
+            return
+        _write_json(self.run_dir / INPUTS_FILE, now)
 
     def _run_task(self, tr: TaskRun, backend: Backend, judge_backend: Backend, events: EventLog) -> None:
         opts = self.options
         writer = TaskWriter(self.run_dir, tr.name, model_id=backend.model_id, evaluation_id=self.run_id)
         done = IdSet()
         if self.resume:
-            for record in writer.recover():
-                done.add(str(record.get("id")))
-                tr.account(record)
-            events.emit("task_resume", task=tr.name, already_done=len(done))
+            retried = 0
+            for record, keep in writer.recover(keep=_finished):
+                if keep:
+                    done.add(str(record.get("id")))
+                    tr.account(record)
+                else:
+                    retried += 1
+            events.emit("task_resume", task=tr.name, already_done=len(done), retried=retried)
         events.emit("task_start", task=tr.name)
         window_size = max(1, int(getattr(backend, "max_batch", 64) or 64))
         progress = Progress(tr.name, total=opts.limit, quiet=opts.quiet, start=len(done))
@@ -352,12 +438,22 @@ class Engine:
             tr.timings["dataset_materialization_s"] += time.perf_counter() - t_load
             if window:
                 self._process(tr, window, backend, judge_backend, writer, events, progress)
+        except (OutputError, FatalBackendError):
+            raise
+        except GageError as exc:  # the data stopped being readable part way: this task fails, others go on
+            tr.failure = redact(str(exc), self.secrets)
+        except OSError as exc:
+            tr.failure = f"reading the data: {exc.filename or ''}: {exc.strerror or exc}"
         finally:
             writer.close()
             progress.close()
             seen.close()
             done.close()
         result = tr.summary()
+        if tr.failure:
+            events.emit("task_failed", task=tr.name, message=tr.failure)
+            if not opts.quiet:
+                print(f"gage-eval: task {tr.name} failed: {tr.failure}", file=sys.stderr)
         events.emit("task_done", task=tr.name, counts=tr.counts, timings=result["timings"])
         self._notify("gage_task_done", TaskDone(self.run_id, tr.name, dict(tr.counts), result["metrics"]))
 
@@ -398,9 +494,19 @@ class Engine:
     def _process(self, tr: TaskRun, window: list[Item], backend: Backend, judge_backend: Backend,
                  writer: TaskWriter, events: EventLog, progress: Progress) -> None:
         live = [it for it in window if it.error is None and "eval_result" not in it.sample]
+        if live and self.fatal.get("model"):
+            for it in live:
+                it.error = {"stage": "inference", "message": f"not run: {self.fatal['model']}", "locator": it.locator}
+            tr.failure = tr.failure or f"the model backend stopped the run: {self.fatal['model']}"
+            live = []
         if live:
             t0 = time.perf_counter()
-            outputs = _safe_run(backend, [it.request for it in live])
+            try:
+                outputs = _safe_run(backend, [it.request for it in live])
+            except FatalBackendError as exc:
+                self.fatal["model"] = redact(str(exc), self.secrets)
+                tr.failure = f"the model backend stopped the run: {self.fatal['model']}"
+                outputs = [ModelOutput(error=self.fatal["model"]) for _ in live]
             tr.timings["inference_s"] += time.perf_counter() - t0
             for it, out in zip(live, outputs):
                 it.output = out
@@ -413,14 +519,16 @@ class Engine:
             self._judge(tr, [it for it in live if it.error is None], judge_backend)
         for it in window:
             record = elide_inline_media(self._finish(tr, it))
+            err = (record.get("eval_result") or {}).get("error")
+            if err and self.secrets:
+                err["message"] = scrub(str(err.get("message")), self.secrets, min_len=1)
             t_w = time.perf_counter()
             writer.write(record)
             tr.timings["writing_s"] += time.perf_counter() - t_w
             tr.account(record)
-            err = (record.get("eval_result") or {}).get("error")
             if err:
                 events.emit("sample_error", task=tr.name, sample_id=record["id"], locator=it.locator,
-                            stage=err.get("stage"), message=redact(err.get("message"), self.secrets))
+                            stage=err.get("stage"), message=err.get("message"))
                 if not self.options.quiet:
                     progress.message(f"{it.locator}: {err.get('stage')} error: {err.get('message')}")
             self._notify("gage_sample_done", SampleDone(self.run_id, tr.name, str(record["id"]),
@@ -447,7 +555,16 @@ class Engine:
         if not requests:
             return
         t0 = time.perf_counter()
-        replies = _safe_run(judge_backend, requests)
+        if self.fatal.get("judge"):
+            replies = [ModelOutput(error=f"not run: {self.fatal['judge']}") for _ in requests]
+        else:
+            try:
+                replies = _safe_run(judge_backend, requests)
+            except FatalBackendError as exc:
+                self.fatal["judge"] = redact(str(exc), self.secrets)
+                replies = [ModelOutput(error=self.fatal["judge"]) for _ in requests]
+        if self.fatal.get("judge"):
+            tr.failure = tr.failure or f"the judge backend stopped the run: {self.fatal['judge']}"
         tr.timings["judge_s"] += time.perf_counter() - t0
         pos = 0
         for it, k in owners:
@@ -511,7 +628,7 @@ class Engine:
                  load_s: float, interrupted: str | None) -> dict:
         opts = self.options
         wall = time.perf_counter() - wall0
-        tasks = {tr.name: tr.summary() for tr in runs}
+        tasks = {tr.name: tr.summary(opts.max_error_rate) for tr in runs}
         n = sum(tr.counts["total"] for tr in runs)
         timings = derived_timings({k: sum(tr.timings[k] for tr in runs) for k in STAGES}, n, wall)
         timings["model_load_s"] = load_s
@@ -522,6 +639,7 @@ class Engine:
                 "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                 "command": opts.command,
                 "interrupted": interrupted,
+                "exit_status": 130 if interrupted and not self.fatal else exit_status(tasks),
                 "versions": {"gage_eval": __version__, "python": platform.python_version(),
                              "plugins": {name: version for name, version in plugin_versions().items()
                                          if self.pm.get_plugin(name) is not None}},
@@ -536,6 +654,33 @@ class Engine:
             "tasks": tasks,
         }
         return redact(summary, self.secrets)
+
+
+EXIT_OK, EXIT_ROW_ERRORS, EXIT_USAGE, EXIT_TASK_FAILED, EXIT_OUTPUT, EXIT_INTERRUPTED = 0, 1, 2, 3, 4, 130
+
+
+def exit_status(tasks: Mapping[str, Mapping[str, Any]]) -> int:
+    """The run's exit status from its tasks' statuses: a failed task outranks errored rows."""
+    statuses = {t["status"] for t in tasks.values()}
+    if "failed" in statuses or not tasks:
+        return EXIT_TASK_FAILED
+    return EXIT_ROW_ERRORS if "errors" in statuses else EXIT_OK
+
+
+def _finished(record: Mapping[str, Any]) -> bool:
+    """On resume, a written row counts as done unless a backend failed it (inference or judge):
+    those may succeed now that the cause is fixed, so they run again."""
+    err = (record.get("eval_result") or {}).get("error")
+    return not err or err.get("stage") not in ("inference", "judge")
+
+
+def _write_json(path: Path, obj: Any) -> None:
+    try:
+        write_json_atomic(path, obj)
+    except OSError as exc:
+        raise OutputError(f"cannot write {path}: {exc.strerror or exc}; the records written so far are "
+                          f"kept: free space or fix the folder, then continue with gage-eval --resume "
+                          f"{path.parent}") from None
 
 
 def _model_output(it: Item) -> dict:

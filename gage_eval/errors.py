@@ -10,11 +10,21 @@ class GageError(Exception):
     The message says which file, line or key is wrong and what to do about it.
     """
 
+    exit_code = 2  # a usage or configuration error: nothing ran
+
+
+class OutputError(GageError):
+    """The run cannot write its outputs: a full disk, a read-only or missing folder, a file in the way."""
+
+    exit_code = 4
+
 
 class FatalBackendError(GageError):
     """Raised by a backend's ``run`` when no further request can succeed (401/403/404, model not
     found, a server that stopped answering). The engine writes the batch's rows and every row
     still to come as errored with this message, and the run exits non-zero."""
+
+    exit_code = 3
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,9 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any, Callable, Iterator, Mapping
+
+from gage_eval.errors import OutputError
 
 from gage_eval.sample import content_text, label_text, messages_text
 
@@ -58,13 +60,19 @@ class JsonlAppender:
     """An append-only jsonl file, flushed after every line so a kill loses at most one line."""
 
     def __init__(self, path: Path):
-        path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
-        self._fh = path.open("a", encoding="utf-8")
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self._fh = path.open("a", encoding="utf-8")
+        except OSError as exc:
+            raise output_error(path, exc) from None
 
     def write(self, obj: Any) -> None:
-        self._fh.write(dumps(obj) + "\n")
-        self._fh.flush()
+        try:
+            self._fh.write(dumps(obj) + "\n")
+            self._fh.flush()
+        except OSError as exc:
+            raise output_error(self.path, exc) from None
 
     def close(self) -> None:
         self._fh.close()
@@ -78,6 +86,13 @@ class EventLog(JsonlAppender):
 
     def emit(self, event: str, **fields: Any) -> None:
         self.write({"ts": round(time.time(), 6), "run_id": self.run_id, "event": event, **fields})
+
+
+def output_error(path: Path, exc: OSError) -> OutputError:
+    """A failed write as a one-line error that says what is kept and how to go on."""
+    run_dir = path.parent.parent if path.parent.name in ("samples", "instances") else path.parent
+    return OutputError(f"cannot write {path}: {exc.strerror or exc}; the records written so far are kept: "
+                       f"free space or fix the folder, then continue with gage-eval --resume {run_dir}")
 
 
 def primary_value(record: Mapping[str, Any]) -> Any:
@@ -170,16 +185,33 @@ class TaskWriter:
         self._samples: JsonlAppender | None = None
         self._instances: JsonlAppender | None = None
 
-    def recover(self) -> Iterator[dict]:
-        """Records already written by an interrupted run; the instance file is rebuilt from them."""
+    def recover(self, keep: Callable[[Mapping[str, Any]], bool] = lambda record: True
+                ) -> Iterator[tuple[dict, bool]]:
+        """Records already written by an interrupted run, each with ``keep(record)``. Records not
+        kept (to be run again) are removed from the samples file; the instance file is rebuilt."""
         truncate_partial_line(self.samples_path)
-        tmp = self.instances_path.with_suffix(".jsonl.tmp")
-        tmp.parent.mkdir(parents=True, exist_ok=True)
-        with tmp.open("w", encoding="utf-8") as out:
-            for record in read_jsonl(self.samples_path):
-                out.write(dumps(self.instance(record)) + "\n")
-                yield record
-        os.replace(tmp, self.instances_path)
+        self.instances_path.parent.mkdir(parents=True, exist_ok=True)
+        tmp_instances = self.instances_path.with_suffix(".jsonl.tmp")
+        tmp_samples = self.samples_path.with_suffix(".jsonl.tmp")
+        dropped = 0
+        try:
+            with tmp_instances.open("w", encoding="utf-8") as out, tmp_samples.open("w", encoding="utf-8") as kept:
+                for record in read_jsonl(self.samples_path):
+                    ok = keep(record)
+                    if ok:
+                        kept.write(dumps(record) + "\n")
+                        out.write(dumps(self.instance(record)) + "\n")
+                    else:
+                        dropped += 1
+                    yield record, ok
+            if dropped:
+                os.replace(tmp_samples, self.samples_path)
+            os.replace(tmp_instances, self.instances_path)
+        except OSError as exc:
+            raise output_error(self.samples_path, exc) from None
+        finally:
+            for tmp in (tmp_samples, tmp_instances):
+                tmp.unlink(missing_ok=True)
 
     def instance(self, record: Mapping[str, Any]) -> dict:
         return build_instance(record, task=self.task, model_id=self.model_id, evaluation_id=self.evaluation_id)

@@ -9,6 +9,8 @@ import yaml
 
 from gage_eval.engine import Engine, RunOptions, load_options, new_run_id
 from gage_eval.errors import GageError
+from gage_eval.redact import redact
+from gage_eval.rundir import LOCK_FILE, RunLock, masked_keys, matches_stored
 from gage_eval.tasks import parse_data_overrides
 
 DEFAULT_MODEL = "smollm2"
@@ -141,27 +143,81 @@ def _relative_to(config_file: str | None, path: str) -> Path:
 
 
 def run_from_cli(*, resume: str | None, quiet: bool, **kwargs: Any) -> dict:
+    """Run (or resume) and print the results; exits with the documented status (see the README)."""
     if resume:
         run_dir = Path(resume)
-        options = load_options(run_dir)
-        options.quiet = quiet
-        engine = Engine(options, run_dir, resume=True)
+        if not (run_dir / "config.json").is_file():
+            raise GageError(f"--resume {run_dir}: no config.json there; is it a gage-eval run folder?")
     else:
         options = build_options(quiet=quiet, **kwargs)
         options.run_id = options.run_id or new_run_id()
         run_dir = Path(options.output_dir) / options.run_id
-        if run_dir.exists() and any(run_dir.iterdir()):
+    with RunLock(run_dir):
+        if resume:
+            options = resumed_options(run_dir, kwargs)
+            options.quiet = quiet
+        elif any(p.name != LOCK_FILE for p in run_dir.iterdir()):
             raise GageError(f"run folder {run_dir} already exists; use --resume {run_dir} to continue it")
-        engine = Engine(options, run_dir)
-    try:
-        summary = engine.run()
-    except KeyboardInterrupt as exc:
-        # click turns KeyboardInterrupt into a bare "Aborted", so say what to do here
-        click.echo(f"\ngage-eval: {exc or 'interrupted'}; results so far are in {run_dir}; continue with: "
-                   f"gage-eval --resume {run_dir}", err=True)
-        raise SystemExit(130) from None
+        engine = Engine(options, run_dir, resume=bool(resume))
+        try:
+            summary = engine.run()
+        except KeyboardInterrupt as exc:
+            # click turns KeyboardInterrupt into a bare "Aborted", so say what to do here
+            click.echo(f"\ngage-eval: {exc or 'interrupted'}; results so far are in {run_dir}; continue with: "
+                       f"gage-eval --resume {run_dir}", err=True)
+            raise SystemExit(130) from None
     print_results(summary, run_dir)
+    status = summary["run"]["exit_status"]
+    if status:
+        raise SystemExit(status)
     return summary
+
+
+# flags a resume may repeat (they must then equal the stored settings), by RunOptions field
+RESUME_CHECKED = ("tasks", "model", "model_args", "judge_model", "judge_args", "batch_size", "limit", "seed",
+                  "include_paths", "data", "allow_paths", "allow_urls")
+RESUME_FREE = ("fail_fast", "max_error_rate")  # how to treat errors may change on resume
+
+
+def resumed_options(run_dir: Path, given: dict) -> RunOptions:
+    """The stored settings, checked against any given again; secrets the store holds only as
+    ``***`` are taken from the flags given now, and their absence stops the resume."""
+    stored = load_options(run_dir)
+    flags = {k: v for k, v in given.items()
+             if k not in ("command", "output_dir", "run_id") and v not in (None, (), [], False, "")}
+    explicit = set(RESUME_CHECKED) if "config_file" in flags else set(flags)
+    fresh = build_options(quiet=True, command="", **{**_unset(), "tasks": ",".join(stored.tasks), **flags})
+    diffs, supplied = [], {}
+    for name in RESUME_CHECKED:
+        if name not in explicit:
+            continue
+        before, after = getattr(stored, name), getattr(fresh, name)
+        if name in ("model_args", "judge_args") and matches_stored(before, after):
+            supplied[name] = after
+        elif before != after:
+            diffs.append(f"  {name}: {redact(before)!r} -> {redact(after)!r}")
+    if diffs:
+        raise GageError(f"--resume {run_dir}: these settings differ from the stored run's, so the results would "
+                        "mix two runs:\n" + "\n".join(diffs) + "\nresume without them, or start a new run")
+    for name in RESUME_FREE:
+        if name in flags:
+            setattr(stored, name, getattr(fresh, name))
+    for name, role in (("model_args", "--model-args"), ("judge_args", "--judge-args")):
+        if name in supplied:
+            setattr(stored, name, supplied[name])
+            continue
+        missing = masked_keys(getattr(stored, name))
+        if missing:
+            raise GageError(f"--resume {run_dir}: {role} {', '.join(missing)} held a secret, which is never "
+                            f"stored; give the arguments again with the secret: gage-eval --resume {run_dir} "
+                            f"{role} ..., or pass keys through an environment variable (api_key_env)")
+    return stored
+
+
+def _unset() -> dict:
+    return dict(tasks=None, model=None, model_args=None, judge_model=None, judge_args=None, batch_size=None,
+                limit=None, output_dir=None, run_id=None, include_paths=(), data=(), config_file=None, seed=None,
+                fail_fast=False, max_error_rate=None, allow_paths=(), allow_urls=False)
 
 
 def _fmt(x: Any) -> str:
@@ -178,7 +234,18 @@ def print_results(summary: dict, run_dir: Path) -> None:
         click.echo("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
     for name, task in summary["tasks"].items():
         c = task["counts"]
-        click.echo(f"{name}: {c['total']} rows, {c['scored']} scored, {c['errored']} errored"
-                   + (f" ({c['judge_errors']} judge errors)" if c.get("judge_errors") else ""))
+        line = (f"{name}: {c['total']} rows, {c['scored']} scored, {c['errored']} errored"
+                + (f" ({c['judge_errors']} judge errors)" if c.get("judge_errors") else ""))
+        if task.get("status") == "failed":
+            line += f"; FAILED: {task['failure']}"
+        elif task.get("status") == "errors":
+            line += "; rows errored (see samples/ or events.jsonl)"
+        click.echo(line)
     t = summary["run"]["timings"]
-    click.echo(f"wall time {t['wall_runtime_s']:.1f}s; outputs in {run_dir}")
+    status = summary["run"].get("exit_status", 0)
+    click.echo(f"wall time {t['wall_runtime_s']:.1f}s; outputs in {run_dir}"
+               + (f"; exit status {status} ({EXIT_MEANING.get(status, '')})" if status else ""))
+
+
+EXIT_MEANING = {0: "every task scored, no row errored", 1: "some rows errored", 2: "usage or configuration error",
+                3: "a task could not run or scored no row", 4: "outputs could not be written", 130: "interrupted"}

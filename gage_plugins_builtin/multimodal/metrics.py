@@ -33,8 +33,10 @@ def parse_multi_choice(response: str, letters: Sequence[str], index2ans: Mapping
 
     The method is ``bracket`` ("(B)"), ``letter`` ("B " or "B."), ``content`` (an
     option's text inside a response of more than five words) or ``fallback`` (a
-    random letter from ``rng``). With several candidates the one found last wins.
+    random letter from ``rng``). With several candidates the one found last wins. The
+    response is stripped of surrounding whitespace first, as the reference harness does.
     """
+    response = response.strip()
     for char in _EDGE_PUNCT:
         response = response.strip(char)
     response = f" {response} "

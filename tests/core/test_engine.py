@@ -57,7 +57,7 @@ def test_malformed_rows_reported_and_good_rows_scored(tmp_path, run_cli):
         json.dumps({**GOOD, "goal": "Another good one."}),
     ])
     result = run_cli("--tasks", "piqa", "--model", "dummy", "--data", f"piqa={data}", "-o", tmp_path, "--run-id", "r")
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 1, result.output  # finished, with rows errored
     assert "Traceback" not in result.output
     for line, what in [(2, "invalid JSON"), (3, "outside the 2 choices"), (4, "missing field 'goal'"),
                        (5, "question must be a string"), (6, "must be a string"), (7, "expected a JSON object")]:
@@ -80,7 +80,7 @@ def test_backend_and_metric_errors_are_counted(tmp_path, run_cli):
     data = write_rows(tmp_path / "rows.jsonl", [json.dumps({**GOOD, "goal": f"q{i}"}) for i in range(10)])
     result = run_cli("--tasks", "piqa", "--model", "dummy", "--model-args", "fail_every=3", "--data",
                      f"piqa={data}", "-o", tmp_path, "--run-id", "r", "-q")
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 1, result.output
     summary = json.loads((tmp_path / "r" / "summary.json").read_text())
     assert summary["tasks"]["piqa"]["counts"]["errored"] == 3
     assert summary["tasks"]["piqa"]["errors_by_stage"] == {"inference": 3}
@@ -101,7 +101,6 @@ def test_fail_fast_stops_at_first_error(tmp_path, run_cli):
     (["--tasks", "nope", "--model", "dummy"], "unknown task(s): nope"),
     (["--tasks", "piqa", "--model", "nope"], "unknown backend 'nope'"),
     (["--tasks", "piqa", "--model", "dummy", "--model-args", "oops"], "expected key=value"),
-    (["--tasks", "piqa", "--model", "dummy", "--data", "piqa=/no/such.jsonl"], "does not exist"),
     (["--tasks", "piqa", "--model", "dummy", "--data", "other=x.jsonl"], "not in --tasks"),
     (["--tasks", "piqa", "--model", "dummy", "--model-args", "colour=red"], "unknown argument(s) colour"),
 ])
@@ -111,16 +110,26 @@ def test_bad_command_lines_are_clear(tmp_path, run_cli, args, message):
     assert message in result.output and "Traceback" not in result.output
 
 
+def test_missing_data_file_fails_the_task(tmp_path, run_cli):
+    result = run_cli("--tasks", "piqa", "--model", "dummy", "--data", "piqa=/no/such.jsonl", "-o", tmp_path,
+                     "--run-id", "r")
+    assert result.exit_code == 3
+    assert "/no/such.jsonl does not exist" in result.output and "Traceback" not in result.output
+    summary = json.loads((tmp_path / "r" / "summary.json").read_text())
+    assert summary["tasks"]["piqa"]["status"] == "failed"
+    assert "does not exist" in summary["tasks"]["piqa"]["failure"]
+
+
 def test_bad_task_file_names_file_and_key(tmp_path, run_cli):
     folder = tmp_path / "tasks" / "bad"
     folder.mkdir(parents=True)
     (folder / "task.yaml").write_text("dataset: {loader: jsonl}\nrequest: {kind: guess}\nmetrics: [acc]\n")
     result = run_cli("--tasks", "bad", "--model", "dummy", "--include-path", tmp_path / "tasks", "-o", tmp_path)
-    assert result.exit_code == 2
+    assert result.exit_code == 3  # that task cannot run
     assert f"{folder / 'task.yaml'}: key 'request.kind'" in result.output
     (folder / "task.yaml").write_text("dataset: {loader: jsonl\nrequest: [\n")
     result = run_cli("--tasks", "bad", "--model", "dummy", "--include-path", tmp_path / "tasks", "-o", tmp_path)
-    assert result.exit_code == 2 and f"{folder / 'task.yaml'}:" in result.output and "invalid YAML" in result.output
+    assert result.exit_code == 3 and f"{folder / 'task.yaml'}:" in result.output and "invalid YAML" in result.output
 
 
 def test_validate_reports_every_bad_row(tmp_path, run_cli):

@@ -124,5 +124,5 @@ def test_override_that_breaks_the_task_is_refused(tmp_path, run_cli):
           - {name: legal_eval_v1, generation: {max_new_tokens: 0}}
         """)
     result = run_cli("--config", cfg, "-o", tmp_path / "runs", "-q")
-    assert result.exit_code == 2
+    assert result.exit_code == 3  # the task cannot run
     assert "legal_eval_v1" in result.output and "max_new_tokens" in result.output

@@ -26,7 +26,7 @@ def test_full_shared_file_with_garbage_judge_counts_judge_errors(shared_data, tm
     result = run_cli("--tasks", "legal_eval_v1", "--model", "dummy", "--judge-model", "dummy",
                      "--judge-args", "response=fixed,text=blah", "--data", f"legal_eval_v1={shared_data / MERGED}",
                      "-o", tmp_path, "-q")
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 1, result.output  # judge errors are errored rows
     summary, run = _summary(tmp_path)
     task = summary["tasks"]["legal_eval_v1"]
     counts = task["counts"]

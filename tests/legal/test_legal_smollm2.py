@@ -39,10 +39,11 @@ def test_smollm2_model_and_judge_end_to_end(shared_data, smollm2_gguf, tmp_path,
             generation: {{max_new_tokens: 24}}
         """))
     result = run_cli("--config", cfg, "-o", tmp_path / "runs", "--run-id", "s", "-q")
-    assert result.exit_code == 0, result.output
     summary = json.loads((tmp_path / "runs" / "s" / "summary.json").read_text())
     task = summary["tasks"]["legal_eval_v1"]
     counts = task["counts"]
+    # a 135M judge often answers in prose: those rows are judge errors, and the exit status says so
+    assert result.exit_code == (1 if counts["errored"] else 0), result.output
     assert counts["total"] == 3 and counts["scored"] + counts["errored"] + counts["skipped"] == 3
     records = [json.loads(l) for l in (tmp_path / "runs" / "s" / "samples" / "legal_eval_v1.jsonl").open()]
     errors = [r["eval_result"].get("error") for r in records]

@@ -16,6 +16,8 @@ INDEX2ANS = {"A": "$6", "B": "$7", "C": "$8", "D": "$9"}
 @pytest.mark.parametrize("response, letter, method", [
     ("B", "B", "letter"),
     ("B.", "B", "letter"),                       # edge punctuation stripped
+    ("  B\n", "B", "letter"),                    # surrounding whitespace stripped first
+    ("\tC.\n\n", "C", "letter"),
     ("(C)", "C", "bracket"),
     ("The answer is (D) because (A) is wrong", "A", "bracket"),   # last bracketed wins
     ("A or maybe B", "B", "letter"),             # several letters: the last one
