@@ -1,0 +1,164 @@
+"""The run folder: unwritable outputs, one writer at a time, and a resume that checks what it continues."""
+from __future__ import annotations
+
+import json
+import resource
+import shutil
+import subprocess
+import sys
+import time
+
+import pytest
+
+from harness import GUARD, INTERRUPTED, OK, OUTPUT, ROOT, USAGE, check
+
+ROWS = 200
+
+
+@pytest.fixture
+def data(gage):
+    path = gage.tmp / "data" / "rows.jsonl"
+    path.parent.mkdir()
+    path.write_text("".join(json.dumps({"goal": f"Question {i}?", "sol1": f"yes {i}", "sol2": "no", "label": i % 2})
+                            + "\n" for i in range(ROWS)))
+    return path
+
+
+def piqa(data, *extra):
+    return ("--tasks", "piqa", "--model", "dummy", "--data", f"piqa={data}", "-q", *extra)
+
+
+def slow_run(gage, data, run_id="r") -> subprocess.Popen:
+    """A run that takes a few seconds (8 ms a batch of 4), started in the background."""
+    import os
+
+    argv = [sys.executable, "-m", "gage_eval.cli", *piqa(data, "--model-args", "delay_ms=40", "--batch-size", "4"),
+            "-o", str(gage.tmp / "runs"), "--run-id", run_id]
+    env = {**os.environ, "PYTHONPATH": f"{GUARD}:{ROOT}", "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=gage.tmp)
+    samples = gage.tmp / "runs" / run_id / "samples" / "piqa.jsonl"
+    deadline = time.time() + 60
+    while not (samples.exists() and samples.stat().st_size) and time.time() < deadline:
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.05)
+    return proc
+
+
+def ids(run_dir) -> list[str]:
+    return [json.loads(line)["id"] for line in (run_dir / "samples" / "piqa.jsonl").read_text().splitlines()]
+
+
+def test_output_dir_is_a_file(gage, data):
+    (gage.tmp / "afile").write_text("x")
+    check(gage(*piqa(data), out=gage.tmp / "afile"), OUTPUT, "is a file, not a folder")
+
+
+def test_output_dir_under_a_file(gage, data):
+    (gage.tmp / "afile").write_text("x")
+    check(gage(*piqa(data), out=gage.tmp / "afile" / "runs"), OUTPUT, "is a file, not a folder")
+
+
+def test_output_dir_cannot_be_created(gage, data):
+    check(gage(*piqa(data), out="/proc/gage-eval-runs"), OUTPUT, "cannot create run folder")
+
+
+def test_disk_full_mid_run_then_resume(gage, data):
+    """RLIMIT_FSIZE makes a write past 8 KB fail as a full disk does (Python ignores SIGXFSZ)."""
+    def small_disk():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (8192, 8192))
+
+    o = gage(*piqa(data), preexec=small_disk)
+    check(o, OUTPUT, "cannot write", "--resume")
+    run_dir = gage.tmp / "runs" / "r"
+    written = (run_dir / "samples" / "piqa.jsonl").read_bytes()
+    assert 0 < written.count(b"\n") < ROWS
+    resumed = gage("--resume", run_dir, "-q")
+    check(resumed, OK)
+    assert sorted(ids(run_dir)) == sorted(f"piqa-{i}" for i in range(ROWS))
+
+
+def test_read_only_output_folder(gage, data):
+    import os
+
+    if os.geteuid() == 0:
+        pytest.skip("root writes through a read-only mode; the /proc and file cases cover refusal")
+    ro = gage.tmp / "ro"
+    ro.mkdir(mode=0o555)
+    check(gage(*piqa(data), out=ro), OUTPUT, "Permission denied")
+
+
+def test_two_runs_on_one_folder(gage, data):
+    first = slow_run(gage, data)
+    try:
+        second = gage(*piqa(data))
+        check(second, USAGE, "in use by another gage-eval process")
+        resume = gage("--resume", gage.tmp / "runs" / "r", "-q")
+        check(resume, USAGE, "in use by another gage-eval process")
+    finally:
+        first.wait(timeout=120)
+    assert first.returncode == OK, first.communicate()
+    assert sorted(ids(gage.tmp / "runs" / "r")) == sorted(f"piqa-{i}" for i in range(ROWS))  # each id once
+
+
+def test_new_run_on_a_used_folder(gage, data):
+    check(gage(*piqa(data, "--limit", "3")), OK)
+    check(gage(*piqa(data, "--limit", "3")), USAGE, "already exists", "--resume")
+
+
+def test_resume_of_a_folder_that_is_no_run(gage):
+    (gage.tmp / "nothing").mkdir()
+    check(gage("--resume", gage.tmp / "nothing"), USAGE, "no config.json")
+
+
+def _killed_run(gage, data):
+    proc = slow_run(gage, data)
+    proc.kill()
+    proc.wait()
+    return gage.tmp / "runs" / "r"
+
+
+@pytest.mark.parametrize("flags, changed", [
+    (("--limit", "5"), "limit"),
+    (("--model", "smollm2"), "model"),
+    (("--tasks", "piqa,mmmu"), "tasks"),
+    (("--model-args", "seed=7"), "model_args"),
+    (("--seed", "99"), "seed"),
+], ids=["limit", "model", "tasks", "model-args", "seed"])
+def test_resume_refuses_changed_settings(gage, data, flags, changed):
+    run_dir = _killed_run(gage, data)
+    o = gage("--resume", run_dir, *flags)
+    check(o, USAGE, "differ from the stored run's", f"  {changed}:")
+
+
+def test_resume_accepts_the_same_settings_again(gage, data):
+    run_dir = _killed_run(gage, data)
+    o = gage("--resume", run_dir, "--tasks", "piqa", "--model", "dummy", "--model-args", "delay_ms=40",
+             "--batch-size", "4", "--data", f"piqa={data}", "-q")
+    check(o, OK)
+    assert sorted(ids(run_dir)) == sorted(f"piqa-{i}" for i in range(ROWS))
+
+
+def test_resume_refuses_changed_data(gage, data):
+    run_dir = _killed_run(gage, data)
+    with data.open("a") as fh:
+        fh.write(json.dumps({"goal": "new", "sol1": "a", "sol2": "b", "label": 0}) + "\n")
+    check(gage("--resume", run_dir), USAGE, "inputs changed", f"data file {data}")
+
+
+def test_resume_refuses_a_changed_task_folder(gage, data):
+    tasks = gage.tmp / "tasks"
+    shutil.copytree(ROOT / "tasks" / "piqa", tasks / "piqa")
+    proc_args = piqa(data, "--include-path", tasks)
+    check(gage(*proc_args, "--limit", "3"), OK)
+    (tasks / "piqa" / "prompt.jinja").write_text("Q: {{ question }}\nA:")
+    check(gage("--resume", gage.tmp / "runs" / "r"), USAGE, "task folder", "changed")
+
+
+def test_interrupt_exits_130(gage, data):
+    import signal
+
+    proc = slow_run(gage, data)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == INTERRUPTED and b"Traceback" not in err and b"--resume" in err
+    check(gage("--resume", gage.tmp / "runs" / "r", "-q"), OK)

@@ -1,0 +1,117 @@
+"""Bad task folders, templates and YAML (task.yaml and the run config), through the real CLI."""
+from __future__ import annotations
+
+import json
+import textwrap
+
+import pytest
+
+from harness import OK, ROW_ERRORS, TASK_FAILED, USAGE, check
+
+ROWS = "".join(json.dumps({"goal": f"Question {i}?", "sol1": "yes", "sol2": "no", "label": i % 2}) + "\n"
+               for i in range(3))
+
+TASK = """\
+name: mytask
+dataset: {loader: jsonl, args: {path: rows.jsonl}}
+preprocessor: {name: legacy, args: {question: goal, choices: [sol1, sol2], answer: label}}
+request: {kind: loglikelihood, prompt: prompt.jinja}
+metrics: [acc]
+"""
+
+
+def task_folder(gage, task_yaml: str = TASK, prompt: str = "Question: {{ question }}\nAnswer:", **files: str):
+    folder = gage.tmp / "tasks" / "mytask"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "task.yaml").write_text(task_yaml)
+    (folder / "prompt.jinja").write_text(prompt)
+    (folder / "rows.jsonl").write_text(ROWS)
+    for name, text in files.items():
+        (folder / name).write_text(text)
+    return folder
+
+
+def run_task(gage, *extra):
+    return gage("--tasks", "mytask", "--model", "dummy", "--include-path", gage.tmp / "tasks", *extra)
+
+
+# (case id, task.yaml, prompt template, exit status, text the output must hold)
+TASK_CASES = [
+    ("valid-task", TASK, None, OK, ""),
+    ("yaml-syntax", TASK + "metrics: [acc\n", None, TASK_FAILED, "task.yaml:"),
+    ("yaml-duplicate-key", TASK + "metrics: [acc_norm]\n", None, TASK_FAILED, "duplicate key 'metrics'"),
+    ("yaml-empty", "", None, TASK_FAILED, "task.yaml"),
+    ("yaml-not-mapping", "- a\n- b\n", None, TASK_FAILED, "task.yaml"),
+    ("unknown-metric", TASK.replace("metrics: [acc]", "metrics: [accuracy_typo]"), None, TASK_FAILED,
+     "'mytask'"),
+    ("unknown-preprocessor", TASK.replace("name: legacy", "name: nope"), None, TASK_FAILED, "preprocessor"),
+    ("unknown-request-kind", TASK.replace("kind: loglikelihood", "kind: guess"), None, TASK_FAILED,
+     "request.kind"),
+    ("missing-template", TASK.replace("prompt.jinja", "missing.jinja"), None, TASK_FAILED, "missing.jinja"),
+    ("template-undefined-variable", TASK, "Question: {{ q }}\nAnswer:", TASK_FAILED, "'q' is undefined"),
+    ("template-syntax", TASK, "Question: {{ question }\nAnswer:", TASK_FAILED, "prompt.jinja"),
+    ("template-include", TASK, "{% include '/etc/passwd' %}", TASK_FAILED, "include"),
+    ("template-import", TASK, "{% import 'other.jinja' as o %}{{ question }}", TASK_FAILED, "import"),
+    ("template-extends", TASK, "{% extends 'base.jinja' %}", TASK_FAILED, "extends"),
+    ("template-huge-range", TASK, "{% for i in range(10**12) %}x{% endfor %}", TASK_FAILED, "range"),
+    ("template-string-repeat", TASK, "{{ 'x' * 10**10 }}", TASK_FAILED, "prompt.jinja"),
+    ("template-huge-output", TASK, "{% for i in range(99999) %}{{ question * 50 }}{% endfor %}", TASK_FAILED,
+     "larger than"),
+    ("template-format-map", TASK, "{{ '{0.__class__}'.format_map(sample) }}", TASK_FAILED, "prompt.jinja"),
+    ("template-dunder", TASK, "{{ sample.__class__.__mro__ }}", TASK_FAILED, "prompt.jinja"),
+    ("template-format", TASK, "{{ '{0.__class__.__init__.__globals__}'.format(question) }}", TASK_FAILED,
+     "prompt.jinja"),
+]
+
+
+@pytest.mark.parametrize("task_yaml, prompt, rc, message", [c[1:] for c in TASK_CASES],
+                         ids=[c[0] for c in TASK_CASES])
+def test_bad_task_folder(gage, task_yaml, prompt, rc, message):
+    folder = task_folder(gage, task_yaml, **({"prompt": prompt} if prompt is not None else {}))
+    o = run_task(gage)
+    check(o, rc, message)
+    if rc == TASK_FAILED:
+        failure = o.summary["tasks"]["mytask"]["failure"]
+        assert failure, o.summary["tasks"]["mytask"]
+        assert str(folder) in o.text or "prompt.jinja" in o.text or "mytask" in failure
+
+
+def test_a_broken_task_never_hides_the_others(gage):
+    task_folder(gage, TASK.replace("metrics: [acc]", "metrics: [nope]"))
+    o = run_task(gage, "--tasks", "mytask,piqa")
+    check(o, TASK_FAILED, "mytask", "piqa  acc")
+    tasks = o.summary["tasks"]
+    assert tasks["mytask"]["status"] == "failed" and "nope" in tasks["mytask"]["failure"]
+    assert tasks["piqa"]["status"] == "ok" and tasks["piqa"]["counts"]["scored"] > 0
+
+
+def run_config(gage, text: str):
+    path = gage.tmp / "run.yaml"
+    path.write_text(textwrap.dedent(text))
+    return gage("--config", path)
+
+
+@pytest.mark.parametrize("text, message", [
+    ("models: {dut: {backend: dummy}}\ntasks: [piqa]\ntasks: [mmmu]\n", "duplicate key 'tasks'"),
+    ("models: {dut: {backend: dummy}}\ntasks: [piqa]\nlimt: 3\n", "unknown key(s) limt"),
+    ("models: {dut: {backend: dummy}}\ntasks: [piqa\n", "invalid YAML"),
+    ("models: {dut: {backend: dummy}}\ntasks: [piqa]\nmax_error_rate: 2\n", "max_error_rate"),
+    ("models: {dut: {backend: dummy}}\ntasks: [piqa]\nallow_paths: /tmp\n", "allow_paths"),
+], ids=["duplicate-key", "unknown-key", "yaml-syntax", "bad-error-rate", "allow-paths-not-list"])
+def test_bad_run_config(gage, text, message):
+    check(run_config(gage, text), USAGE, message, "run.yaml")
+
+
+def test_unknown_task_is_a_usage_error(gage):
+    check(gage("--tasks", "nope", "--model", "dummy"), USAGE, "unknown task(s): nope")
+
+
+def test_row_errors_in_a_template_name_the_row(gage):
+    # a template that fails on one row only: that row is errored, the others scored
+    task_folder(gage, prompt="{{ question if 'Question 1' not in question else sample.missing.deeper }}")
+    o = run_task(gage)
+    check(o, ROW_ERRORS)
+    errors = o.errors("mytask")
+    assert len(errors) == 1
+    (locator, err), = errors.items()
+    assert locator.endswith("rows.jsonl:2") and err["stage"] == "template" and "prompt.jinja" in err["message"]
