@@ -63,7 +63,7 @@ def engine_run(url: str, concurrency: int, n: int) -> dict:
             "request: {kind: generate, generation: {max_new_tokens: 8}}\nmetrics: [exact_match]\n")
         with (task / "rows.jsonl").open("w") as f:
             for i in range(n):
-                f.write(json.dumps({"id": f"r{i}", "messages": [{"role": "user", "content": [
+                f.write(json.dumps({"schema_version": "v1", "id": f"r{i}", "messages": [{"role": "user", "content": [
                     {"type": "text", "text": f"Question {i}\nanswer {i}"}]}], "references": [f"answer {i}"]}) + "\n")
         t0 = time.perf_counter()
         subprocess.run([sys.executable, "-m", "gage_eval.cli", "--tasks", "http_bench", "--include-path",

@@ -22,6 +22,7 @@ from gage_eval.records import EventLog, TaskWriter, write_json_atomic
 from gage_eval.redact import redact, scrub
 from gage_eval.rundir import INPUTS_FILE, changed_inputs, fingerprint, read_inputs
 from gage_eval.requests import RequestBuilder
+from gage_eval.rows import RowChecker, field_message
 from gage_eval.sample import SCHEMA_VERSION, RowContext, elide_inline_media
 from gage_eval.schemas import validation_errors
 from gage_eval.tasks import TaskSpec, dataset_for_path, discover, read_task_file, with_dataset
@@ -458,35 +459,21 @@ class Engine:
         self._notify("gage_task_done", TaskDone(self.run_id, tr.name, dict(tr.counts), result["metrics"]))
 
     def _items(self, tr: TaskRun, seen: IdSet) -> Iterable[Item]:
-        """Rows of the dataset as items: a valid Sample with its request, or an error."""
+        """Rows of the dataset as items: a valid Sample with its request, or an error.
+        Each row is checked as ``gage-eval validate`` checks it (gage_eval.rows)."""
+        checker = RowChecker(tr.name, tr.preprocess, base_dir=tr.data_dir, allowed_dirs=self.allowed_dirs,
+                             allow_urls=self.options.allow_urls, seen=seen)
         for index, locator, record in tr.rows():
-            if isinstance(record, RowError):
-                yield Item(index, locator, error_stub(tr.name, index, locator, record.stage, record.message))
+            row = checker.check(locator, index, record)
+            for where, what in row.warnings:
+                if not self.options.quiet:
+                    print(f"gage-eval: warning: {locator}: {field_message(where, what)}", file=sys.stderr)
+            if not row.ok:
+                yield Item(index, locator, error_stub(tr.name, index, locator, row.stage, row.message))
                 continue
-            ctx = RowContext(task=tr.name, locator=locator, index=index, base_dir=tr.data_dir,
-                             allowed_dirs=self.allowed_dirs, allow_urls=self.options.allow_urls)
+            item = Item(index, locator, row.sample)
             try:
-                sample = tr.preprocess(record, ctx)
-            except (ValueError, KeyError, TypeError) as exc:
-                msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
-                if isinstance(exc, KeyError):
-                    msg = f"missing field {msg!r}"
-                yield Item(index, locator, error_stub(tr.name, index, locator, "preprocess", msg))
-                continue
-            problems = validation_errors(sample, "sample")
-            if problems:
-                msg = "; ".join(f"{where}: {what}" for where, what in problems[:5])
-                yield Item(index, locator, error_stub(tr.name, index, locator, "validate",
-                                                      f"not a valid Sample v1: {msg}"))
-                continue
-            sid = str(sample["id"])
-            if not seen.add(sid):
-                yield Item(index, locator, error_stub(tr.name, index, locator, "preprocess",
-                                                      f"duplicate sample id {sid!r}"))
-                continue
-            item = Item(index, locator, sample)
-            try:
-                item.request, item.rendered = tr.builder.build(sample)
+                item.request, item.rendered = tr.builder.build(row.sample)
             except ValueError as exc:
                 item.error = {"stage": "template", "message": str(exc), "locator": locator}
             yield item

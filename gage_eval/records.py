@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import time
 from pathlib import Path
@@ -15,8 +16,24 @@ from gage_eval.sample import content_text, label_text, messages_text
 INSTANCE_SCHEMA_VERSION = "instance_level_eval_0.2.0"
 
 
-def dumps(obj: Any) -> str:
-    return json.dumps(obj, ensure_ascii=False, separators=(",", ":"), default=str)
+def dumps(obj: Any, **kwargs: Any) -> str:
+    """Strict JSON: a NaN or infinite number (a -inf log-likelihood, a metric's nan) is written as null."""
+    opts = {"ensure_ascii": False, "separators": (",", ":"), "default": str, "allow_nan": False, **kwargs}
+    try:
+        return json.dumps(obj, **opts)
+    except ValueError:  # rare: only then walk the value
+        return json.dumps(finite(obj), **opts)
+
+
+def finite(obj: Any) -> Any:
+    """``obj`` with every NaN or infinite float replaced by None (containers copied, others as they are)."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, Mapping):
+        return {k: finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [finite(v) for v in obj]
+    return obj
 
 
 def truncate_partial_line(path: Path) -> int:
@@ -233,5 +250,5 @@ class TaskWriter:
 
 def write_json_atomic(path: Path, obj: Any) -> None:
     tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(obj, ensure_ascii=False, indent=2, default=str) + "\n", encoding="utf-8")
+    tmp.write_text(dumps(obj, indent=2, separators=None) + "\n", encoding="utf-8")
     os.replace(tmp, path)

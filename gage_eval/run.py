@@ -24,7 +24,9 @@ def read_run_config(path: str) -> dict:
     """A run config file: models by role (dut, judge), tasks with overrides. Unknown keys are errors."""
     p = Path(path)
     try:
-        data = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
+        from gage_eval.jsonio import read_yaml  # strict: duplicate keys, alias bombs, encodings: GageErrors
+
+        data = read_yaml(p) or {}
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         raise GageError(f"{p}{':' + str(mark.line + 1) if mark else ''}: invalid YAML: "

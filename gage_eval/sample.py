@@ -149,25 +149,30 @@ def _label_for(answer: Any, options: list[dict]) -> str:
 
 def from_legacy(record: Mapping[str, Any], *, sample_id: str, question: Any = None,
                 choices: Any = None, answer: Any = None, task_type: str | None = None,
-                system: str | None = None) -> dict:
+                system: str | None = None, fields: Mapping[str, str] | None = None) -> dict:
     """Build a Sample v1 from legacy fields (spec 000 section 1.5).
 
     ``question`` is the prompt text (legacy ``question``/``prompt``/``text``),
     ``choices`` a list of strings, a mapping id -> text or a list of
     ``{id, content}``; ``answer`` an option index, an option id, or the answer
-    text. Raises ``ValueError`` naming what is wrong.
+    text. ``fields`` names the record fields the given ``question``, ``choices`` and
+    ``answer`` came from, for the messages. Raises ``ValueError`` naming the field.
     """
+    names = {"question": "question", "choices": "choices", "answer": "answer", **(fields or {})}
     if question is None:
         for key in ("question", "prompt", "text"):
             if record.get(key) is not None:
-                question = record[key]
+                question, names["question"] = record[key], key
                 break
     if question is None and not record.get("messages"):
         raise ValueError("no question: expected one of 'question', 'prompt', 'text' or 'messages'")
     if choices is None:
         choices = record.get("choices")
     if answer is None:
-        answer = record.get("answer", record.get("label"))
+        for key in ("answer", "label"):
+            if key in record:
+                answer, names["answer"] = record[key], key
+                break
     sample: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "id": sample_id}
     kind = task_type or record.get("task_type") or record.get("question_type")
     if kind:
@@ -176,7 +181,7 @@ def from_legacy(record: Mapping[str, Any], *, sample_id: str, question: Any = No
         messages = [dict(m) for m in record["messages"]]
     else:
         if not isinstance(question, str):
-            raise ValueError(f"question must be a string, got {type(question).__name__}")
+            raise ValueError(f"{names['question']}: question must be a string, got {type(question).__name__}")
         messages = [user_message(question)]
     if system:
         messages.insert(0, {"role": "system", "content": [text_segment(system)]})
@@ -185,14 +190,17 @@ def from_legacy(record: Mapping[str, Any], *, sample_id: str, question: Any = No
     options: list[dict] = []
     if choices is not None:
         if not isinstance(choices, (list, tuple, Mapping)) or not choices:
-            raise ValueError("choices must be a non-empty list or mapping")
+            raise ValueError(f"{names['choices']}: choices must be a non-empty list or mapping")
         options = _options_from_choices(choices)
         sample["options"] = options
         metadata["option_map"] = {o["id"]: o["content"] for o in options}
     if answer is None:
         sample["references"] = []
     else:
-        label = _label_for(answer, options)
+        try:
+            label = _label_for(answer, options)
+        except ValueError as exc:
+            raise ValueError(f"{names['answer']}: {exc}") from None
         sample["references"] = normalize_references([label])
         sample["label"] = label
     if metadata:

@@ -100,25 +100,13 @@ def validation_warnings(instance: Any, name: str) -> list[tuple[str, str]]:
 
 
 def iter_file_rows(path: Path) -> Iterator[tuple[int, Any, str | None]]:
-    """Rows of a .jsonl file (or a .json array / object): (line, value, parse error)."""
-    if path.suffix == ".json":
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as exc:
-            yield exc.lineno, None, f"invalid JSON: {exc.msg} (column {exc.colno})"
-            return
-        for i, row in enumerate(data if isinstance(data, list) else [data]):
-            yield i + 1, row, None
-        return
-    with path.open("rb") as fh:
-        for lineno, raw in enumerate(fh, 1):
-            if not raw.strip():
-                continue
-            try:
-                yield lineno, json.loads(raw), None
-            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-                msg = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)
-                yield lineno, None, f"invalid JSON: {msg}"
+    """Rows of a .jsonl file (or a .json array / object): (line, value, parse error).
+
+    The strict reader the jsonl loader uses (:func:`gage_eval.jsonio.iter_json_rows`), so
+    ``validate`` and a run agree on every row."""
+    from gage_eval.jsonio import iter_json_rows
+
+    return iter_json_rows(path)
 
 
 from gage_eval import schema_checks  # noqa: E402,F401  (registers the code checks above)

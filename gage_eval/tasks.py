@@ -7,9 +7,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-import yaml
-
 from gage_eval.errors import GageError
+from gage_eval.jsonio import read_yaml
 from gage_eval.schemas import validation_errors
 
 TASK_FILE = "task.yaml"
@@ -50,22 +49,15 @@ class TaskSpec:
         return needed
 
 
-def _yaml_line(path: Path, exc: yaml.YAMLError) -> str:
-    mark = getattr(exc, "problem_mark", None)
-    where = f"{path}:{mark.line + 1}" if mark else str(path)
-    return f"{where}: invalid YAML: {getattr(exc, 'problem', None) or exc}"
-
-
 def read_task_file(folder: Path, origin: str = "") -> TaskSpec:
+    """The task folder's task.yaml, read strictly (:func:`gage_eval.jsonio.read_yaml`) and
+    checked against the task schema; every problem a GageError naming the file and key."""
     path = folder / TASK_FILE
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
-        raise GageError(_yaml_line(path, exc)) from None
-    except OSError as exc:
-        raise GageError(f"{path}: cannot read: {exc.strerror}") from None
+    data = read_yaml(path)
+    if data is None:
+        raise GageError(f"{path}: the file is empty; a task file needs dataset, request and metrics")
     if not isinstance(data, dict):
-        raise GageError(f"{path}: expected a mapping of task settings, got {type(data).__name__}")
+        raise GageError(f"{path}: expected a mapping of task settings, got {_yaml_kind(data)}")
     problems = validation_errors(data, "task")
     if problems:
         lines = "\n".join(f"  {path}: key '{where or '<top>'}': {msg}" for where, msg in problems)
@@ -116,13 +108,18 @@ def discover(task_paths: list[tuple[str, str]], include_paths: list[str] = (), w
     return found
 
 
+def _yaml_kind(data: Any) -> str:
+    return {list: "a list", str: "a string", bool: "true/false", int: "a number", float: "a number"}.get(
+        type(data), type(data).__name__)
+
+
 def _task_name(folder: Path) -> str:
     try:
-        data = yaml.safe_load((folder / TASK_FILE).read_text(encoding="utf-8"))
-        if isinstance(data, dict) and isinstance(data.get("name"), str):
-            return data["name"]
-    except (yaml.YAMLError, OSError):
-        pass
+        data = read_yaml(folder / TASK_FILE)
+    except GageError:  # reported when the task is read
+        return folder.name
+    if isinstance(data, dict) and isinstance(data.get("name"), str):
+        return data["name"]
     return folder.name
 
 
@@ -134,40 +131,104 @@ _env = None
 
 
 def template_env():
-    """A sandboxed Jinja2 environment: templates can format data, not run code."""
+    """The one sandboxed, size-bounded Jinja2 environment (see :mod:`gage_eval.sandbox`)."""
     global _env
     if _env is None:
-        from jinja2 import StrictUndefined
-        from jinja2.sandbox import ImmutableSandboxedEnvironment
+        from gage_eval.sandbox import BoundedEnvironment
 
-        _env = ImmutableSandboxedEnvironment(undefined=StrictUndefined, keep_trailing_newline=False,
-                                             autoescape=False)
+        _env = BoundedEnvironment()
     return _env
 
 
 class Template:
-    """A compiled template that names its file in every error."""
+    """A compiled template that names its file and line in every error.
 
-    def __init__(self, source: str, where: str):
+    Loading raises :class:`GageError` (a syntax error, include/import/extends); rendering
+    raises ``ValueError`` for every failure (the engine writes such a row with stage
+    ``template``). ``where`` is the template file, or for a template written inline in
+    task.yaml a description such as ``task.yaml: request.choice``.
+    """
+
+    def __init__(self, source: str, where: str, *, is_file: bool = False):
         from jinja2 import TemplateSyntaxError
 
+        from gage_eval.sandbox import refused_tag
+
         self.where = where
+        self._is_file = is_file
+        self._multiline = "\n" in source.strip()
+        env = template_env()
         try:
-            self._template = template_env().from_string(source)
+            ast = env.parse(source)
+            tag = refused_tag(ast)
+            if tag is not None:
+                raise GageError(f"{self._at(tag.lineno)}: include/import/extends are not supported: "
+                                f"write the template in one file")
+            code = env.compile(ast, filename=where)
         except TemplateSyntaxError as exc:
-            raise GageError(f"{where}:{exc.lineno}: template syntax error: {exc.message}") from None
+            raise GageError(f"{self._at(exc.lineno)}: template syntax error: {exc.message}") from None
+        except (RecursionError, SyntaxError, MemoryError):
+            raise GageError(f"{where}: the template is nested too deeply to compile") from None
+        self._template = env.template_class.from_code(env, code, env.make_globals(None), None)
 
     @classmethod
     def from_file(cls, path: Path) -> "Template":
-        return cls(path.read_text(encoding="utf-8"), str(path))
+        try:
+            source = path.read_bytes().decode("utf-8-sig")
+        except OSError as exc:
+            raise GageError(f"{path}: cannot read: {exc.strerror or exc}") from None
+        except UnicodeDecodeError as exc:
+            line = exc.object.count(b"\n", 0, exc.start) + 1
+            raise GageError(f"{path}:{line}: not UTF-8 text: {exc.reason}") from None
+        return cls(source, str(path), is_file=True)
+
+    def _at(self, line: int | None) -> str:
+        if not line:
+            return self.where
+        if self._is_file:
+            return f"{self.where}:{line}"
+        return f"{self.where} (line {line})" if self._multiline else self.where
 
     def render(self, **variables: Any) -> str:
-        from jinja2 import TemplateError
+        from gage_eval.sandbox import MAX_SIZE, TemplateLimit
 
         try:
-            return self._template.render(**variables)
-        except TemplateError as exc:
-            raise ValueError(f"{self.where}: template error: {exc}") from None
+            parts, size = [], 0
+            for chunk in self._template.generate(**variables):
+                size += len(chunk)
+                if size > MAX_SIZE:
+                    raise TemplateLimit(f"template output larger than {MAX_SIZE} characters")
+                parts.append(chunk)
+            return "".join(parts)
+        except Exception as exc:  # whatever a template does wrong is this row's error, never a traceback
+            raise ValueError(self._describe(exc, variables)) from None
+
+    def _describe(self, exc: Exception, variables: Mapping[str, Any]) -> str:
+        from jinja2 import TemplateError, UndefinedError
+        from jinja2.sandbox import SecurityError
+
+        from gage_eval.sandbox import TemplateLimit
+
+        line = None
+        tb = exc.__traceback__
+        while tb is not None:  # the innermost frame of the template's own code
+            if tb.tb_frame.f_code.co_filename == self.where:
+                line = tb.tb_lineno
+            tb = tb.tb_next
+        where = self._at(line)
+        if isinstance(exc, UndefinedError):
+            return f"{where}: {exc.message}" + (f" (variables: {', '.join(variables)})" if variables else "")
+        if isinstance(exc, SecurityError):
+            return f"{where}: not allowed in a template: {exc.message}"
+        if isinstance(exc, RecursionError):
+            return f"{where}: recursion too deep (a macro that calls itself?)"
+        if isinstance(exc, TemplateError):
+            return f"{where}: {exc.message}"
+        if isinstance(exc, MemoryError):
+            return f"{where}: out of memory while rendering"
+        if isinstance(exc, (TemplateLimit, OverflowError)):
+            return f"{where}: {exc}"
+        return f"{where}: {type(exc).__name__}: {exc}"
 
 
 def parse_data_overrides(values: list[str]) -> dict[str, str]:
@@ -188,6 +249,9 @@ DATA_SUFFIXES = (".jsonl", ".json", ".csv", ".parquet")
 def dataset_for_path(path: str, split: str | None = None) -> dict:
     """A dataset section that reads a local file or folder, picked by its extension.
 
+    JSON (``.jsonl``, ``.json``) is read by the strict jsonl loader, the reader ``validate`` uses;
+    csv and parquet by the hf loader.
+
     In a folder of Hugging Face shards (``validation-00000-of-00001.parquet``) only
     the shards of ``split`` (the task's own split) are read. Local files are
     streamed, so memory does not grow with the file.
@@ -195,7 +259,7 @@ def dataset_for_path(path: str, split: str | None = None) -> dict:
     p = Path(path)
     if not p.exists():
         raise GageError(f"--data: {path} does not exist")
-    if p.is_file() and p.suffix == ".jsonl":
+    if p.is_file() and p.suffix in (".jsonl", ".json"):  # read strictly, as validate does
         return {"loader": "jsonl", "args": {"path": str(p.resolve())}}
     if p.is_dir():
         files = sorted(f for f in p.rglob("*") if f.suffix in DATA_SUFFIXES and f.is_file())
@@ -209,7 +273,7 @@ def dataset_for_path(path: str, split: str | None = None) -> dict:
                 raise GageError(f"--data: {path} holds shards of splits {', '.join(splits)} but the task "
                                 f"reads split {split!r}; point at one file or folder")
             files = [f for f in shards if _SHARD.match(f.name)["split"] == want]
-        if all(f.suffix == ".jsonl" for f in files) and not shards:
+        if not shards and (all(f.suffix == ".jsonl" for f in files) or all(f.suffix == ".json" for f in files)):
             return {"loader": "jsonl", "args": {"path": str(p.resolve())}}
         kinds = {f.suffix for f in files}
         if len(kinds) > 1:

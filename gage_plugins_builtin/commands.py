@@ -75,11 +75,16 @@ def plugins_command(as_json):
               type=click.Choice(["sample", "instance", "task", "legal_eval_v1", "summary"]),
               help="Which schema to check against.")
 @click.option("--max-errors", type=int, default=0, help="Stop printing after this many errors (0: all).")
-def validate_command(file, schema, max_errors):
+@click.option("--allow-path", "allow_paths", multiple=True, metavar="DIR",
+              help="Data paths may also point into DIR (repeatable), as in a run.")
+@click.option("--allow-urls", is_flag=True, help="Accept http(s) URLs in data, as a run with --allow-urls does.")
+def validate_command(file, schema, max_errors, allow_paths, allow_urls):
     """Check every row of FILE (jsonl, json or a task.yaml) against a schema.
 
-    Prints each problem as file:line: JSON path: message, then a report; exits 1
-    if any row is invalid."""
+    Rows of a dataset (``sample``, ``legal_eval_v1``) go through the same checks as in a
+    run (gage_eval.rows): duplicate ids, empty references, and the files and URLs they name,
+    with paths taken from FILE's folder. Prints each problem as file:line: JSON path:
+    message, then a report; exits 1 if any row is invalid."""
     from gage_eval.schemas import iter_file_rows, validation_errors, validation_warnings
 
     path = Path(file)
@@ -95,10 +100,19 @@ def validate_command(file, schema, max_errors):
             entries = [((mark.line + 1) if mark else 1, None, f"invalid YAML: {getattr(exc, 'problem', exc)}")]
     else:
         entries = iter_file_rows(path)
+    checker = None
+    if schema in ("sample", "legal_eval_v1") and path.suffix not in (".yaml", ".yml"):
+        checker = _row_checker(schema, path, allow_paths, allow_urls)
     for lineno, row, parse_error in entries:
         rows += 1
-        problems = [("$", parse_error)] if parse_error else validation_errors(row, schema)
-        for where, msg in ([] if parse_error else validation_warnings(row, schema)):
+        if parse_error:
+            problems, row_warnings = [("$", parse_error)], []
+        elif checker is not None:
+            result = checker.check(f"{path}:{lineno}", rows - 1, row)
+            problems, row_warnings = result.problems, result.warnings
+        else:
+            problems, row_warnings = validation_errors(row, schema), validation_warnings(row, schema)
+        for where, msg in row_warnings:
             warnings += 1
             click.echo(f"{path}:{lineno}: warning: {where}: {msg}")
         if problems:
@@ -106,10 +120,30 @@ def validate_command(file, schema, max_errors):
             for where, msg in problems:
                 printed += 1
                 if not max_errors or printed <= max_errors:
-                    click.echo(f"{path}:{lineno}: {where}: {msg}")
+                    click.echo(f"{path}:{lineno}: {where}: {msg}" if where else f"{path}:{lineno}: {msg}")
         else:
             valid += 1
+    if checker is not None:
+        checker.close()
     click.echo(f"{path}: {rows} rows, {valid} valid, {invalid_rows} invalid, {warnings} warnings "
                f"(schema {schema})")
     if invalid_rows or rows == 0:
         sys.exit(1)
+
+
+def _row_checker(schema: str, path: Path, allow_paths, allow_urls: bool):
+    """The run's row checker for a data file: its rows read as the identity (Sample v1) or
+    legal_eval_v1 preprocessor reads them, paths taken from the file's folder."""
+    from gage_eval.idset import IdSet
+    from gage_eval.rows import RowChecker
+
+    if schema == "sample":
+        from gage_plugins_builtin.preprocessors import Identity
+
+        preprocess = Identity()
+    else:
+        from gage_plugins_builtin.legal.preprocess import LegalEvalV1
+
+        preprocess = LegalEvalV1(attachments="file", validate=False)  # files checked, not read
+    return RowChecker(path.stem, preprocess, base_dir=path.resolve().parent, allowed_dirs=allow_paths,
+                      allow_urls=allow_urls, seen=IdSet())

@@ -1,11 +1,11 @@
 """Dataset loaders: jsonl files read lazily, and Hugging Face ``datasets``."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Iterator
 
 from gage_eval.errors import GageError, RowError
+from gage_eval.jsonio import check_data_file, iter_json_rows
 
 
 def _resolve(path: str, base_dir: str | None) -> Path:
@@ -16,46 +16,51 @@ def _resolve(path: str, base_dir: str | None) -> Path:
 
 
 class JsonlLoader:
-    """Rows of a .jsonl file, or of every .jsonl file in a folder (sorted by name).
+    """Rows of a .jsonl file (or a .json array), or of every .jsonl file in a folder (sorted
+    by name; a folder without one: its .json files).
 
-    Each row's locator is ``file:line``. A line that is not a JSON object is
-    yielded as a :class:`RowError`, so it is reported and counted.
+    Read strictly through :func:`gage_eval.jsonio.iter_json_rows`, the reader
+    ``gage-eval validate`` uses. Each row's locator is ``file:line``; a row that is not a
+    strict JSON object is yielded as a :class:`RowError`, so it is reported and counted.
+    A file that is not UTF-8 text at all (gzip, UTF-16) raises GageError before any row.
     """
 
     def __init__(self, path: str, base_dir: str | None = None, encoding: str = "utf-8"):
         self.path = _resolve(path, base_dir)
         if not self.path.exists():
             raise GageError(f"jsonl loader: {self.path} does not exist")
-        self.encoding = encoding
+        if encoding.lower().replace("_", "-") not in ("utf-8", "utf8", "utf-8-sig"):
+            raise GageError(f"jsonl loader: encoding {encoding!r}: gage-eval reads UTF-8 data; convert the file "
+                            f"with iconv -f {encoding} -t UTF-8")
         self.data_dir = self.path if self.path.is_dir() else self.path.parent
+        self._files = self.files()
+        for file in self._files:
+            check_data_file(file)
 
     def files(self) -> list[Path]:
         if self.path.is_dir():
-            files = sorted(self.path.rglob("*.jsonl"))
+            files = sorted(self.path.rglob("*.jsonl")) or sorted(self.path.rglob("*.json"))
             if not files:
                 raise GageError(f"jsonl loader: no .jsonl file in {self.path}")
             return files
         return [self.path]
 
     def __iter__(self) -> Iterator[tuple[str, Any]]:
-        for file in self.files():
-            with file.open("rb") as fh:
-                for lineno, raw in enumerate(fh, 1):
-                    if not raw.strip():
-                        continue
-                    locator = f"{file}:{lineno}"
-                    try:
-                        record = json.loads(raw.decode(self.encoding))
-                    except UnicodeDecodeError as exc:
-                        yield locator, RowError(f"not {self.encoding} text: {exc.reason}")
-                        continue
-                    except json.JSONDecodeError as exc:
-                        yield locator, RowError(f"invalid JSON: {exc.msg} at column {exc.colno}")
-                        continue
-                    if not isinstance(record, dict):
-                        yield locator, RowError(f"expected a JSON object, got {type(record).__name__}")
-                        continue
+        for file in self._files:
+            for lineno, record, error in iter_json_rows(file):
+                locator = f"{file}:{lineno}"
+                if error is not None:
+                    yield locator, RowError(error)
+                elif not isinstance(record, dict):
+                    yield locator, RowError(f"expected a JSON object, got {_json_kind(record)}")
+                else:
                     yield locator, record
+
+
+def _json_kind(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true/false"
+    return {list: "an array", str: "a string", int: "a number", float: "a number"}.get(type(value), "null")
 
 
 class HFLoader:

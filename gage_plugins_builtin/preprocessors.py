@@ -3,7 +3,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from gage_eval.sample import SCHEMA_VERSION, RowContext, from_legacy, normalize_references
+from gage_eval.sample import RowContext, from_legacy, normalize_references
+from gage_eval.schema_checks import sample_v1_required_errors
 
 
 def _sample_id(record: Mapping[str, Any], ctx: RowContext, id_field: str | None) -> str:
@@ -21,19 +22,23 @@ def _tags(record: Mapping[str, Any], fields: Any) -> dict:
 
 
 class Identity:
-    """For datasets already in Sample v1 form; fills ``schema_version``, normalises
-    string references, and derives ``label`` from ``references[0]`` when missing."""
+    """For datasets already in Sample v1 form: the row is the sample.
 
-    def __init__(self, id_field: str | None = "id"):
-        self.id_field = id_field
+    Required fields are never filled in or coerced: a row without ``id`` or
+    ``schema_version``, or with ``references`` that is not a list, is an error naming the
+    field. String reference items are written in their structured form
+    (``{"answer": [text segment]}``), which means the same. Paths in the row's media
+    segments are resolved and confined by the row checker (:mod:`gage_eval.rows`).
+    """
+
+    input_schema = "sample"  # rows are checked against Sample v1 before this runs
 
     def __call__(self, record: Mapping[str, Any], ctx: RowContext) -> dict:
+        problems = sample_v1_required_errors(record)
+        if problems:
+            raise ValueError("; ".join(what if where == "$" else f"{where[2:]}: {what}" for where, what in problems))
         sample = dict(record)
-        sample.setdefault("schema_version", SCHEMA_VERSION)
-        if "id" not in sample:
-            sample["id"] = _sample_id(record, ctx, None)
-        if "references" in sample:
-            sample["references"] = normalize_references(sample["references"])
+        sample["references"] = normalize_references(sample["references"])
         return sample
 
 
@@ -80,8 +85,11 @@ class Legacy:
         else:
             choices = None
         answer = self._field(record, self.answer) if self.answer else None
+        fields = {"question": self.question, "answer": self.answer,
+                  "choices": ", ".join(self.choices) if isinstance(self.choices, list) else self.choices}
         sample = from_legacy(record, sample_id=_sample_id(record, ctx, self.id_field), question=question,
-                             choices=choices, answer=answer, task_type=self.task_type, system=self.system)
+                             choices=choices, answer=answer, task_type=self.task_type, system=self.system,
+                             fields={k: v for k, v in fields.items() if v})
         tags = _tags(record, self.data_tag)
         if tags:
             sample["data_tag"] = tags

@@ -4,6 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping
 
+from gage_eval.paths import base_folder, data_path
 from gage_eval.sample import SCHEMA_VERSION, RowContext, normalize_references, text_segment
 from gage_eval.schema_checks import LEGAL_TOP_LEVEL
 from gage_eval.schemas import validation_errors
@@ -13,7 +14,7 @@ from gage_plugins_builtin.legal.documents import attachment_text
 ATTACHMENT_MODES = ("text", "file")
 # The legal_eval_v1 repository keeps the merged file in data/for_eval/ and the documents
 # its rows name in data/curated/documents/: look beside the data file, then there.
-DEFAULT_ROOTS = (".", "..", "../curated")
+DEFAULT_ROOTS = (".", "../curated")
 
 
 class LegalEvalV1:
@@ -32,9 +33,13 @@ class LegalEvalV1:
         pypdf) into ``metadata.attachment_texts`` for the prompt template, for models that
         read only text; ``file``: each becomes a ``file_url`` segment of the last user message.
     :param attachment_roots: folders, relative to the data file's folder, where attachment
-        paths are looked up, in order.
+        paths are looked up, in order. A row's attachment must lie inside one of them (or
+        in an ``--allow-path`` folder), symlinks resolved: ``..`` and absolute paths cannot
+        leave them (gage_eval.paths). The roots are the task's choice, as its file is.
     :param validate: check each row against ``schemas/legal_eval_v1.schema.json`` first.
     """
+
+    input_schema = "legal_eval_v1"  # the row checker validates rows (and warns) before this runs
 
     def __init__(self, attachments: str = "text", attachment_roots: Any = DEFAULT_ROOTS, validate: bool = True):
         if attachments not in ATTACHMENT_MODES:
@@ -42,6 +47,10 @@ class LegalEvalV1:
         self.attachments = attachments
         self.roots = [attachment_roots] if isinstance(attachment_roots, str) else list(attachment_roots)
         self.validate = validate
+
+    def data_roots(self, base_dir: Path) -> list[Path]:
+        """The folders attachments may be read from, besides ``--allow-path`` ones."""
+        return [(Path(base_dir) / root).resolve() for root in self.roots]
 
     def __call__(self, record: Mapping[str, Any], ctx: RowContext) -> dict:
         if self.validate:
@@ -94,8 +103,10 @@ class LegalEvalV1:
         media: list[dict] = []
         texts: list[dict] = []
         resolved: list[dict] = []
+        roots = self.data_roots(base_folder(ctx))
         for i, att in enumerate(record.get("attachments") or []):
-            path = self._find(att["path"], ctx)
+            field = f"attachments[{i}].path"
+            path = data_path(att["path"], ctx, field, search=roots, roots=roots)
             title = att.get("title") or Path(att["path"]).stem
             resolved.append({**att, "title": title, "resolved_path": str(path)})
             if self.attachments == "file":
@@ -104,24 +115,9 @@ class LegalEvalV1:
                 try:
                     text = attachment_text(path, att.get("kind"))
                 except ValueError as exc:
-                    raise ValueError(f"attachments[{i}]: {exc}") from None
+                    raise ValueError(f"{field}: {exc}") from None
                 texts.append({"title": title, "path": att["path"], "text": text})
         return media, texts, resolved
-
-    def _find(self, rel: str, ctx: RowContext) -> Path:
-        p = Path(rel).expanduser()
-        if p.is_absolute():
-            if p.is_file():
-                return p
-            raise ValueError(f"attachment {rel} does not exist")
-        base = Path(ctx.base_dir) if ctx.base_dir else Path.cwd()
-        tried = []
-        for root in self.roots:
-            candidate = (base / root / p).resolve()
-            if candidate.is_file():
-                return candidate
-            tried.append(str((base / root).resolve()))
-        raise ValueError(f"attachment {rel!r} not found under {', '.join(dict.fromkeys(tried))}")
 
 
 def _messages(record: Mapping[str, Any], context: str, media: list[dict]) -> list[dict]:

@@ -2,7 +2,8 @@
 
 Preprocessors turn what a dataset row holds (a path relative to the data file, an
 http or data URL, a Hugging Face ``Image`` value ``{"bytes", "path"}``, or an
-already decoded PIL image) into the URL of an ``image_url`` segment. Backends turn
+already decoded PIL image) into the URL of an ``image_url`` segment, under the file
+access policy of :mod:`gage_eval.paths`. Backends turn
 those URLs back into PIL images, one request at a time, while the request is in flight.
 PIL is imported only when an image is actually decoded or encoded.
 """
@@ -15,7 +16,8 @@ from pathlib import Path
 from typing import Any, Mapping
 from urllib.parse import unquote, urlparse
 
-REMOTE_SCHEMES = ("http", "https")
+from gage_eval.paths import REMOTE_SCHEMES, checked_url, context_for
+from gage_eval.sample import RowContext
 _MAGIC = (
     (b"\x89PNG\r\n\x1a\n", "image/png"),
     (b"\xff\xd8\xff", "image/jpeg"),
@@ -51,43 +53,32 @@ def _pil_bytes(image: Any) -> bytes:
     return buf.getvalue()
 
 
-def resolve_local(path: str, base_dir: Path | str | None, field: str = "image") -> str:
-    """A local path as an absolute path, relative paths taken from ``base_dir`` (the data file's folder)."""
-    p = Path(path).expanduser()
-    if not p.is_absolute() and base_dir is not None:
-        p = Path(base_dir) / p
-    if not p.is_file():
-        raise ValueError(f"{field}: image file {path!r} not found (looked at {p})")
-    return str(p.resolve())
-
-
-def to_image_url(value: Any, base_dir: Path | str | None = None, field: str = "image") -> str | None:
+def to_image_url(value: Any, ctx: RowContext | Path | str | None = None, field: str = "image") -> str | None:
     """The URL for an ``image_url`` segment from a dataset value; ``None`` for a missing image.
 
-    Accepts a string (http/https/data URL, ``file://`` URL or a local path), a
-    Hugging Face ``Image`` value ``{"bytes": ..., "path": ...}`` (bytes become a
-    data URL, a path alone is resolved like a string), raw bytes, or a PIL image.
-    Raises ``ValueError`` naming ``field`` when the value cannot be an image.
+    Accepts a string (a local path or ``file://`` URL, a ``data:`` URL, an http(s) URL), a
+    Hugging Face ``Image`` value ``{"bytes": ..., "path": ...}`` (bytes become a data URL,
+    a path alone is taken like a string), raw bytes, or a PIL image. Paths resolve against
+    the data file's folder and must stay in it (or in an ``--allow-path`` folder); http(s)
+    URLs need ``--allow-urls`` (:mod:`gage_eval.paths`). ``ctx`` is the row's context (a
+    bare folder is taken as the data folder, with nothing else allowed). Raises
+    ``ValueError`` naming ``field`` when the value cannot be used as an image.
     """
     if value is None:
         return None
+    ctx = context_for(ctx)
     if isinstance(value, str):
         if not value.strip():
             return None
-        scheme = urlparse(value).scheme.lower()
-        if scheme in REMOTE_SCHEMES or scheme == "data":
-            return value
-        if scheme == "file":
-            return resolve_local(unquote(urlparse(value).path), base_dir, field)
-        return resolve_local(value, base_dir, field)
+        return checked_url(value, ctx, field)
     if isinstance(value, (bytes, bytearray, memoryview)):
         return data_url(bytes(value))
     if isinstance(value, Mapping):
         raw, path = value.get("bytes"), value.get("path")
         if raw:
-            return data_url(bytes(raw), sniff_mime(bytes(raw), path))
+            return data_url(bytes(raw), sniff_mime(bytes(raw), path if isinstance(path, str) else None))
         if path:
-            return to_image_url(str(path), base_dir, field)
+            return to_image_url(str(path), ctx, f"{field}.path")
         return None
     if hasattr(value, "save") and hasattr(value, "mode"):  # a PIL image, decoded by the loader
         return data_url(_pil_bytes(value), "image/png")
@@ -110,7 +101,12 @@ def segment_url(segment: Mapping[str, Any]) -> str:
 
 
 def image_bytes(url: str, base_dir: Path | str | None = None, timeout: float = 30.0) -> bytes:
-    """The encoded bytes behind an image URL: a data URL, http(s), ``file://`` or a local path."""
+    """The encoded bytes behind an image URL: a data URL, http(s), ``file://`` or a local path.
+
+    Backends call this with the URLs of checked samples (:mod:`gage_eval.rows`): local
+    paths are already absolute and confined, and an http(s) URL is there only when the
+    user gave ``--allow-urls``. A relative path with no ``base_dir`` is refused rather than
+    taken from the working directory."""
     parsed = urlparse(url)
     scheme = parsed.scheme.lower()
     if scheme == "data":
@@ -128,8 +124,14 @@ def image_bytes(url: str, base_dir: Path | str | None = None, timeout: float = 3
 
         with urllib.request.urlopen(url, timeout=timeout) as resp:  # noqa: S310 - http(s) only
             return resp.read()
-    path = unquote(parsed.path) if scheme == "file" else url
-    return Path(resolve_local(path, base_dir)).read_bytes()
+    path = Path(unquote(parsed.path) if scheme == "file" else url)
+    if not path.is_absolute():
+        if base_dir is None:
+            raise ValueError(f"image path {url!r} is relative and there is no data folder to resolve it against")
+        path = Path(base_dir) / path
+    if not path.is_file():
+        raise ValueError(f"image file {url!r} not found (looked at {path})")
+    return path.read_bytes()
 
 
 def load_image(url: str, base_dir: Path | str | None = None, mode: str = "RGB") -> Any:

@@ -1,7 +1,8 @@
 """Preprocessors for MMMU and DocVQA rows (the Hugging Face column layouts) into Sample v1.
 
 Images become ``image_url`` segments: embedded bytes as data URLs, paths resolved from
-the data file's folder (``ctx.base_dir``), URLs kept. The written samples file carries
+the data file's folder (``ctx.base_dir``) and kept inside it (gage_eval.paths), http(s)
+URLs kept only with ``--allow-urls``. The written samples file carries
 a short placeholder instead of each inline image (gage_eval.sample.elide_inline_media).
 """
 from __future__ import annotations
@@ -111,20 +112,20 @@ class MMMU:
         if qtype == "multiple-choice":
             options = [str(o) for o in _literal_list(record.get("options", "[]"), "options")]
             if not options:
-                raise ValueError("a multiple-choice row needs options")
+                raise ValueError("options: a multiple-choice row needs options")
             if len(options) > len(LETTERS):
-                raise ValueError(f"{len(options)} options; at most {len(LETTERS)} can be lettered")
+                raise ValueError(f"options: {len(options)} options; at most {len(LETTERS)} can be lettered")
         elif qtype == "open":
             options = []
         else:
-            raise ValueError(f"question_type {qtype!r} is neither 'multiple-choice' nor 'open'")
+            raise ValueError(f"question_type: {qtype!r} is neither 'multiple-choice' nor 'open'")
         text = self.prompt_text(question, options)
         wanted = {int(k) for k in _MARKER.findall(text)}
         images = {}
         for k in sorted(wanted):
             if k > self.max_images:
-                raise ValueError(f"<image {k}> is beyond the {self.max_images} image fields")
-            url = to_image_url(record.get(f"image_{k}"), ctx.base_dir, f"image_{k}")
+                raise ValueError(f"question: <image {k}> is beyond the {self.max_images} image fields")
+            url = to_image_url(record.get(f"image_{k}"), ctx, f"image_{k}")
             if url is not None:
                 images[k] = url
         content = interleave(text, images)
@@ -132,7 +133,7 @@ class MMMU:
             letters = list(LETTERS[:len(options)])
             label = str(answer).strip()
             if label not in letters:
-                raise ValueError(f"answer {label!r} is not one of the option letters {', '.join(letters)}")
+                raise ValueError(f"answer: {label!r} is not one of the option letters {', '.join(letters)}")
             references = [label]
         else:
             golds = answer if isinstance(answer, list) else [answer]
@@ -182,7 +183,7 @@ class DocVQA:
         answers = [str(a) for a in (_literal_list(answers, "answers") if isinstance(answers, str) else answers)]
         if not answers:
             raise ValueError("field 'answers' is empty; ANLS needs at least one gold answer")
-        url = to_image_url(_required(record, self.image_field), ctx.base_dir, self.image_field)
+        url = to_image_url(_required(record, self.image_field), ctx, self.image_field)
         if url is None:
             raise ValueError(f"field {self.image_field!r} holds no image")
         text = f"{question}\n{self.instruction}" if self.instruction else question

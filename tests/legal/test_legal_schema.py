@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import copy
 import json
+import shutil
 
 import pytest
 
@@ -95,13 +96,18 @@ CASES = {
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_each_rule_refuses_a_broken_real_row(case, real_rows, tmp_path, run_cli):
+def test_each_rule_refuses_a_broken_real_row(case, real_rows, shared_data, tmp_path, run_cli):
     which, breaker, path, words = CASES[case]
     good = real_rows[which]
     bad = copy.deepcopy(good)
     breaker(bad)
+    goods = [dict(good, id=f"{good['id']}#{i}") for i in range(3)]  # validate refuses duplicate ids, as a run does
+    for att in good.get("attachments") or []:  # validate checks that attachments exist beside the file
+        (tmp_path / att["path"]).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(shared_data / MERGED.rsplit("/", 2)[0] / "curated" / att["path"], tmp_path / att["path"])
     file = tmp_path / "rows.jsonl"
-    file.write_text("\n".join(json.dumps(r, ensure_ascii=False) for r in (good, good, bad, good)) + "\n", encoding="utf-8")
+    file.write_text("\n".join(json.dumps(r, ensure_ascii=False) for r in (goods[0], goods[1], bad, goods[2])) + "\n",
+                    encoding="utf-8")
     result = run_cli("validate", file, "--schema", "legal_eval_v1")
     assert result.exit_code == 1, result.output
     assert "4 rows, 3 valid, 1 invalid" in result.output

@@ -94,7 +94,10 @@ def test_local_paths_resolve_from_the_data_file(shared_data):
 
 def test_image_values(tmp_path):
     assert to_image_url({"bytes": PNG_1PX, "path": "a.png"}).startswith("data:image/png;base64,")
-    assert to_image_url("https://example.org/a.jpg") == "https://example.org/a.jpg"
+    with pytest.raises(ValueError, match="--allow-urls"):
+        to_image_url("https://example.org/a.jpg")
+    allow_urls = RowContext("t", "x", 0, tmp_path, allow_urls=True)
+    assert to_image_url("https://example.org/a.jpg", allow_urls) == "https://example.org/a.jpg"
     assert to_image_url(None) is None
     (tmp_path / "p.png").write_bytes(PNG_1PX)
     assert to_image_url("p.png", tmp_path) == str(tmp_path / "p.png")

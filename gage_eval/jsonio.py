@@ -1,0 +1,379 @@
+"""Strict reading of the JSON and YAML that users hand to gage-eval.
+
+One reader for data rows (the jsonl loader and ``gage-eval validate`` both use
+:func:`iter_json_rows`, so they agree on every row) and one for YAML (task files,
+run configs, ``validate --schema task``). Strict means: UTF-8 only (a BOM is
+accepted), no NaN or Infinity, no duplicate keys, nesting at most
+:data:`MAX_DEPTH` levels, YAML aliases that expand to at most
+:data:`MAX_YAML_NODES` nodes. A row's problem is returned as that row's error; a
+problem with the whole file (gzip, UTF-16, unreadable) raises :class:`GageError`.
+"""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any, Iterator
+
+from gage_eval.errors import GageError
+
+MAX_DEPTH = 200
+MAX_YAML_NODES = 100_000
+BOM = b"\xef\xbb\xbf"
+
+# A JSON string (escapes included) or one bracket: enough to measure nesting outside strings.
+_TOKEN = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]')
+_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
+_CONSTANT = re.compile(r"-?Infinity|NaN")
+
+
+class InputError(GageError):
+    """A file that cannot be read: ``WHERE:LINE: problem`` (``WHERE: problem`` without a line)."""
+
+    def __init__(self, where: str | Path, line: int | None, problem: str):
+        super().__init__(f"{where}:{line}: {problem}" if line else f"{where}: {problem}")
+        self.where = str(where)
+        self.line = line
+        self.problem = problem
+
+
+class JsonProblem(ValueError):
+    """A value that strict JSON refuses; ``pos`` is its offset in the text when known."""
+
+    def __init__(self, message: str, pos: int | None = None):
+        super().__init__(message)
+        self.message = message
+        self.pos = pos
+
+
+class _ConstantProblem(JsonProblem):
+    pass
+
+
+def _refuse_constant(name: str) -> Any:
+    raise _ConstantProblem(f"{name} is not allowed")
+
+
+def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict:
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise JsonProblem(f"duplicate key {key!r} in an object")
+            seen.add(key)
+    return out
+
+
+_DECODER = json.JSONDecoder(object_pairs_hook=_unique_pairs, parse_constant=_refuse_constant)
+
+
+def _too_deep_at(text: str, start: int = 0, limit: int = MAX_DEPTH) -> int | None:
+    """Offset of the first bracket that opens level ``limit + 1``, or None. Strings are skipped."""
+    depth = 0
+    for m in _TOKEN.finditer(text, start):
+        c = m.group()
+        if c in "[{":
+            depth += 1
+            if depth > limit:
+                return m.start()
+        elif c in "]}":
+            depth -= 1
+    return None
+
+
+def _constant_at(text: str, start: int) -> int | None:
+    blanked = _STRING.sub(lambda m: " " * len(m.group()), text[start:])
+    m = _CONSTANT.search(blanked)
+    return start + m.start() if m else None
+
+
+def decode(text: str, start: int = 0, *, whole: bool = True, maybe_deep: bool | None = None) -> tuple[Any, int]:
+    """One strict JSON value from ``text[start:]``: (value, end offset).
+
+    With ``whole`` only whitespace may follow and the depth is checked here (``maybe_deep``
+    False: the caller counted too few brackets for it to matter); without it the caller
+    checks the depth (:func:`_too_deep_at`). Raises :class:`JsonProblem` whose message reads
+    like ``NaN is not allowed`` and whose ``pos`` locates it.
+    """
+    if maybe_deep is None:
+        maybe_deep = text.count("[", start) + text.count("{", start) > MAX_DEPTH
+    if whole and maybe_deep:
+        deep = _too_deep_at(text, start)
+        if deep is not None:
+            raise JsonProblem(f"nested deeper than {MAX_DEPTH} levels", deep)
+    try:
+        value, end = _DECODER.raw_decode(text, start)
+    except json.JSONDecodeError as exc:
+        raise JsonProblem(exc.msg, exc.pos) from None
+    except _ConstantProblem as exc:
+        exc.pos = _constant_at(text, start)
+        raise
+    except RecursionError:
+        raise JsonProblem(f"nested deeper than {MAX_DEPTH} levels", _too_deep_at(text, start)) from None
+    if whole and text[end:].strip():
+        raise JsonProblem("extra data after the JSON value", end + len(text[end:]) - len(text[end:].lstrip()))
+    return value, end
+
+
+def loads(text: str) -> Any:
+    """A strict ``json.loads``: raises :class:`JsonProblem` (a ValueError)."""
+    return decode(text, 0)[0]
+
+
+def _column(text: str, pos: int | None) -> str:
+    if pos is None:
+        return ""
+    return f" (column {pos - text.rfind(chr(10), 0, pos)})"
+
+
+def row_error(text: str, problem: JsonProblem) -> str:
+    return f"invalid JSON: {problem.message}{_column(text, problem.pos)}"
+
+
+def file_problem(head: bytes, kind: str) -> str | None:
+    """Why a file cannot be read as UTF-8 text at all, judged from its first bytes; None if it can."""
+    if head[:2] == b"\x1f\x8b":
+        return "is gzip-compressed; decompress it first (gunzip)"
+    if head[:2] in (b"\xff\xfe", b"\xfe\xff") or b"\x00" in head[:2]:
+        return f"looks like UTF-16 text; gage-eval reads UTF-8 {kind}: convert it with iconv -f UTF-16 -t UTF-8"
+    return None
+
+
+def check_data_file(path: Path) -> None:
+    """Raise :class:`GageError` when ``path`` cannot be opened or is not UTF-8 text at all (gzip, UTF-16)."""
+    try:
+        with path.open("rb") as fh:
+            head = fh.read(4)
+    except OSError as exc:
+        raise InputError(path, None, f"cannot read: {exc.strerror or exc}") from None
+    problem = file_problem(head, "json" if path.suffix == ".json" else "jsonl")
+    if problem:
+        raise InputError(path, None, problem)
+
+
+def _not_utf8(exc: UnicodeDecodeError) -> str:
+    return f"not UTF-8 text: {exc.reason} (byte {exc.start + 1}: 0x{exc.object[exc.start]:02x})"
+
+
+def _decode_file(path: Path, data: bytes) -> str:
+    if data.startswith(BOM):
+        data = data[3:]
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(path, data.count(b"\n", 0, exc.start) + 1, _not_utf8(exc)) from None
+
+
+def iter_json_rows(path: Path) -> Iterator[tuple[int, Any, str | None]]:
+    """Rows of a data file as (line, value, error): one value per line of a ``.jsonl``,
+    the elements of a ``.json`` array (or the one value of a ``.json`` object; a ``.json``
+    holding JSON lines is read as such). A row that cannot be read has ``value`` None and
+    its error; blank lines are skipped; a file that is not UTF-8 text raises GageError.
+    """
+    check_data_file(path)
+    if path.suffix == ".json":
+        yield from _json_document_rows(path)
+        return
+    yield from _json_line_rows(path)
+
+
+def _json_line_rows(path: Path) -> Iterator[tuple[int, Any, str | None]]:
+    try:
+        fh = path.open("rb")
+    except OSError as exc:
+        raise InputError(path, None, f"cannot read: {exc.strerror or exc}") from None
+    with fh:
+        for lineno, raw in enumerate(fh, 1):
+            if lineno == 1 and raw.startswith(BOM):
+                raw = raw[3:]
+            if not raw.strip():
+                continue
+            try:
+                text = raw.rstrip(b"\r\n").decode("utf-8")
+            except UnicodeDecodeError as exc:
+                yield lineno, None, _not_utf8(exc)
+                continue
+            try:  # brackets counted in the bytes: much faster than in a str holding non-ASCII text
+                yield lineno, decode(text, maybe_deep=raw.count(b"[") + raw.count(b"{") > MAX_DEPTH)[0], None
+            except JsonProblem as exc:
+                yield lineno, None, row_error(text, exc)
+
+
+def _json_document_rows(path: Path) -> Iterator[tuple[int, Any, str | None]]:
+    try:
+        text = _decode_file(path, path.read_bytes())
+    except OSError as exc:
+        raise InputError(path, None, f"cannot read: {exc.strerror or exc}") from None
+    start = len(text) - len(text.lstrip())
+    if start == len(text):
+        return
+    line = text.count("\n", 0, start) + 1
+    if text[start] != "[":
+        try:
+            value, end = decode(text, start, whole=False)
+        except JsonProblem as exc:
+            yield line, None, _doc_error(text, exc)
+            return
+        if text[end:].strip():  # JSON lines in a .json file (as Hugging Face writes them)
+            yield from _json_line_rows(path)
+            return
+        deep = _too_deep_at(text, start) if text.count("[") + text.count("{") > MAX_DEPTH else None
+        if deep is not None:
+            yield line, None, _doc_error(text, JsonProblem(f"nested deeper than {MAX_DEPTH} levels", deep))
+            return
+        yield line, value, None
+        return
+    deep = _too_deep_at(text, start, MAX_DEPTH + 1) if text.count("[") + text.count("{") > MAX_DEPTH else None
+    pos, last = start + 1, start
+    while True:
+        pos = _skip_space(text, pos)
+        if pos < len(text) and text[pos] == "]":
+            return
+        line += text.count("\n", last, pos)
+        last = pos
+        try:
+            value, end = decode(text, pos, whole=False)
+        except JsonProblem as exc:
+            yield line, None, _doc_error(text, exc) + "; the rest of the file was not read"
+            return
+        if deep is not None and pos <= deep < end:
+            problem = JsonProblem(f"nested deeper than {MAX_DEPTH} levels", deep)
+            yield line, None, _doc_error(text, problem) + "; the rest of the file was not read"
+            return
+        yield line, value, None
+        pos = _skip_space(text, end)
+        if pos < len(text) and text[pos] == ",":
+            pos += 1
+        elif pos >= len(text) or text[pos] != "]":
+            line += text.count("\n", last, pos)
+            last = pos
+            yield line, None, ("invalid JSON: expected ',' or ']' after an array element; "
+                               "the rest of the file was not read")
+            return
+
+
+def _skip_space(text: str, pos: int) -> int:
+    while pos < len(text) and text[pos] in " \t\r\n":
+        pos += 1
+    return pos
+
+
+def _doc_error(text: str, exc: JsonProblem) -> str:
+    if exc.pos is None:
+        return f"invalid JSON: {exc.message}"
+    line = text.count("\n", 0, exc.pos) + 1
+    return f"invalid JSON: {exc.message} (line {line}{_column(text, exc.pos).replace(' (', ', ')}"
+
+
+# ---------------------------------------------------------------------------
+# YAML
+# ---------------------------------------------------------------------------
+
+def _strict_loader():
+    import yaml
+    from yaml.constructor import ConstructorError
+    from yaml.nodes import MappingNode, SequenceNode
+
+    class StrictYamlError(ConstructorError):
+        pass
+
+    class StrictLoader(yaml.SafeLoader):
+        """SafeLoader that refuses duplicate keys and alias bombs."""
+
+        def construct_document(self, node):
+            _check_graph(node, StrictYamlError, MappingNode, SequenceNode)
+            return super().construct_document(node)
+
+        def construct_mapping(self, node, deep=False):
+            if isinstance(node, MappingNode):
+                seen: dict = {}
+                for key_node, _ in node.value:
+                    if key_node.tag == "tag:yaml.org,2002:merge":
+                        continue  # keys brought in by << may be overridden: that is what merging is for
+                    key = self.construct_object(key_node, deep=True)
+                    try:
+                        first = seen.setdefault(key, key_node)
+                    except TypeError:  # an unhashable key: the base class says so
+                        continue
+                    if first is not key_node:
+                        raise StrictYamlError(None, None, f"duplicate key {key!r} (first at line "
+                                              f"{first.start_mark.line + 1})", key_node.start_mark)
+            return super().construct_mapping(node, deep=deep)
+
+    return StrictLoader, StrictYamlError
+
+
+def _check_graph(root, error, mapping_node, sequence_node) -> None:
+    """Refuse a YAML document whose aliases expand past MAX_YAML_NODES nodes, nest deeper than
+    MAX_DEPTH, or refer to themselves. Linear in the distinct nodes."""
+    def children(node):
+        if isinstance(node, mapping_node):
+            return [n for pair in node.value for n in pair]
+        if isinstance(node, sequence_node):
+            return list(node.value)
+        return []
+
+    done: dict[int, tuple[int, int]] = {}
+    open_: set[int] = set()
+    stack = [(root, False)]
+    while stack:
+        node, closing = stack.pop()
+        nid = id(node)
+        if closing:
+            open_.discard(nid)
+            kids = [done[id(c)] for c in children(node)]
+            size = 1 + sum(k[0] for k in kids)
+            depth = 1 + max((k[1] for k in kids), default=0)
+            if size > MAX_YAML_NODES:
+                raise error(None, None, f"aliases expand to more than {MAX_YAML_NODES} values", node.start_mark)
+            if depth > MAX_DEPTH:
+                raise error(None, None, f"values nested more than {MAX_DEPTH} levels deep", node.start_mark)
+            done[nid] = (size, depth)
+            continue
+        if nid in done:
+            continue
+        if nid in open_:
+            raise error(None, None, "an alias refers to the value that contains it", node.start_mark)
+        open_.add(nid)
+        stack.append((node, True))
+        stack.extend((c, False) for c in children(node) if id(c) not in done)
+
+
+_LOADER = None
+
+
+def loads_yaml(text: str, where: str) -> Any:
+    """Strict YAML from ``text``; a problem raises :class:`InputError` (``WHERE:LINE: problem``)."""
+    import yaml
+
+    global _LOADER
+    if _LOADER is None:
+        _LOADER = _strict_loader()
+    loader_cls, strict_error = _LOADER
+    try:
+        return yaml.load(text, Loader=loader_cls)  # noqa: S506 (a SafeLoader subclass)
+    except strict_error as exc:
+        raise InputError(where, _line(exc), exc.problem) from None
+    except yaml.YAMLError as exc:
+        raise InputError(where, _line(exc), f"invalid YAML: {getattr(exc, 'problem', None) or exc}") from None
+    except RecursionError:
+        raise InputError(where, None, f"invalid YAML: nested deeper than {MAX_DEPTH} levels") from None
+
+
+def _line(exc) -> int | None:
+    mark = getattr(exc, "problem_mark", None)
+    return mark.line + 1 if mark is not None else None
+
+
+def read_yaml(path: Path) -> Any:
+    """A YAML file read strictly (see :func:`loads_yaml`); every problem an :class:`InputError`."""
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise InputError(path, None, f"cannot read: {exc.strerror or exc}") from None
+    problem = file_problem(data[:4], "YAML")
+    if problem:
+        raise InputError(path, None, problem)
+    return loads_yaml(_decode_file(path, data), str(path))
