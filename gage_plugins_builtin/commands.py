@@ -91,13 +91,12 @@ def validate_command(file, schema, max_errors, allow_paths, allow_urls):
     rows = valid = warnings = printed = 0
     invalid_rows = 0
     if schema == "task" or path.suffix in (".yaml", ".yml"):
-        import yaml
+        from gage_eval.jsonio import InputError, read_yaml
 
         try:
-            entries = [(1, yaml.safe_load(path.read_text(encoding="utf-8")), None)]
-        except yaml.YAMLError as exc:
-            mark = getattr(exc, "problem_mark", None)
-            entries = [((mark.line + 1) if mark else 1, None, f"invalid YAML: {getattr(exc, 'problem', exc)}")]
+            entries = [(1, read_yaml(path), None)]
+        except InputError as exc:
+            entries = [(exc.line or 1, None, exc.problem)]
     else:
         entries = iter_file_rows(path)
     checker = None
