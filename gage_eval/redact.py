@@ -1,28 +1,96 @@
-"""Secrets never reach an output file or a log."""
+"""Secrets never reach an output file or a log.
+
+A value is secret by its key (:data:`SECRET_KEY`: ``api_key``, ``hf_token``, ``password``,
+``cookie``, every ``header_NAME`` and every value of a ``headers`` mapping, ...) or by being
+a known secret string (a backend's ``secrets``). URL user-info (``http://user:PASS@host``)
+is secret wherever it appears, and so is the value in ``header_NAME=VALUE`` text (a
+command line).
+"""
 from __future__ import annotations
 
 import re
+import urllib.parse
 from typing import Any
 
-SECRET_KEY = re.compile(r"(api[_-]?key|token(?!s)|secret|password|authorization|bearer|credential)", re.I)
 REDACTED = "***"
+
+# a key is secret when it is one of these words or ends in one (``openai_api_key``, ``hf_token``,
+# ``x-auth``), or names an HTTP header (``header_Cookie``); the special-token names of tokenizers
+# (``pad_token``) and counts (``max_tokens``, ``pad_token_id``) are not secrets
+SECRET_KEY = re.compile(
+    r"^header[_-]."
+    r"|(?:^|[_\-.\s])(?:(?:api|secret|private|access|client|session)[_-]?key|apikey"
+    r"|(?<!pad.)(?<!eos.)(?<!bos.)(?<!unk.)(?<!sep.)(?<!cls.)(?<!mask.)token"
+    r"|secret|password|passwd|passphrase|authorization|auth|bearer|credentials?|cookie)$", re.I)
+HEADERS_KEY = re.compile(r"^(?:http[_-])?headers$", re.I)  # a mapping NAME: VALUE whose values are all secret
+# scheme://user[:password]@ up to the netloc's last '@', as urllib reads it
+URL_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.\-]*://)[^/\s?#]+@")
+HEADER_ARG = re.compile(r"(?i)(?<![\w-])(header_[^=,\s]+=)[^,\s]+")
+SHORT = 6  # secrets shorter than this are masked only as whole words (a key "1" must not eat "HTTP 401")
+
+
+def is_secret_key(key: Any) -> bool:
+    key = str(key)
+    return bool(SECRET_KEY.search(key)) and not key.endswith("_env")
 
 
 def redact(value: Any, secrets: tuple[str, ...] = ()) -> Any:
-    """A copy of ``value`` with secret-looking keys masked and known secret strings removed."""
+    """A copy of ``value`` with secret keys masked, URL user-info and known secret strings removed."""
     if isinstance(value, dict):
-        return {k: (REDACTED if SECRET_KEY.search(str(k)) and not str(k).endswith("_env") and v not in (None, "")
-                    else redact(v, secrets)) for k, v in value.items()}
+        out = {}
+        for k, v in value.items():
+            if is_secret_key(k) and v not in (None, ""):
+                out[k] = REDACTED
+            elif HEADERS_KEY.match(str(k)) and isinstance(v, dict):
+                out[k] = {name: REDACTED if x not in (None, "") else x for name, x in v.items()}
+            else:
+                out[k] = redact(v, secrets)
+        return out
     if isinstance(value, (list, tuple)):
         return [redact(v, secrets) for v in value]
     if isinstance(value, str):
-        return scrub(value, secrets)
+        return scrub(strip_credentials(value), secrets)
     return value
 
 
 def scrub(text: str, secrets: tuple[str, ...], min_len: int = 6) -> str:
     """``text`` with each known secret of at least ``min_len`` characters masked."""
-    for secret in secrets:
-        if secret and len(secret) >= min_len:
+    for secret in sorted((s for s in secrets if s), key=len, reverse=True):
+        if len(secret) >= min_len:
             text = text.replace(secret, REDACTED)
     return text
+
+
+def mask(text: str, secrets: tuple[str, ...]) -> str:
+    """``text`` with every secret masked: long ones wherever they are, short ones as whole words.
+
+    For messages a component writes itself: nothing it knows to be secret survives, and a
+    short secret (``1``, ``abc``) does not eat into the words around it.
+    """
+    text = scrub(text, secrets, min_len=SHORT)
+    short = sorted({s for s in secrets if s and len(s) < SHORT}, key=len, reverse=True)
+    if short:
+        pattern = "|".join(re.escape(s) for s in short)
+        text = re.sub(rf"(?<![A-Za-z0-9])(?:{pattern})(?![A-Za-z0-9])", REDACTED, text)
+    return text
+
+
+def strip_credentials(text: str) -> str:
+    """URL user-info (``http://user:PASS@host`` -> ``http://***@host``) and ``header_NAME=VALUE``
+    values masked in free text."""
+    if "@" in text:
+        text = URL_USERINFO.sub(lambda m: m.group(1) + REDACTED + "@", text)
+    if "header_" in text or "HEADER_" in text:
+        text = HEADER_ARG.sub(lambda m: m.group(1) + REDACTED, text)
+    return text
+
+
+def url_credentials(url: str) -> tuple[str, str | None, str | None]:
+    """``url`` without its user-info, and the user and password it held (percent-decoded)."""
+    parts = urllib.parse.urlsplit(url)
+    if "@" not in parts.netloc:
+        return url, None, None
+    host = parts.netloc.rpartition("@")[2]
+    user = urllib.parse.unquote(parts.username) if parts.username is not None else None
+    password = urllib.parse.unquote(parts.password) if parts.password is not None else None
+    return urllib.parse.urlunsplit(parts._replace(netloc=host)), user, password

@@ -17,22 +17,36 @@
 Arguments (``--model-args k=v,...``): ``base_url``, ``model`` (default: the only model
 ``GET {base_url}/models`` lists), ``api_key_env`` (the variable holding the key, default
 OPENAI_API_KEY; unset is fine for local servers), ``concurrency`` (requests in flight,
-default 32), ``timeout`` (seconds per attempt, default 120), ``max_retries`` (default 5),
-``backoff`` / ``backoff_max`` (seconds, default 1 / 30), ``retry_after_max`` (longest
-Retry-After honoured, default 120), ``max_tokens`` (when the task sets no
-max_new_tokens, default 256), ``stream`` (true: stream replies and record time to first
-token), ``vision``, ``endpoint`` (auto or chat), ``loglikelihood``, ``batch_size`` (rows the
-engine hands over at once, default 16 x concurrency: requests stay in flight for 16 rounds
-before the window drains and is written; a crash loses at most this many answers in flight),
-and extra HTTP headers as
+default 32), ``max_tokens`` (when the task sets no max_new_tokens, default 256), ``stream``
+(true: stream replies and record time to first token), ``vision``, ``endpoint`` (auto or
+chat), ``loglikelihood``, ``batch_size`` (rows the engine hands over at once, default 16 x
+concurrency: requests stay in flight for 16 rounds before the window drains and is written;
+a crash loses at most this many answers in flight), and extra HTTP headers as
 ``header_NAME=VALUE`` (e.g. ``header_X-Team=eval``) or a ``headers`` mapping in a run config.
-The key is sent as ``Authorization: Bearer``; it is never written anywhere. Requests go
-through aiohttp (about 0.3 ms of client CPU a request; see benchmarks/README.md), honouring
-``HTTP_PROXY``/``HTTPS_PROXY``/``NO_PROXY``.
+
+Failure bounds (openai_http.py; benchmarks/README.md "HTTP failure bounds"):
+``connect_timeout`` (default 10 s), ``read_timeout`` (the longest silence from the server,
+default 60 s: for a reply that is not streamed, the time to the whole answer), ``timeout``
+(one attempt in all, default 120 s: bounds a server that drips), ``max_retries`` (default 5)
+with ``backoff`` / ``backoff_max`` (seconds, default 1 / 30) and ``retry_after_max``
+(longest Retry-After honoured, default 120); ``max_response_bytes`` (default 8 MiB: a bigger
+reply fails its row, unkept); ``max_consecutive_failures`` (default 5, 0 turns it off) and
+``breaker_seconds`` (default 10): that many failures in a row (connection errors, timeouts,
+5xx, broken replies; one prompt's own failures count once), over at least that long or
+until a request gives up, stop the run. A 401, 403, 404 or model-not-found answer stops it
+at once. Stopping is :class:`~gage_eval.errors.FatalBackendError` from ``run``.
+
+Credentials: the key (sent as ``Authorization: Bearer``), user-info in ``base_url``
+(``http://user:PASS@host/v1``, sent as ``Authorization: Basic``), every header value and
+a proxy's password are the backend's ``secrets``: none is in ``settings()``, ``model_id``
+or any error message, and a value that is the redacted placeholder ``***`` (a stored run's
+settings) is refused, never sent. Requests go through aiohttp (about 0.3 ms of client CPU a
+request; see benchmarks/README.md), honouring ``HTTP_PROXY``/``HTTPS_PROXY``/``NO_PROXY``.
 """
 from __future__ import annotations
 
 import asyncio
+import base64
 import concurrent.futures
 import json
 import os
@@ -42,11 +56,13 @@ import urllib.request
 from typing import Any, Mapping, Sequence
 
 from gage_eval.backend import GENERATE, LOGLIKELIHOOD, Backend, ModelOutput, Request
-from gage_eval.errors import GageError
-from gage_plugins_builtin.backends.args import as_bool, as_number
-from gage_eval.redact import SECRET_KEY
+from gage_eval.errors import FatalBackendError, GageError
+from gage_eval.redact import REDACTED, strip_credentials, url_credentials
 from gage_plugins_builtin.backends import openai_payload as payload
-from gage_plugins_builtin.backends.openai_http import Poster, RequestFailed, ServerUnsupported, eager_body_writes
+from gage_plugins_builtin.backends.args import as_bool, as_number
+from gage_plugins_builtin.backends.openai_http import (
+    Fatal, Poster, RequestFailed, ServerUnsupported, TooLarge, classify, eager_body_writes, error_detail, error_text,
+    read_body)
 
 
 def env_proxy(url: str) -> str | None:
@@ -62,7 +78,7 @@ def env_proxy(url: str) -> str | None:
 
 
 class Slots:
-    """The concurrency limit: at most ``concurrency`` requests of this call hold the session at once."""
+    """The concurrency limit: at most ``concurrency`` attempts of this call hold the session at once."""
 
     def __init__(self, session: Any, concurrency: int):
         self.session = session
@@ -74,6 +90,7 @@ class Slots:
 
     async def __aexit__(self, *exc: Any) -> None:
         self.semaphore.release()
+
 
 INSTALL = "pip install 'gage-eval[openai]'"
 ENDPOINTS = ("auto", "chat")
@@ -99,11 +116,75 @@ def normalize_base_url(url: str) -> str:
     """``http://host:8000`` and ``http://host:8000/v1/`` both mean ``http://host:8000/v1``."""
     url = str(url).strip().rstrip("/")
     if not url.startswith(("http://", "https://")):
-        raise GageError(f"openai backend: base_url must start with http:// or https://, not {url!r}")
+        raise GageError(f"openai backend: base_url must start with http:// or https://, not "
+                        f"{strip_credentials(url)!r}")
     rest = url.partition("://")[2]
-    if "/" not in rest:
+    if "/" not in rest.rpartition("@")[2]:
         url += "/v1"
     return url
+
+
+def _placeholder(what: str) -> GageError:
+    return GageError(f"openai backend: {what} is the redacted placeholder {REDACTED!r}, not a credential (a "
+                     f"stored run keeps no secrets): give the real value again")
+
+
+class Credentials:
+    """Who the backend says it is: the headers it sends and the secrets they hold.
+
+    One ``Authorization`` header carries one credential: the URL's user-info (Basic), a
+    ``header_Authorization`` given, or the key (Bearer). Two of them given explicitly are
+    refused rather than guessed at; the default OPENAI_API_KEY yields to the other two.
+    """
+
+    def __init__(self, base_url: str, api_key_env: str | None, headers: Mapping[str, str]):
+        self.url, user, password = url_credentials(base_url)
+        if REDACTED in (user, password):
+            raise _placeholder("the user-info in base_url")
+        self.api_key_env = str(api_key_env or "OPENAI_API_KEY")
+        self.api_key = os.environ.get(self.api_key_env) or None
+        if api_key_env is not None and self.api_key is None:
+            raise GageError(f"openai backend: api_key_env={self.api_key_env} names an environment variable that "
+                            f"is not set (leave api_key_env out for a server that needs no key)")
+        self.headers = {"Content-Type": "application/json", **headers}
+        secrets: list[str] = list(headers.values())
+        for name, value in headers.items():
+            if value == REDACTED:
+                raise _placeholder(f"header_{name}")
+        given_auth = next((n for n in headers if n.lower() == "authorization"), None)
+        self.scheme: str | None = None
+        if user is not None or password is not None:
+            if api_key_env is not None or given_auth:
+                raise GageError(f"openai backend: base_url carries a user and password, and "
+                                f"{'header_' + given_auth if given_auth else 'api_key_env=' + self.api_key_env} "
+                                f"another credential; one Authorization header carries one: drop one")
+            pair = f"{user or ''}:{password or ''}"
+            token = base64.b64encode(pair.encode()).decode()
+            self.headers["Authorization"] = f"Basic {token}"
+            self.scheme = "basic"
+            secrets += [password or "", pair, token]
+        elif given_auth:
+            if api_key_env is not None:
+                raise GageError(f"openai backend: header_{given_auth} and api_key_env={self.api_key_env} are two "
+                                f"credentials; one Authorization header carries one: drop one")
+            self.scheme = "header"
+        elif self.api_key is not None:
+            if self.api_key == REDACTED:
+                raise _placeholder(f"the environment variable {self.api_key_env}")
+            self.headers["Authorization"] = f"Bearer {self.api_key}"
+            self.scheme = "bearer"
+        if self.api_key:
+            secrets.append(self.api_key)
+        self.secrets = tuple(dict.fromkeys(s for s in secrets if s))
+
+    def hints(self) -> dict[str, str]:
+        """What to check after a 401 or a 403 (names, never values)."""
+        what = {"basic": "the user and password in base_url", "header": "the header_Authorization value",
+                "bearer": f"the API key (api_key_env={self.api_key_env})"}.get(self.scheme or "")
+        if what is None:
+            return {"auth": "the server wants a key: export it and name it with api_key_env=VAR (OPENAI_API_KEY "
+                            "is not set)", "forbidden": "the server refuses requests without credentials"}
+        return {"auth": f"check {what}", "forbidden": f"check that {what} may use this model and endpoint"}
 
 
 class OpenAIBackend(Backend):
@@ -111,8 +192,11 @@ class OpenAIBackend(Backend):
 
     def __init__(self, base_url: str = "https://api.openai.com/v1", model: str | None = None,
                  api_key_env: str | None = None, concurrency: int = 32, timeout: float = 120.0,
+                 connect_timeout: float = 10.0, read_timeout: float = 60.0,
                  max_retries: int = 5, backoff: float = 1.0, backoff_max: float = 30.0,
-                 retry_after_max: float = 120.0, max_tokens: int = 256, stream: Any = False, vision: Any = False,
+                 retry_after_max: float = 120.0, max_response_bytes: int = 8 * 2 ** 20,
+                 max_consecutive_failures: int = 5, breaker_seconds: float = 10.0,
+                 max_tokens: int = 256, stream: Any = False, vision: Any = False,
                  endpoint: str = "auto", loglikelihood: Any = True, batch_size: Any = None,
                  headers: Mapping[str, Any] | None = None, seed: int | None = None, **extra: Any):
         self.aiohttp = _import_aiohttp()
@@ -120,28 +204,23 @@ class OpenAIBackend(Backend):
             raise GageError("openai backend: do not put the key in --model-args (it would sit in your shell "
                             "history); export it and name the variable with api_key_env=VAR "
                             "(default OPENAI_API_KEY)")
-        self.headers = {str(k): str(v) for k, v in (headers or {}).items()}
+        given_headers = {str(k): str(v) for k, v in (headers or {}).items()}
         unknown = []
         for key, value in extra.items():
             if key.startswith("header_") and len(key) > len("header_"):
-                self.headers[key[len("header_"):]] = str(value)
+                given_headers[key[len("header_"):]] = str(value)
             else:
                 unknown.append(key)
         if unknown:
             raise GageError(f"openai backend: unknown argument(s) {', '.join(sorted(unknown))} (extra HTTP "
                             f"headers are written header_NAME=VALUE)")
-        self.base_url = normalize_base_url(base_url)
+        self.header_names = sorted(given_headers)
+        self.credentials = Credentials(normalize_base_url(base_url), api_key_env, given_headers)
+        self.base_url = self.credentials.url  # user-info removed: this is the URL shown anywhere
         self.model = None if model in (None, "") else str(model)
-        env_given = api_key_env is not None
-        self.api_key_env = str(api_key_env or "OPENAI_API_KEY")
-        self.api_key = os.environ.get(self.api_key_env) or None
-        if env_given and self.api_key is None:
-            raise GageError(f"openai backend: api_key_env={self.api_key_env} names an environment variable that "
-                            f"is not set (leave api_key_env out for a server that needs no key)")
-        self.secrets: tuple[str, ...] = tuple(
-            s for s in [self.api_key] + [v for k, v in self.headers.items() if SECRET_KEY.search(k)] if s)
+        self.api_key_env = self.credentials.api_key_env
+        self.secrets: tuple[str, ...] = self.credentials.secrets
         self.concurrency = _number("concurrency", concurrency, int, 1)
-        self.timeout = _number("timeout", timeout, float, 0.001)
         self.max_tokens = _number("max_tokens", max_tokens, int, 1)
         self.stream = _flag("stream", stream)
         self.vision = _flag("vision", vision)
@@ -161,45 +240,75 @@ class OpenAIBackend(Backend):
             self.max_batch = _number("batch_size", batch_size, int, 1)
         self.seed = None if seed is None else int(seed)
         proxy = env_proxy(self.base_url)
-        proxy_password = urllib.parse.urlsplit(proxy).password if proxy else None
-        if proxy_password:  # never echo a proxy's password in an error message
-            self.secrets += (proxy_password,)
-        self.poster = Poster(timeout=self.timeout, max_retries=_number("max_retries", max_retries, int, 0),
-                             backoff=_number("backoff", backoff, float, 0), backoff_max=_number(
-                                 "backoff_max", backoff_max, float, 0),
-                             retry_after_max=_number("retry_after_max", retry_after_max, float, 0),
-                             secrets=self.secrets, proxy=proxy)
+        if proxy:  # never echo a proxy's password in an error message
+            _, proxy_user, proxy_password = url_credentials(proxy)
+            if proxy_password:
+                self.secrets += (proxy_password, f"{proxy_user or ''}:{proxy_password}")
+        self.poster = Poster(
+            timeout=_number("timeout", timeout, float, 0.001),
+            connect_timeout=_number("connect_timeout", connect_timeout, float, 0.001),
+            read_timeout=_number("read_timeout", read_timeout, float, 0.001),
+            max_retries=_number("max_retries", max_retries, int, 0),
+            backoff=_number("backoff", backoff, float, 0), backoff_max=_number("backoff_max", backoff_max, float, 0),
+            retry_after_max=_number("retry_after_max", retry_after_max, float, 0),
+            max_response_bytes=_number("max_response_bytes", max_response_bytes, int, 1),
+            max_consecutive_failures=_number("max_consecutive_failures", max_consecutive_failures, int, 0),
+            breaker_seconds=_number("breaker_seconds", breaker_seconds, float, 0),
+            secrets=self.secrets, proxy=proxy, endpoint=self.base_url,
+            hints={**self.credentials.hints(),
+                   "not_found": "no such endpoint there: check base_url (it usually ends in /v1) and endpoint"})
+        self.timeout = self.poster.timeout
         self.chat_url = f"{self.base_url}/chat/completions"
         self.completions_url = f"{self.base_url}/completions"
         self._loop: asyncio.AbstractEventLoop | None = None
         self._session: Any = None  # the aiohttp session of self._loop, kept across run() calls
         self._no_echo: str | None = None
+        self._model_hint()
+
+    def _model_hint(self) -> None:
+        self.poster.hints["model"] = (f"check model={self.model} (GET {self.base_url}/models lists what the "
+                                      f"server has)")
 
     # -- lifecycle ---------------------------------------------------------------
     def open(self) -> None:
         if self.model is None:
             self.model = self._run_coro(self._find_model())
+            self._model_hint()
 
     async def _find_model(self) -> str:
         """The one model ``GET {base_url}/models`` lists."""
         aiohttp = self.aiohttp
+        poster = self.poster
         url = f"{self.base_url}/models"
         try:
-            async with aiohttp.ClientSession(headers=self._headers()) as session:
-                async with session.get(url, timeout=aiohttp.ClientTimeout(total=min(self.timeout, 30.0)),
-                                       proxy=self.poster.proxy) as r:
-                    status, content = r.status, await r.read()
+            timeout = aiohttp.ClientTimeout(total=min(poster.timeout, 30.0), sock_connect=poster.connect_timeout,
+                                            sock_read=poster.read_timeout)
+            async with aiohttp.ClientSession(headers=self._headers(), timeout=timeout) as s:
+                async with s.get(url, proxy=poster.proxy) as r:
+                    status = r.status
+                    if status >= 400:
+                        text = await error_text(r)
+                        kind = classify(status, text)
+                        if kind in ("auth", "forbidden"):
+                            raise Fatal(status, error_detail(text, poster.scrub), kind)
+                        content = text.encode()
+                    else:
+                        content = await read_body(r, poster.max_response_bytes)
+        except Fatal as exc:
+            raise poster.stop(poster.fatal_message(url, exc)) from None
+        except TooLarge as exc:
+            raise GageError(f"openai backend: {url}: {exc}") from None
         except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
-            raise GageError(self.poster.scrub(f"openai backend: cannot reach {url} to find the model "
-                                              f"({type(exc).__name__}: {exc}); is the server running? "
-                                              f"(or give model=NAME)")) from None
+            raise GageError(poster.scrub(f"openai backend: cannot reach {url} to find the model "
+                                         f"({type(exc).__name__}: {exc}); is the server running? "
+                                         f"(or give model=NAME)")) from None
         try:
             names = [m["id"] for m in json.loads(content)["data"]]
         except (ValueError, KeyError, TypeError):
             names = []
         if status != 200 or len(names) != 1:
-            listed = f"it lists {', '.join(names[:10])}" if names else f"HTTP {status}"
-            raise GageError(f"openai backend: give model=NAME in --model-args ({url}: {listed})")
+            listed = f"it lists {', '.join(map(str, names[:10]))}" if names else f"HTTP {status}"
+            raise GageError(poster.scrub(f"openai backend: give model=NAME in --model-args ({url}: {listed})"))
         return str(names[0])
 
     @property
@@ -207,20 +316,20 @@ class OpenAIBackend(Backend):
         return self.model or "openai"
 
     def _headers(self) -> dict[str, str]:
-        headers = {"Content-Type": "application/json", **self.headers}
-        if self.api_key:
-            headers["Authorization"] = f"Bearer {self.api_key}"
-        return headers
+        return dict(self.credentials.headers)
 
     def settings(self) -> dict[str, Any]:
-        # no key here may look secret (api_key, token, ...): redaction would mask its value
+        # no key here may look secret (api_key, token, header_*, ...): redaction would mask its value
+        p = self.poster
         return {"base_url": self.base_url, "model": self.model, "api_key_env": self.api_key_env,
-                "authenticated": self.api_key is not None, "concurrency": self.concurrency,
-                "timeout_s": self.timeout, "max_retries": self.poster.max_retries, "backoff_s": self.poster.backoff,
-                "backoff_max_s": self.poster.backoff_max, "default_generation_length": self.max_tokens,
-                "stream": self.stream, "vision": self.vision, "endpoint": self.endpoint,
-                "batch_size": self.max_batch, "seed": self.seed, "header_names": sorted(self.headers),
-                "proxy": self.poster.proxy is not None}
+                "authenticated": self.credentials.scheme is not None, "auth_scheme": self.credentials.scheme,
+                "concurrency": self.concurrency, "timeout_s": p.timeout, "connect_timeout_s": p.connect_timeout,
+                "read_timeout_s": p.read_timeout, "max_retries": p.max_retries, "backoff_s": p.backoff,
+                "backoff_max_s": p.backoff_max, "max_response_bytes": p.max_response_bytes,
+                "max_consecutive_failures": p.breaker.limit, "breaker_seconds": p.breaker.min_seconds,
+                "default_generation_length": self.max_tokens, "stream": self.stream, "vision": self.vision,
+                "endpoint": self.endpoint, "batch_size": self.max_batch, "seed": self.seed,
+                "extra_headers": self.header_names, "proxy": p.proxy is not None}
 
     def close(self) -> None:
         loop, self._loop = self._loop, None
@@ -232,7 +341,13 @@ class OpenAIBackend(Backend):
 
     # -- running -------------------------------------------------------------------
     def run(self, requests: Sequence[Request]) -> list[ModelOutput]:
-        """One event loop for the whole run, so connections are reused between batches."""
+        """One event loop for the whole run, so connections are reused between batches.
+
+        Raises :class:`FatalBackendError` once no further request can succeed (then and on
+        every later call): a 401/403/404 or model-not-found answer, or the circuit breaker.
+        """
+        if self.poster.fatal is not None:
+            raise self.poster.fatal
         return self._run_coro(self.arun(requests))
 
     def _run_coro(self, coro: Any) -> Any:
@@ -256,13 +371,13 @@ class OpenAIBackend(Backend):
         # the concurrency limit is ours (a semaphore); the connector keeps that many connections alive
         connector = aiohttp.TCPConnector(limit=self.concurrency, limit_per_host=0, keepalive_timeout=60,
                                          ttl_dns_cache=300)
-        return aiohttp.ClientSession(
-            connector=connector, headers=self._headers(),
-            timeout=aiohttp.ClientTimeout(total=None, sock_connect=min(self.timeout, 30.0)))
+        return aiohttp.ClientSession(connector=connector, headers=self._headers(),
+                                     timeout=self.poster.client_timeout(aiohttp))
 
     async def arun(self, requests: Sequence[Request]) -> list[ModelOutput]:
         if self.model is None:
             self.model = await self._find_model()
+            self._model_hint()
         own = asyncio.get_running_loop() is self._loop
         session = self._session if own else None
         if session is None or session.closed:
@@ -270,9 +385,17 @@ class OpenAIBackend(Backend):
             if own:  # a caller's own loop gets a session that closes with the call
                 self._session = session
         slots = Slots(session, self.concurrency)
+        tasks = [asyncio.ensure_future(self._one(slots, r)) for r in requests]
         try:
-            return list(await asyncio.gather(*(self._one(slots, r) for r in requests)))
+            if tasks:
+                await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+            if self.poster.fatal is not None:
+                raise self.poster.fatal
+            return [t.result() for t in tasks]
         finally:
+            for t in tasks:  # after a fatal answer, the requests still out are dropped
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
             if session is not self._session:
                 await session.close()
 
@@ -283,6 +406,8 @@ class OpenAIBackend(Backend):
             if req.kind == GENERATE:
                 return await self._generate(slots, req)
             return ModelOutput(error=f"openai backend: unknown request kind {req.kind!r}")
+        except FatalBackendError:
+            raise
         except RequestFailed as exc:
             return ModelOutput(error=str(exc))
         except ValueError as exc:  # a request that cannot be built (unreadable image, ...)
@@ -304,16 +429,13 @@ class OpenAIBackend(Backend):
         if self.stream:
             body["stream"] = True
             body["stream_options"] = {"include_usage": True}  # OpenAI and vLLM then send usage last
-        async with slots as session:
-            t0 = time.perf_counter()
-            reply = await self.poster.post(session, url, body, lambda data: (data, payload.reply_text(data, chat)),
-                                           stream=self.stream)
-            latency = (time.perf_counter() - t0) * 1000
+        reply = await self.poster.post(slots, url, body, lambda data: (data, payload.reply_text(data, chat)),
+                                       stream=self.stream)
         data, text = reply.value
         i, o = payload.usage(data)
         choice = data["choices"][0]
         return ModelOutput(text=payload.cut_at_stop(text, params.get("stop")), input_tokens=i, output_tokens=o,
-                           latency_ms=latency, time_to_first_token_ms=reply.ttft_ms,
+                           latency_ms=reply.latency_ms, time_to_first_token_ms=reply.ttft_ms,
                            finish_reason=choice.get("finish_reason"),
                            raw={"attempts": reply.attempts} if reply.attempts > 1 else None)
 
@@ -348,15 +470,12 @@ class OpenAIBackend(Backend):
             value, greedy = payload.continuation_logprob(data, context, continuation)
             return value, greedy, payload.usage(data)[0]
 
-        async with slots as session:
-            if self._no_echo:  # learnt while this request waited for its turn
-                raise RequestFailed(self._no_echo)
-            try:
-                reply = await self.poster.post(session, url, body, parse)
-            except ServerUnsupported as exc:
-                self._no_echo = f"{exc} (this server cannot score log-likelihood tasks; run generate tasks " \
-                                f"on it, or set loglikelihood=false to refuse them up front)"
-                raise RequestFailed(self._no_echo) from None
+        try:
+            reply = await self.poster.post(slots, url, body, parse, gate=lambda: self._no_echo)
+        except ServerUnsupported as exc:
+            self._no_echo = f"{exc} (this server cannot score log-likelihood tasks; run generate tasks " \
+                            f"on it, or set loglikelihood=false to refuse them up front)"
+            raise RequestFailed(self._no_echo) from None
         return (*reply.value, reply.attempts)
 
 

@@ -1,9 +1,21 @@
-"""POSTs to an OpenAI-compatible server with retries, backoff and a per-attempt deadline.
+"""POSTs to an OpenAI-compatible server: deadlines, retries, a circuit breaker, a size cap.
 
-Retried: 408, 409, 429 and 5xx replies (waiting at least ``Retry-After``), timeouts,
-refused or dropped connections, and replies that are not the JSON the endpoint
-promises. Not retried: other 4xx replies (a bad request stays bad) and a server
-that lacks a feature (:class:`Unsupported`).
+Retried (with backoff, the concurrency slot released while waiting): 408, 429 and 5xx
+replies (waiting at least ``Retry-After``), timeouts, refused or dropped connections, and
+replies that are not the JSON the endpoint promises. Not retried: other 4xx replies (a bad
+request stays bad), a reply over ``max_response_bytes``, and a server that lacks a feature
+(:class:`Unsupported`).
+
+Fatal (:class:`FatalBackendError`, the run stops): 401, 403, 404, a model-not-found or
+quota-exhausted answer (no further request can succeed), and the circuit breaker
+(:class:`Breaker`): ``max_consecutive_failures`` failures (connection errors, timeouts, 5xx,
+broken replies) with no good answer between them, lasting at least ``breaker_seconds`` or
+ending in a request that gives up. The span lets a server restart be ridden out while a
+dead one ends the run in seconds.
+
+Deadlines: ``connect_timeout`` to connect, ``read_timeout`` of silence (for a reply that is
+not streamed, the time to the whole answer), ``timeout`` for an attempt in all (a server
+that drips a byte at a time). Secrets are masked in every message before it is cut short.
 """
 from __future__ import annotations
 
@@ -12,22 +24,29 @@ import contextvars
 import email.utils
 import json
 import random
+import re
 import sys
 import time
 import types
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, AsyncIterator, Callable
 
-from gage_eval.redact import scrub
+from gage_eval.errors import FatalBackendError
+from gage_eval.redact import mask
 from gage_plugins_builtin.backends.openai_payload import BadReply, Unscorable, Unsupported
 
-RETRY_STATUS = frozenset({408, 409, 429})
+RETRY_STATUS = frozenset({408, 429})
+ERROR_BODY_BYTES = 64 * 1024  # of an error reply, only this much is read (for its message)
+MODEL_MISSING = re.compile(r"model_not_found|model\b.{0,80}\b(not found|does not exist|doesn't exist|"
+                           r"not exist|unknown|not available)|(unknown|invalid|no such) model", re.I | re.S)
+QUOTA = re.compile(r"insufficient_quota|exceeded your current quota", re.I)
 
 
 class Retryable(Exception):
-    def __init__(self, reason: str, retry_after: float | None = None):
+    def __init__(self, reason: str, retry_after: float | None = None, counts: bool = True):
         super().__init__(reason)
         self.retry_after = retry_after
+        self.counts = counts  # towards the circuit breaker (a 429 does not: the server is alive)
 
 
 class RequestFailed(Exception):
@@ -38,11 +57,27 @@ class ServerUnsupported(RequestFailed):
     """The server lacks what the request needs; every like request will fail the same way."""
 
 
+class TooLarge(RequestFailed):
+    """A reply bigger than the cap; not retried (the same request would get the same reply)."""
+
+    def __init__(self, limit: int):
+        super().__init__(f"reply larger than {limit} bytes (max_response_bytes={limit}); not kept")
+
+
+class Fatal(Exception):
+    """An answer that means no request can succeed; :meth:`Poster.fatal_message` words it."""
+
+    def __init__(self, status: int, detail: str, kind: str):
+        super().__init__(f"HTTP {status}{detail}")
+        self.status, self.detail, self.kind = status, detail, kind
+
+
 @dataclass
 class Reply:
     value: Any
     attempts: int
     ttft_ms: float | None = None
+    latency_ms: float | None = None  # of the attempt that succeeded
 
 
 def retry_after_seconds(value: str | None, now: float | None = None) -> float | None:
@@ -63,22 +98,93 @@ def retry_after_seconds(value: str | None, now: float | None = None) -> float | 
     return max(0.0, when.timestamp() - (time.time() if now is None else now))
 
 
+def classify(status: int, text: str) -> str | None:
+    """What an error status means for the whole run: ``auth``, ``forbidden``, ``model``,
+    ``not_found``, ``quota``, or None (only this request failed)."""
+    if status in (400, 404, 422) and MODEL_MISSING.search(text):
+        return "model"
+    if status == 401:
+        return "auth"
+    if status == 403:
+        return "forbidden"
+    if status == 404:
+        return "not_found"
+    if status == 429 and QUOTA.search(text):
+        return "quota"
+    return None
+
+
+class Breaker:
+    """Trips after ``limit`` failures in a row spanning at least ``min_seconds``, or as soon as
+    a request in such a streak runs out of retries. ``limit`` 0 turns it off.
+
+    A failure is counted once per request when it may be the request's own (a 5xx, a broken
+    reply), so one prompt a server cannot answer never stops a run by itself; and once per
+    attempt when it is the server's (refused, dropped or timed out), so a dead or hung server
+    trips it even at low concurrency. The span runs from the start of the streak's earliest
+    attempt: requests that hung for a long timeout trip it at once, while quick refusals must
+    go on for ``min_seconds`` (a server restart is ridden out).
+    """
+
+    def __init__(self, limit: int, min_seconds: float, clock: Callable[[], float] = time.monotonic):
+        self.limit = limit
+        self.min_seconds = min_seconds
+        self.clock = clock
+        self.attempts = 0
+        self.keys: set = set()
+        self.since: float | None = None
+
+    @property
+    def streak(self) -> int:
+        return len(self.keys)
+
+    def success(self) -> None:
+        self.attempts, self.keys, self.since = 0, set(), None
+
+    def failure(self, started: float, key: Any = None, final: bool = False) -> bool:
+        """Count a failed attempt of request ``key`` (None: the server's failure, counted each
+        time; ``final``: the request gives up). True when the breaker trips."""
+        self.attempts += 1
+        self.keys.add(object() if key is None else key)
+        self.since = started if self.since is None else min(self.since, started)
+        return bool(self.limit) and self.streak >= self.limit and \
+            (final or self.clock() - self.since >= self.min_seconds)
+
+
 class Poster:
-    """One backend's retry policy; the aiohttp session is passed in (it belongs to an event loop)."""
+    """One backend's request policy; the aiohttp session comes from ``slots`` (it belongs to an event loop).
+
+    ``slots`` is an async context manager giving the session and holding a concurrency slot:
+    one is held per attempt, never while waiting to retry.
+    """
 
     def __init__(self, *, timeout: float, max_retries: int, backoff: float, backoff_max: float,
-                 retry_after_max: float, secrets: tuple[str, ...] = (), proxy: str | None = None):
+                 retry_after_max: float, secrets: tuple[str, ...] = (), proxy: str | None = None,
+                 connect_timeout: float = 10.0, read_timeout: float | None = None,
+                 max_response_bytes: int = 8 * 2 ** 20, max_consecutive_failures: int = 5,
+                 breaker_seconds: float = 10.0, endpoint: str = "", hints: dict[str, str] | None = None):
         self.timeout = timeout
+        self.connect_timeout = min(connect_timeout, timeout)
+        self.read_timeout = min(read_timeout if read_timeout is not None else timeout, timeout)
         self.proxy = proxy
         self.max_retries = max_retries
         self.backoff = backoff
         self.backoff_max = backoff_max
         self.retry_after_max = retry_after_max
+        self.max_response_bytes = max_response_bytes
         self.secrets = tuple(s for s in secrets if s)
+        self.breaker = Breaker(max_consecutive_failures, breaker_seconds)
+        self.endpoint = endpoint  # the server named in the breaker's message (user-info removed)
+        self.hints = dict(hints or {})  # what to check, by fatal kind (see fatal_message)
+        self.fatal: FatalBackendError | None = None  # once set, no request is sent again
         self.rng = random.Random()
 
     def scrub(self, text: str) -> str:
-        return scrub(text, self.secrets, min_len=1)  # every secret we know of, however short
+        return mask(text, self.secrets)  # every secret we know of, however short
+
+    def quote(self, text: str, limit: int) -> str:
+        """At most ``limit`` characters of ``text``, secrets removed first (a cut may not halve one)."""
+        return self.scrub(text[:limit + 8192])[:limit]
 
     def delay(self, attempt: int, retry_after: float | None) -> float:
         """Exponential backoff with jitter (half fixed, half random); at least the server's Retry-After."""
@@ -88,59 +194,127 @@ class Poster:
             wait = max(wait, min(retry_after, self.retry_after_max))
         return wait
 
-    async def post(self, session: Any, url: str, body: dict, parse: Callable[[Any], Any],
-                   stream: bool = False) -> Reply:
-        """POST ``body``, parse the reply with ``parse`` (a :class:`BadReply` there is retried)."""
+    def client_timeout(self, aiohttp: Any) -> Any:
+        """The session's socket deadlines; the whole attempt's deadline (``timeout``) is ours."""
+        return aiohttp.ClientTimeout(total=None, sock_connect=self.connect_timeout, sock_read=self.read_timeout)
+
+    def fatal_message(self, url: str, exc: Fatal) -> str:
+        what = {"auth": ("401 Unauthorized", self.hints.get("auth", "check the credentials")),
+                "forbidden": ("403 Forbidden", self.hints.get("forbidden", "the credentials may not use this "
+                                                                          "model or endpoint")),
+                "model": (f"{exc.status} model not found", self.hints.get("model", "check model=NAME")),
+                "not_found": ("404 Not Found", self.hints.get("not_found", "check base_url")),
+                "quota": ("429 quota exhausted", "check the account's plan and billing")}[exc.kind]
+        said = exc.detail[2:200] if exc.detail else ""
+        return self.scrub(f"openai backend: {what[0]} from {url}: {what[1]}"
+                          + (f"; the server says: {said}" if said else ""))
+
+    def stop(self, message: str) -> FatalBackendError:
+        if self.fatal is None:
+            self.fatal = FatalBackendError(self.scrub(message))
+        return self.fatal
+
+    async def post(self, slots: Any, url: str, body: dict, parse: Callable[[Any], Any], stream: bool = False,
+                   gate: Callable[[], str | None] | None = None) -> Reply:
+        """POST ``body``, parse the reply with ``parse`` (a :class:`BadReply` there is retried).
+
+        ``gate`` runs once a slot is held, before sending: a message it returns fails the
+        request with that message, unsent.
+        Raises :class:`RequestFailed` (this row fails) or :class:`FatalBackendError` (all do).
+        """
         import aiohttp
 
         data = json.dumps(body).encode()
         reasons: list[str] = []
         attempt = 0
+        request = object()  # this request, for the breaker
         while True:
+            if self.fatal is not None:
+                raise self.fatal
             attempt += 1
             retry_after = None
+            counts = True
+            server_side = True  # the failure is the server's, not this request's (see Breaker)
+            started = time.monotonic()
             try:
-                coro = self._stream(session, url, data, parse) if stream else self._once(session, url, data, parse)
-                if hasattr(asyncio, "timeout"):  # 3.11+: no extra task per attempt
-                    async with asyncio.timeout(self.timeout):
-                        value, ttft = await coro
-                else:
-                    value, ttft = await asyncio.wait_for(coro, self.timeout)
-                return Reply(value, attempt, ttft)
+                async with slots as session:
+                    if self.fatal is not None:
+                        raise self.fatal
+                    refusal = gate() if gate is not None else None
+                    if refusal is None:
+                        started = time.monotonic()
+                        t0 = time.perf_counter()
+                        coro = self._stream(session, url, data, parse) if stream else \
+                            self._once(session, url, data, parse)
+                        if hasattr(asyncio, "timeout"):  # 3.11+: no extra task per attempt
+                            async with asyncio.timeout(self.timeout):
+                                value, ttft = await coro
+                        else:
+                            value, ttft = await asyncio.wait_for(coro, self.timeout)
+                        latency = (time.perf_counter() - t0) * 1000
             except Retryable as exc:
-                reason, retry_after = str(exc), exc.retry_after
+                reason, retry_after, counts, server_side = str(exc), exc.retry_after, exc.counts, False
             except BadReply as exc:
-                reason = f"bad reply: {exc}"
-            except asyncio.TimeoutError:  # aiohttp's own timeouts are asyncio.TimeoutError too
-                reason = f"timed out after {self.timeout:g} s"
+                reason, server_side = f"bad reply: {self.quote(str(exc), 300)}", False
+            except aiohttp.ServerTimeoutError as exc:  # aiohttp's socket deadlines
+                reason = self._socket_timeout(exc)
+            except asyncio.TimeoutError:
+                reason = f"no complete reply within {self.timeout:g} s (timeout={self.timeout:g})"
             except aiohttp.ClientPayloadError:
-                reason = "connection error: the reply ended before the length it announced"
+                reason, server_side = "connection error: the connection broke in the middle of the reply", False
             except (aiohttp.ClientError, OSError) as exc:
-                reason = f"connection error: {type(exc).__name__}: {_first_line(exc)}" if str(exc) else \
+                reason = f"connection error: {type(exc).__name__}: {self.quote(_first_line(exc), 200)}" \
+                    if str(exc) else \
                     f"connection error: {type(exc).__name__}"
+            except Fatal as exc:
+                raise self.stop(self.fatal_message(url, exc)) from None
             except RequestFailed as exc:
-                raise type(exc)(self.scrub(f"{url}: {exc}")) from None
+                self.breaker.success()  # the server answered
+                failed = ServerUnsupported if isinstance(exc, ServerUnsupported) else RequestFailed
+                raise failed(self.scrub(f"{url}: {exc}")) from None
             except Unsupported as exc:
+                self.breaker.success()
                 raise ServerUnsupported(self.scrub(f"{url}: {exc}")) from None
             except Unscorable as exc:
+                self.breaker.success()
                 raise RequestFailed(self.scrub(f"{url}: {exc}")) from None
+            else:
+                if refusal is not None:
+                    raise RequestFailed(refusal)
+                self.breaker.success()
+                return Reply(value, attempt, ttft, latency)
             reasons.append(reason)
-            if attempt > self.max_retries:
+            gives_up = attempt > self.max_retries
+            if counts and self.breaker.failure(started, None if server_side else request, gives_up):
+                b = self.breaker
+                raise self.stop(
+                    f"openai backend: stopped after {b.streak} failures in a row"
+                    + (f" ({b.attempts} attempts)" if b.attempts != b.streak else "")
+                    + f" from {self.endpoint or url} over {time.monotonic() - b.since:.0f} s "
+                    f"(max_consecutive_failures={b.limit}); last: {reason}; is the server up?")
+            if gives_up:
                 history = "; ".join(_squash(reasons[:-1])) if len(reasons) > 1 else "none"
                 raise RequestFailed(self.scrub(
                     f"{url}: gave up after {attempt} attempt(s): {reason} (earlier: {history})"))
-            await asyncio.sleep(self.delay(attempt, retry_after))
+            await asyncio.sleep(self.delay(attempt, retry_after))  # holding no slot
+
+    def _socket_timeout(self, exc: BaseException) -> str:
+        import aiohttp
+
+        if isinstance(exc, getattr(aiohttp, "ConnectionTimeoutError", ())) or "connect" in str(exc).lower():
+            return f"could not connect within {self.connect_timeout:g} s (connect_timeout={self.connect_timeout:g})"
+        return f"the server sent nothing for {self.read_timeout:g} s (read_timeout={self.read_timeout:g})"
 
     async def _once(self, session: Any, url: str, data: bytes, parse: Callable[[Any], Any]) -> tuple[Any, None]:
         async with session.post(url, data=data, proxy=self.proxy) as response:
-            content = await response.read()
             status = response.status
             if status >= 400:
-                self._check_status(status, response.headers, content.decode("utf-8", "replace"))
+                self._check_status(status, response.headers, await error_text(response))
+            content = await read_body(response, self.max_response_bytes)
         try:
             reply = json.loads(content)
         except ValueError:
-            raise BadReply(f"not JSON: {content[:80].decode('utf-8', 'replace')!r}") from None
+            raise BadReply(f"not JSON: {self.quote(content.decode('utf-8', 'replace'), 80)!r}") from None
         return parse(reply), None
 
     async def _stream(self, session: Any, url: str, data: bytes,
@@ -150,10 +324,9 @@ class Poster:
         chunks: list[dict] = []
         async with session.post(url, data=data, proxy=self.proxy) as response:
             if response.status >= 400:
-                text = (await response.read()).decode("utf-8", "replace")
-                self._check_status(response.status, response.headers, text)
+                self._check_status(response.status, response.headers, await error_text(response))
             done = False
-            async for raw in _lines(response.content):
+            async for raw in _lines(_capped(response, self.max_response_bytes)):
                 line = raw.strip()
                 if done or not line.startswith("data:"):
                     continue  # read to the end, so the connection can be reused
@@ -164,27 +337,65 @@ class Poster:
                 try:
                     chunk = json.loads(payload)
                 except ValueError:
-                    raise BadReply(f"a stream event is not JSON: {payload[:80]!r}") from None
+                    raise BadReply(f"a stream event is not JSON: {self.quote(payload, 80)!r}") from None
                 if not isinstance(chunk, dict):
                     raise BadReply("a stream event is not a JSON object")
                 if "error" in chunk and not chunk.get("choices"):
-                    raise Retryable(f"error event in the stream: {str(chunk['error'])[:200]}")
+                    raise Retryable(f"error event in the stream: {self.quote(str(chunk['error']), 200)}")
                 if ttft is None and _chunk_text(chunk):
                     ttft = (time.perf_counter() - t0) * 1000
                 chunks.append(chunk)
         return parse(merge_stream(chunks)), ttft
 
     def _check_status(self, status: int, headers: Any, text: str) -> None:
-        detail = _error_detail(text)
+        detail = error_detail(text, self.scrub)
+        kind = classify(status, text)
+        if kind is not None:
+            raise Fatal(status, detail, kind)
         if status in RETRY_STATUS or status >= 500:
-            raise Retryable(f"HTTP {status}{detail}", retry_after_seconds(headers.get("retry-after")))
+            raise Retryable(f"HTTP {status}{detail}", retry_after_seconds(headers.get("retry-after")),
+                            counts=status != 429)
         raise RequestFailed(self.scrub(f"HTTP {status}{detail}"))
 
 
-async def _lines(content: Any):
+async def read_body(response: Any, limit: int) -> bytes:
+    """The whole body, read piece by piece; past ``limit`` bytes :class:`TooLarge` is raised."""
+    buf = bytearray()
+    async for piece in _capped(response, limit):
+        buf += piece
+    return bytes(buf)
+
+
+async def error_text(response: Any) -> str:
+    """The start of an error reply's body (enough for its message); the rest is not read."""
+    buf = bytearray()
+    async for piece in response.content.iter_any():
+        buf += piece
+        if len(buf) >= ERROR_BODY_BYTES:
+            response.close()
+            break
+    return bytes(buf[:ERROR_BODY_BYTES]).decode("utf-8", "replace")
+
+
+async def _capped(response: Any, limit: int) -> AsyncIterator[bytes]:
+    """The body's pieces as they come; past ``limit`` bytes in all (or announced), :class:`TooLarge`."""
+    length = response.content_length
+    if length is not None and length > limit:
+        response.close()
+        raise TooLarge(limit)
+    seen = 0
+    async for piece in response.content.iter_any():
+        seen += len(piece)
+        if seen > limit:
+            response.close()  # the rest is never read: the connection goes
+            raise TooLarge(limit)
+        yield piece
+
+
+async def _lines(pieces: AsyncIterator[bytes]):
     """The decoded lines of a streamed body, however the server cuts its chunks (no line-length limit)."""
     pending = b""
-    async for piece in content.iter_any():
+    async for piece in pieces:
         pending += piece
         if b"\n" not in piece:
             continue
@@ -269,10 +480,11 @@ def _continue(coro: Any, first: Any):
 
 
 def _first_line(exc: BaseException) -> str:
-    return str(exc).strip().split("\n")[0][:200]
+    return str(exc).strip().split("\n")[0]
 
 
-def _error_detail(text: str) -> str:
+def error_detail(text: str, scrub: Callable[[str], str] = str) -> str:
+    """An error reply's message, secrets removed (before it is cut short, so no piece of one is left)."""
     try:
         data = json.loads(text)
         err = data.get("error", data) if isinstance(data, dict) else data
@@ -281,6 +493,7 @@ def _error_detail(text: str) -> str:
     except ValueError:
         pass
     text = " ".join(text.split())
+    text = scrub(text)
     return f": {text[:300]}" if text else ""
 
 

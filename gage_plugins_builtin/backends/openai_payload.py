@@ -125,7 +125,7 @@ def first_choice(reply: Any) -> dict:
     if not isinstance(reply, Mapping):
         raise BadReply(f"expected a JSON object, got {type(reply).__name__}")
     if "error" in reply and not reply.get("choices"):
-        raise BadReply(f"error object in a 200 reply: {str(reply['error'])[:300]}")
+        raise BadReply(f"error object in a 200 reply: {str(reply['error'])[:10000]}")  # the poster cuts it
     choices = reply.get("choices")
     if not isinstance(choices, list) or not choices or not isinstance(choices[0], Mapping):
         raise BadReply("no choices in the reply")

@@ -13,9 +13,17 @@ The fake model:
 
 Faults: a prompt holding ``[[faults:429,reset,garbage]]`` gets those faults on its
 first, second and third attempts and a normal reply after; ``500*3`` repeats one.
-Kinds: 429 (with ``Retry-After``), 500, 503, 400, timeout (stalls), reset (TCP RST
-after reading the request), truncated (fewer bytes than Content-Length), garbage
-(200 with HTML), empty (200 with no choices).
+``FakeServer(fault=KIND)`` gives every completion request that fault (a prompt's own
+directive still wins; ``fault_models=True`` gives it ``GET /models`` too).
+Kinds: 429 (with ``Retry-After``), 401, 403, any other status code (an error reply with
+that status: 400, 404, 409, 500, 503, ...), 404model (OpenAI's model_not_found), 400model
+(a 400 naming a missing model, as llama.cpp-style servers do), timeout (stalls ``stall_s``), hang (never answers),
+drip (a correct reply, one byte every ``drip_s``), reset (TCP RST after reading the
+request), midreset (headers and half the body, then RST), truncated (fewer bytes than
+Content-Length), garbage (200 with HTML), badjson (200, JSON content type, broken JSON),
+empty (200 with no choices), huge (200 announcing and sending ``huge_bytes``), hugechunked
+(the same without Content-Length). ``echo_headers=True`` quotes the request's headers (its
+credentials included) in error messages, as a careless server might.
 
 Used by tests/backends/test_openai_*.py (benchmarks/http_concurrency.py uses the leaner
 benchmarks/latency_server.py); run it by
@@ -37,8 +45,8 @@ from typing import Any
 TOKEN = re.compile(r"\s*\S+|\s+$")
 DIRECTIVE = re.compile(r"\[\[(say|faults):([^\]]*)\]\]")
 TOP_TOKEN, TOP_LOGPROB = " the", -0.5
-REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 429: "Too Many Requests",
-           500: "Internal Server Error", 503: "Service Unavailable"}
+REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found",
+           429: "Too Many Requests", 500: "Internal Server Error", 503: "Service Unavailable"}
 
 
 def tokenize(text: str) -> list[tuple[str, int]]:
@@ -95,7 +103,9 @@ class FakeServer:
     """``with FakeServer(latency=0.1) as server: server.url`` -> ``http://127.0.0.1:PORT/v1``."""
 
     def __init__(self, *, latency: float = 0.0, echo: bool = True, model: str = "fake-model",
-                 retry_after: str = "0", stall_s: float = 30.0, chunk_delay: float = 0.0, port: int = 0):
+                 retry_after: str = "0", stall_s: float = 30.0, chunk_delay: float = 0.0, port: int = 0,
+                 fault: str | None = None, fault_models: bool = False, drip_s: float = 1.0,
+                 huge_bytes: int = 50 * 2 ** 20, echo_headers: bool = False):
         self.latency = latency
         self.echo = echo
         self.model = model
@@ -103,8 +113,15 @@ class FakeServer:
         self.stall_s = stall_s
         self.chunk_delay = chunk_delay
         self.port = port
+        self.fault = fault
+        self.fault_models = fault_models
+        self.drip_s = drip_s
+        self.huge_bytes = huge_bytes
+        self.echo_headers = echo_headers  # error replies quote every request header back (a careless server)
+        self.sent_bytes = 0  # of huge replies, what the client took before it hung up
         self.attempts: dict[str, int] = {}
-        self.log: list[dict] = []  # one entry a request: time, path, fault, headers, body
+        self.log: list[dict] = []  # one entry a completion request: time, path, fault, headers, body
+        self.model_lookups: list[dict] = []  # the headers of each GET /models
         self.inflight = self.max_inflight = 0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._server: asyncio.AbstractServer | None = None
@@ -202,6 +219,9 @@ class FakeServer:
 
     async def _handle(self, method: str, path: str, headers: dict, raw: bytes, writer) -> bool:
         if method == "GET" and path.rstrip("/") == "/v1/models":
+            self.model_lookups.append(headers)
+            if self.fault_models and self.fault:
+                return await self._fault(self.fault, writer, headers)
             return await self._json(writer, 200, {"object": "list", "data": [{"id": self.model, "object": "model"}]})
         if method != "POST" or path not in ("/v1/chat/completions", "/v1/completions"):
             return await self._json(writer, 404, {"error": {"message": f"no route {method} {path}"}})
@@ -215,7 +235,7 @@ class FakeServer:
         attempt = self.attempts.get(key, 0)  # every handler runs on the server's one loop thread
         self.attempts[key] = attempt + 1
         faults = parse_faults(prompt)
-        fault = faults[attempt] if attempt < len(faults) else None
+        fault = faults[attempt] if attempt < len(faults) else self.fault
         self.log.append({"t": time.monotonic(), "path": path, "fault": fault, "headers": headers, "body": body,
                          "attempt": attempt + 1})
         self.inflight += 1
@@ -224,24 +244,63 @@ class FakeServer:
             if self.latency:
                 await asyncio.sleep(self.latency)
             if fault is not None:
-                return await self._fault(fault, writer)
+                return await self._fault(fault, writer, headers)
             if chat:
                 return await self._chat(body, prompt, writer)
             return await self._completion(body, prompt, writer)
         finally:
             self.inflight -= 1
 
-    async def _fault(self, fault: str, writer: asyncio.StreamWriter) -> bool:
+    async def _fault(self, fault: str, writer: asyncio.StreamWriter, headers: dict) -> bool:
+        said = f" (you sent {json.dumps(headers)})" if self.echo_headers else ""
         if fault == "429":
             return await self._json(writer, 429, {"error": {"message": "rate limited", "type": "rate_limit"}},
                                     {"Retry-After": self.retry_after})
-        if fault in ("500", "502", "503"):
-            return await self._json(writer, int(fault), {"error": {"message": f"injected {fault}"}})
-        if fault == "400":
-            return await self._json(writer, 400, {"error": {"message": "injected bad request"}})
+        if fault in ("401", "403"):
+            message = ("Incorrect API key provided" if fault == "401" else "You may not use this model") + said
+            return await self._json(writer, int(fault), {"error": {"message": message, "type": "invalid_request_error",
+                                                                   "code": "invalid_api_key"}})
+        if fault == "404model":
+            return await self._json(writer, 404, {"error": {
+                "message": f"The model `{self.model}x` does not exist or you do not have access to it.",
+                "type": "invalid_request_error", "code": "model_not_found"}})
+        if fault == "400model":
+            return await self._json(writer, 400, {"error": {"message": f"model '{self.model}x' not found"}})
+        if fault.isdigit():
+            message = ("injected bad request" if fault == "400" else f"injected {fault}") + said
+            return await self._json(writer, int(fault), {"error": {"message": message}})
         if fault == "timeout":
             await asyncio.sleep(self.stall_s)
             return False
+        if fault == "hang":
+            await asyncio.Event().wait()  # until the server stops
+            return False
+        if fault == "drip":
+            body = json.dumps({"choices": [{"index": 0, "message": {"role": "assistant", "content": "late " * 60},
+                                            "finish_reason": "stop"}]}).encode()
+            writer.write(f"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+                         f"\r\n".encode())
+            for i in range(len(body)):
+                writer.write(body[i:i + 1])
+                await writer.drain()
+                await asyncio.sleep(self.drip_s)
+            return True
+        if fault == "midreset":
+            body = json.dumps({"choices": [{"index": 0, "message": {"role": "assistant", "content": "x" * 2000}}]})
+            writer.write(f"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+                         f"\r\n".encode() + body[:len(body) // 2].encode())
+            await writer.drain()
+            await asyncio.sleep(0.05)
+            sock = writer.get_extra_info("socket")
+            if sock is not None:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            writer.transport.abort()
+            return False
+        if fault == "badjson":
+            await self._respond(writer, 200, b'{"choices": [{"index": 0, "message": {"content": "cut')
+            return True
+        if fault in ("huge", "hugechunked"):
+            return await self._huge(writer, chunked=fault == "hugechunked")
         if fault == "reset":
             sock = writer.get_extra_info("socket")
             if sock is not None:
@@ -258,6 +317,24 @@ class FakeServer:
         if fault == "empty":
             return await self._json(writer, 200, {"choices": []})
         raise ValueError(f"unknown fault {fault!r}")
+
+    async def _huge(self, writer: asyncio.StreamWriter, chunked: bool) -> bool:
+        """A reply of ``huge_bytes`` (a JSON string that never ends), sent as fast as the client reads."""
+        length = "Transfer-Encoding: chunked" if chunked else f"Content-Length: {self.huge_bytes}"
+        writer.write(f"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n{length}\r\n\r\n".encode())
+        piece = b'{"choices": [{"text": "' + b"A" * (64 * 1024 - 23)
+        sent = 0
+        while sent < self.huge_bytes:
+            data = piece[:self.huge_bytes - sent]
+            writer.write(f"{len(data):x}\r\n".encode() + data + b"\r\n" if chunked else data)
+            await writer.drain()
+            sent += len(data)
+            self.sent_bytes += len(data)
+            piece = b"A" * len(piece)
+        if chunked:
+            writer.write(b"0\r\n\r\n")
+        await writer.drain()
+        return True
 
     @staticmethod
     def _generate(body: dict, prompt: str) -> tuple[str, str]:

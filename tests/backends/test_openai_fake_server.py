@@ -38,7 +38,7 @@ def run_task(run_cli, tmp_path, task: str, model_args: str, *extra: str):
 
 def test_faults_every_row_scored_or_errored(server, run_cli, tmp_path):
     result, run, summary = run_task(run_cli, tmp_path, "http_faults", f"base_url={server.url},{FAST}")
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 1, result.output
     rows = {r["id"]: r for r in lines(run / "samples" / "http_faults.jsonl")}
     source = lines(TASKS / "http_faults" / "sample.jsonl")
     assert set(rows) == {r["id"] for r in source}
@@ -99,7 +99,7 @@ def test_retry_after_is_honoured(run_cli, tmp_path):
 def test_streaming_records_time_to_first_token(run_cli, tmp_path):
     with FakeServer(chunk_delay=0.02) as server:
         result, run, summary = run_task(run_cli, tmp_path, "http_faults", f"base_url={server.url},{FAST},stream=true")
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 1, result.output
     rows = {r["id"]: r for r in lines(run / "samples" / "http_faults.jsonl")}
     assert rows["ok-plain"]["predict_result"][0]["message"]["content"][0]["text"] == "apple"
     assert rows["reset2"]["eval_result"]["metrics"]["exact_match"]["value"] == 1.0
@@ -129,7 +129,7 @@ def test_server_without_echo_gives_each_row_a_clear_error(run_cli, tmp_path):
     with FakeServer(echo=False) as server:
         result, run, summary = run_task(run_cli, tmp_path, "http_choice",
                                         f"base_url={server.url},{FAST},concurrency=1")
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 3, result.output
     rows = lines(run / "samples" / "http_choice.jsonl")
     assert len(rows) == 4
     for row in rows:
@@ -152,7 +152,7 @@ def test_api_key_never_written(server, run_cli, tmp_path, capfd, monkeypatch):
     monkeypatch.setenv("GAGE_TEST_OPENAI_KEY", key)
     args = f"base_url={server.url},{FAST},api_key_env=GAGE_TEST_OPENAI_KEY,header_X-Team=evals"
     result, run, summary = run_task(run_cli, tmp_path, "http_faults", args, "--fail-fast")
-    assert result.exit_code == 2  # stops at the first error row, still writes everything so far
+    assert result.exit_code == 3  # stops at the first error row, still writes everything so far
     auth = {e["headers"].get("authorization") for e in server.log}
     assert auth == {f"Bearer {key}"}  # the key was used ...
     assert {e["headers"].get("x-team") for e in server.log} == {"evals"}
@@ -196,7 +196,7 @@ def test_unreachable_server_with_model_name_errors_every_row(run_cli, tmp_path):
         url = server.url
     result, run, summary = run_task(run_cli, tmp_path, "http_capitals",
                                     f"base_url={url},model=m,max_retries=1,backoff=0.01")
-    assert result.exit_code == 0
+    assert result.exit_code == 3
     rows = lines(run / "samples" / "http_capitals.jsonl")
     assert len(rows) == 6 and all("connection error" in r["eval_result"]["error"]["message"] for r in rows)
     assert summary["tasks"]["http_capitals"]["counts"]["errored"] == 6
@@ -207,7 +207,7 @@ def test_judged_task_through_the_openai_backend(server, run_cli, tmp_path):
     result, run, summary = run_task(run_cli, tmp_path, "http_judged", f"base_url={server.url},{FAST}",
                                     "--judge-model", "openai", "--judge-args",
                                     f"base_url={server.url},{FAST},concurrency=2")
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 1, result.output
     rows = {r["id"]: r for r in lines(run / "samples" / "http_judged.jsonl")}
     assert rows["j-right"]["eval_result"]["judge"]["score"] == 1.0
     assert rows["j-wrong"]["eval_result"]["judge"]["score"] == 0.0

@@ -119,6 +119,7 @@ def test_retry_after_and_backoff():
     date = time.strftime("%a, %d %b %Y %H:%M:%S GMT", time.gmtime(time.time() + 30))
     assert 25 <= retry_after_seconds(date) <= 31
     poster = Poster(timeout=1, max_retries=3, backoff=1.0, backoff_max=8.0, retry_after_max=60)
+    assert poster.connect_timeout == 1 and poster.read_timeout == 1  # never past the attempt's deadline
     for attempt, cap in ((1, 1.0), (2, 2.0), (3, 4.0), (4, 8.0), (9, 8.0)):
         waits = [poster.delay(attempt, None) for _ in range(50)]
         assert all(cap / 2 <= w <= cap for w in waits)
@@ -148,7 +149,7 @@ def test_arguments(monkeypatch):
     b = openai_backend(base_url="http://h", model="m", api_key_env="GAGE_TEST_KEY", concurrency=8,
                        header_X_Team="eval", **{"header_api-key": "azure-secret-1"}, vision=True,
                        loglikelihood=False)
-    assert b.secrets == ("sk-gage-test-0000", "azure-secret-1")
+    assert set(b.secrets) == {"sk-gage-test-0000", "azure-secret-1", "eval"}  # every header value is secret
     assert b.capabilities == {"generate", "chat", "vision"}
     assert b.max_batch == 128  # 16 rounds of 8 a window
     assert openai_backend(base_url="http://h", model="m", concurrency=2).max_batch == 64
