@@ -12,7 +12,7 @@ from typing import Any, Iterable, Iterator, Mapping
 
 from gage_eval import __version__
 from gage_eval.backend import LOGLIKELIHOOD, Backend, ModelOutput
-from gage_eval.errors import FatalBackendError, GageError, OutputError, RowError
+from gage_eval.errors import FatalBackendError, GageError, OutputError
 from gage_eval.idset import IdSet
 from gage_eval.events import RunEnd, RunStart, SampleDone, TaskDone
 from gage_eval.metric import MetricContext, TaskAggregate, metric_value
@@ -23,7 +23,7 @@ from gage_eval.redact import redact, scrub
 from gage_eval.rundir import INPUTS_FILE, changed_inputs, fingerprint, read_inputs
 from gage_eval.requests import RequestBuilder
 from gage_eval.rows import RowChecker, field_message
-from gage_eval.sample import SCHEMA_VERSION, RowContext, elide_inline_media
+from gage_eval.sample import SCHEMA_VERSION, elide_inline_media
 from gage_eval.schemas import validation_errors
 from gage_eval.tasks import TaskSpec, dataset_for_path, discover, read_task_file, with_dataset
 
@@ -69,6 +69,7 @@ class Item:
     verdict: Any = None
 
 
+MAX_WARNINGS_SHOWN = 20  # per task, on the console; events.jsonl has all of them
 STAGES = ("dataset_materialization_s", "inference_s", "judge_s", "evaluation_s", "writing_s")
 
 
@@ -301,8 +302,8 @@ def _component(registry: Registry, kind: str, name: str, where: str, key: str, *
         raise GageError(f"{where}: key '{key}': {exc}") from None
     try:
         return factory(**kwargs)
-    except GageError as exc:
-        raise GageError(f"{where}: key '{key}': {exc}") from None
+    except GageError as exc:  # the component's own message names what is wrong (a missing data file, ...)
+        raise GageError(f"{where}: {exc}") from None
     except (TypeError, ValueError) as exc:
         raise GageError(f"{where}: key '{key}' ({name!r}): {exc}") from None
 
@@ -427,7 +428,7 @@ class Engine:
         window: list[Item] = []
         t_load = time.perf_counter()
         try:
-            for item in self._items(tr, seen):
+            for item in self._items(tr, seen, events, progress):
                 if done and item.sample["id"] in done:  # (an empty set: not resuming, no lookup)
                     continue
                 window.append(item)
@@ -458,16 +459,23 @@ class Engine:
         events.emit("task_done", task=tr.name, counts=tr.counts, timings=result["timings"])
         self._notify("gage_task_done", TaskDone(self.run_id, tr.name, dict(tr.counts), result["metrics"]))
 
-    def _items(self, tr: TaskRun, seen: IdSet) -> Iterable[Item]:
+    def _items(self, tr: TaskRun, seen: IdSet, events: EventLog, progress: Progress) -> Iterable[Item]:
         """Rows of the dataset as items: a valid Sample with its request, or an error.
-        Each row is checked as ``gage-eval validate`` checks it (gage_eval.rows)."""
+        Each row is checked as ``gage-eval validate`` checks it (gage_eval.rows); its warnings
+        (unknown top-level keys) go to the events, and the first few to the console."""
         checker = RowChecker(tr.name, tr.preprocess, base_dir=tr.data_dir, allowed_dirs=self.allowed_dirs,
                              allow_urls=self.options.allow_urls, seen=seen)
+        warned = 0
         for index, locator, record in tr.rows():
             row = checker.check(locator, index, record)
             for where, what in row.warnings:
-                if not self.options.quiet:
-                    print(f"gage-eval: warning: {locator}: {field_message(where, what)}", file=sys.stderr)
+                message = field_message(where, what)
+                events.emit("sample_warning", task=tr.name, locator=locator, path=where, message=message)
+                warned += 1
+                if not self.options.quiet and warned <= MAX_WARNINGS_SHOWN:
+                    progress.message(f"warning: {locator}: {message}"
+                                     + (" (further warnings only in events.jsonl)" if warned == MAX_WARNINGS_SHOWN
+                                        else ""))
             if not row.ok:
                 yield Item(index, locator, error_stub(tr.name, index, locator, row.stage, row.message))
                 continue

@@ -89,10 +89,15 @@ class JsonlAppender:
             self._fh.write(dumps(obj) + "\n")
             self._fh.flush()
         except OSError as exc:
+            self._failed = True
             raise output_error(self.path, exc) from None
 
     def close(self) -> None:
-        self._fh.close()
+        try:
+            self._fh.close()
+        except OSError as exc:
+            if not getattr(self, "_failed", False):  # after a failed write, that error is the one reported
+                raise output_error(self.path, exc) from None
 
 
 class EventLog(JsonlAppender):

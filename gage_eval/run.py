@@ -10,7 +10,7 @@ import yaml
 from gage_eval.engine import Engine, RunOptions, load_options, new_run_id
 from gage_eval.errors import GageError
 from gage_eval.redact import redact
-from gage_eval.rundir import LOCK_FILE, RunLock, masked_keys, matches_stored
+from gage_eval.rundir import LOCK_FILE, RunLock, masked_keys, matches_stored, remove_unused_run_dir
 from gage_eval.tasks import parse_data_overrides
 
 DEFAULT_MODEL = "smollm2"
@@ -154,6 +154,7 @@ def run_from_cli(*, resume: str | None, quiet: bool, **kwargs: Any) -> dict:
         options = build_options(quiet=quiet, **kwargs)
         options.run_id = options.run_id or new_run_id()
         run_dir = Path(options.output_dir) / options.run_id
+    fresh = not resume and not run_dir.exists()
     with RunLock(run_dir):
         if resume:
             options = resumed_options(run_dir, kwargs)
@@ -168,6 +169,10 @@ def run_from_cli(*, resume: str | None, quiet: bool, **kwargs: Any) -> dict:
             click.echo(f"\ngage-eval: {exc or 'interrupted'}; results so far are in {run_dir}; continue with: "
                        f"gage-eval --resume {run_dir}", err=True)
             raise SystemExit(130) from None
+        except GageError:
+            if fresh:  # refused before anything was written: leave no empty run folder behind
+                remove_unused_run_dir(run_dir)
+            raise
     print_results(summary, run_dir)
     status = summary["run"]["exit_status"]
     if status:

@@ -85,6 +85,16 @@ def make_run_dir(run_dir: Path) -> None:
         raise OutputError(f"cannot create run folder {run_dir}: {exc.strerror}") from None
 
 
+def remove_unused_run_dir(run_dir: Path) -> None:
+    """Remove a run folder that holds nothing but its lock file (a run refused before it began)."""
+    try:
+        if all(p.name == LOCK_FILE for p in run_dir.iterdir()):
+            (run_dir / LOCK_FILE).unlink(missing_ok=True)
+            run_dir.rmdir()
+    except OSError:
+        pass
+
+
 def _first_file(path: Path) -> Path:
     for parent in [path, *path.parents][::-1]:
         if parent.exists() and not parent.is_dir():
