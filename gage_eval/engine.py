@@ -12,14 +12,14 @@ from typing import Any, Iterable, Iterator, Mapping
 
 from gage_eval import __version__
 from gage_eval.backend import LOGLIKELIHOOD, Backend, ModelOutput
-from gage_eval.errors import FatalBackendError, GageError, OutputError
+from gage_eval.errors import FailFast, FatalBackendError, GageError, OutputError
 from gage_eval.idset import IdSet
 from gage_eval.events import RunEnd, RunStart, SampleDone, TaskDone
 from gage_eval.metric import MetricContext, TaskAggregate, metric_value
 from gage_eval.plugins import Registry, load_plugins, plugin_versions
 from gage_eval.progress import Progress
 from gage_eval.records import EventLog, TaskWriter, write_json_atomic
-from gage_eval.redact import redact, scrub
+from gage_eval.redact import mask, redact, strip_credentials
 from gage_eval.rundir import INPUTS_FILE, changed_inputs, fingerprint, read_inputs
 from gage_eval.requests import RequestBuilder
 from gage_eval.rows import RowChecker, field_message
@@ -329,6 +329,7 @@ class Engine:
         self.run_id = run_dir.name
         self.secrets: tuple[str, ...] = ()
         self.fatal: dict[str, str] = {}  # role -> why its backend can take no more requests
+        self._announced: set[str] = set()  # fatal messages already shown on the console
         self.allowed_dirs = tuple(Path(p).expanduser().resolve() for p in options.allow_paths)
 
     # -- hooks -------------------------------------------------------------
@@ -337,6 +338,10 @@ class Engine:
             getattr(self.pm.hook, hook)(event=event)
         except Exception as exc:  # an observer must not break a run
             print(f"gage-eval: warning: observer hook {hook} failed: {exc}", file=sys.stderr)
+
+    def _clean(self, text: str) -> str:
+        """A message with every known secret masked (short ones as whole words) and URL user-info removed."""
+        return mask(strip_credentials(text), self.secrets)
 
     # -- the run -------------------------------------------------------------
     def run(self) -> dict:
@@ -361,7 +366,7 @@ class Engine:
         events.emit("run_resume" if self.resume else "run_start", tasks=opts.tasks, model=opts.model)
         for tr in runs:
             if tr.failure:
-                events.emit("task_failed", task=tr.name, message=redact(tr.failure, self.secrets))
+                events.emit("task_failed", task=tr.name, message=self._clean(tr.failure))
         self._notify("gage_run_start", RunStart(self.run_id, self.run_dir, tuple(opts.tasks), opts.model))
         t_open = time.perf_counter()
         backend.open()
@@ -377,7 +382,7 @@ class Engine:
         except KeyboardInterrupt:
             interrupted = "interrupted by the user (Ctrl-C)"
         except GageError as exc:
-            interrupted = redact(str(exc), self.secrets)
+            interrupted = self._clean(str(exc))
             raise
         finally:
             summary = self._summary(runs, backend, judge_backend, wall0, load_s, interrupted)
@@ -440,10 +445,10 @@ class Engine:
             tr.timings["dataset_materialization_s"] += time.perf_counter() - t_load
             if window:
                 self._process(tr, window, backend, judge_backend, writer, events, progress)
-        except (OutputError, FatalBackendError):
+        except (OutputError, FatalBackendError, FailFast):
             raise
         except GageError as exc:  # the data stopped being readable part way: this task fails, others go on
-            tr.failure = redact(str(exc), self.secrets)
+            tr.failure = self._clean(str(exc))
         except OSError as exc:
             tr.failure = f"reading the data: {exc.filename or ''}: {exc.strerror or exc}"
         finally:
@@ -499,7 +504,7 @@ class Engine:
             try:
                 outputs = _safe_run(backend, [it.request for it in live])
             except FatalBackendError as exc:
-                self.fatal["model"] = redact(str(exc), self.secrets)
+                self.fatal["model"] = self._clean(str(exc))
                 tr.failure = f"the model backend stopped the run: {self.fatal['model']}"
                 outputs = [ModelOutput(error=self.fatal["model"]) for _ in live]
             tr.timings["inference_s"] += time.perf_counter() - t0
@@ -515,8 +520,8 @@ class Engine:
         for it in window:
             record = elide_inline_media(self._finish(tr, it))
             err = (record.get("eval_result") or {}).get("error")
-            if err and self.secrets:
-                err["message"] = scrub(str(err.get("message")), self.secrets, min_len=1)
+            if err:
+                err["message"] = self._clean(str(err.get("message")))
             t_w = time.perf_counter()
             writer.write(record)
             tr.timings["writing_s"] += time.perf_counter() - t_w
@@ -525,13 +530,19 @@ class Engine:
                 events.emit("sample_error", task=tr.name, sample_id=record["id"], locator=it.locator,
                             stage=err.get("stage"), message=err.get("message"))
                 if not self.options.quiet:
-                    progress.message(f"{it.locator}: {err.get('stage')} error: {err.get('message')}")
+                    stop = next((f for f in self.fatal.values() if f in err["message"]), None)
+                    if stop is None:
+                        progress.message(f"{it.locator}: {err.get('stage')} error: {err.get('message')}")
+                    elif stop not in self._announced:  # one line for a backend that stopped, not one a row
+                        self._announced.add(stop)
+                        progress.message(f"{it.locator}: {err.get('stage')} error: {stop}; every row still "
+                                         f"to come is written as errored without being run")
             self._notify("gage_sample_done", SampleDone(self.run_id, tr.name, str(record["id"]),
                                                         err.get("message") if err else None,
                                                         (record.get("eval_result") or {}).get("metrics", {})))
             progress.update()
             if err and self.options.fail_fast:
-                raise GageError(f"stopped at the first error (--fail-fast): {it.locator}: "
+                raise FailFast(f"stopped at the first error (--fail-fast): {it.locator}: "
                                 f"{err.get('stage')}: {err.get('message')}")
         tr.timings["evaluation_s"] += time.perf_counter() - t_eval - (tr.timings["writing_s"] - writing_before)
 
@@ -556,7 +567,7 @@ class Engine:
             try:
                 replies = _safe_run(judge_backend, requests)
             except FatalBackendError as exc:
-                self.fatal["judge"] = redact(str(exc), self.secrets)
+                self.fatal["judge"] = self._clean(str(exc))
                 replies = [ModelOutput(error=self.fatal["judge"]) for _ in requests]
         if self.fatal.get("judge"):
             tr.failure = tr.failure or f"the judge backend stopped the run: {self.fatal['judge']}"

@@ -27,6 +27,12 @@ class FatalBackendError(GageError):
     exit_code = 3
 
 
+class FailFast(GageError):
+    """``--fail-fast``: the run stopped at the first row that errored (written, as every row is)."""
+
+    exit_code = 1
+
+
 @dataclass(frozen=True)
 class RowError:
     """A dataset row that could not be read; loaders yield it in place of a record."""

@@ -357,7 +357,14 @@ class OpenAIBackend(Backend):
             if self._loop is None or self._loop.is_closed():
                 self._loop = asyncio.new_event_loop()
                 eager_body_writes(self._loop)
-            return self._loop.run_until_complete(coro)
+            try:
+                return self._loop.run_until_complete(coro)
+            except KeyboardInterrupt:  # Ctrl-C: let the requests in flight end cleanly, then stop
+                pending = asyncio.all_tasks(self._loop)
+                for task in pending:
+                    task.cancel()
+                self._loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+                raise
 
         async def in_thread() -> Any:  # called inside someone's event loop: run ours in a thread
             eager_body_writes(asyncio.get_running_loop())

@@ -22,7 +22,8 @@ drip (a correct reply, one byte every ``drip_s``), reset (TCP RST after reading 
 request), midreset (headers and half the body, then RST), truncated (fewer bytes than
 Content-Length), garbage (200 with HTML), badjson (200, JSON content type, broken JSON),
 empty (200 with no choices), huge (200 announcing and sending ``huge_bytes``), hugechunked
-(the same without Content-Length). ``echo_headers=True`` quotes the request's headers (its
+(the same without Content-Length). ``require_headers={name: value}`` answers 401 to a request
+without those exact credentials. ``echo_headers=True`` quotes the request's headers (its
 credentials included) in error messages, as a careless server might.
 
 Used by tests/backends/test_openai_*.py (benchmarks/http_concurrency.py uses the leaner
@@ -105,7 +106,7 @@ class FakeServer:
     def __init__(self, *, latency: float = 0.0, echo: bool = True, model: str = "fake-model",
                  retry_after: str = "0", stall_s: float = 30.0, chunk_delay: float = 0.0, port: int = 0,
                  fault: str | None = None, fault_models: bool = False, drip_s: float = 1.0,
-                 huge_bytes: int = 50 * 2 ** 20, echo_headers: bool = False):
+                 huge_bytes: int = 50 * 2 ** 20, echo_headers: bool = False, require_headers: dict | None = None):
         self.latency = latency
         self.echo = echo
         self.model = model
@@ -118,6 +119,9 @@ class FakeServer:
         self.drip_s = drip_s
         self.huge_bytes = huge_bytes
         self.echo_headers = echo_headers  # error replies quote every request header back (a careless server)
+        # credentials every request must carry (header name -> exact value), else 401
+        self.require_headers = {k.lower(): v for k, v in (require_headers or {}).items()}
+        self.rejected = 0  # requests answered 401 for lacking those credentials
         self.sent_bytes = 0  # of huge replies, what the client took before it hung up
         self.attempts: dict[str, int] = {}
         self.log: list[dict] = []  # one entry a completion request: time, path, fault, headers, body
@@ -218,6 +222,9 @@ class FakeServer:
         return True
 
     async def _handle(self, method: str, path: str, headers: dict, raw: bytes, writer) -> bool:
+        if any(headers.get(k) != v for k, v in self.require_headers.items()):
+            self.rejected += 1
+            return await self._fault("401", writer, headers)
         if method == "GET" and path.rstrip("/") == "/v1/models":
             self.model_lookups.append(headers)
             if self.fault_models and self.fault:

@@ -152,7 +152,7 @@ def test_api_key_never_written(server, run_cli, tmp_path, capfd, monkeypatch):
     monkeypatch.setenv("GAGE_TEST_OPENAI_KEY", key)
     args = f"base_url={server.url},{FAST},api_key_env=GAGE_TEST_OPENAI_KEY,header_X-Team=evals"
     result, run, summary = run_task(run_cli, tmp_path, "http_faults", args, "--fail-fast")
-    assert result.exit_code == 3  # stops at the first error row, still writes everything so far
+    assert result.exit_code == 1  # stops at the first error row (--fail-fast), still writes everything so far
     auth = {e["headers"].get("authorization") for e in server.log}
     assert auth == {f"Bearer {key}"}  # the key was used ...
     assert {e["headers"].get("x-team") for e in server.log} == {"evals"}

@@ -91,7 +91,7 @@ def test_fail_fast_stops_at_first_error(tmp_path, run_cli):
     data = write_rows(tmp_path / "rows.jsonl", [json.dumps(GOOD), "not json", json.dumps(GOOD)])
     result = run_cli("--tasks", "piqa", "--model", "dummy", "--data", f"piqa={data}", "--fail-fast",
                      "-o", tmp_path, "--run-id", "r")
-    assert result.exit_code != 0
+    assert result.exit_code == 1
     assert "rows.jsonl:2" in result.output and "Traceback" not in result.output
     summary = json.loads((tmp_path / "r" / "summary.json").read_text())
     assert summary["tasks"]["piqa"]["counts"]["total"] == 2  # the bad row is still written

@@ -2,12 +2,14 @@
 
 An audit hook records what the process must never do: open a watched path (files outside
 the data folders that a hostile row points at) or touch the network (any socket connect or
-name lookup). Violations are appended to the file named by GAGE_GUARD_LOG.
+name lookup, but the
+tests' own servers on loopback). Violations are appended to the file named by GAGE_GUARD_LOG.
 """
 import os
 import sys
 
 _LOG = os.environ.get("GAGE_GUARD_LOG")
+_LOCAL = ("127.0.0.1", "::1", b"127.0.0.1")
 _WATCH = tuple(p for p in os.environ.get("GAGE_GUARD_WATCH", "").split(os.pathsep) if p)
 
 
@@ -27,9 +29,10 @@ def _hook(event, args):
             _note(f"open {full}")
     elif event == "socket.connect":
         address = args[1] if len(args) > 1 else None
-        if not (isinstance(address, (str, bytes))):  # a unix socket path is local; anything else is network
+        # a unix socket path and the tests' own servers on loopback are local; anything else is network
+        if not isinstance(address, (str, bytes)) and not (isinstance(address, tuple) and address[0] in _LOCAL):
             _note(f"connect {address!r}")
-    elif event == "socket.getaddrinfo":
+    elif event == "socket.getaddrinfo" and args[0] not in _LOCAL:
         _note(f"getaddrinfo {args[0]!r}")
 
 
