@@ -104,7 +104,7 @@ class PluginGroup(click.Group):
 @click.option("--judge-model", default=None, help="Backend for the judge role (default: the --model backend).")
 @click.option("--judge-args", default=None, help="Judge backend arguments: k=v,k2=v2.")
 @click.option("--batch-size", "-b", default=None, help="Batch size: a number or 'auto'.")
-@click.option("--limit", "-l", type=int, default=None, help="Only the first N rows of each task.")
+@click.option("--limit", "-l", type=click.IntRange(min=0), default=None, help="Only the first N rows of each task.")
 @click.option("--output-dir", "-o", default=None, help="Where run folders go (default: runs).")
 @click.option("--run-id", default=None, help="Name of the run folder (default: time stamp + random suffix).")
 @click.option("--include-path", multiple=True, help="A folder of task folders (or one task folder); repeatable.")
@@ -117,7 +117,7 @@ class PluginGroup(click.Group):
 @click.option("--fail-fast", is_flag=True, help="Stop at the first row that errors (it is still written).")
 @click.option("--max-error-rate", type=click.FloatRange(0.0, 1.0), default=None,
               help="Exit 0 while at most this share of a task's rows errored (default 0: any error exits 1).")
-@click.option("--allow-path", "allow_path", multiple=True, type=click.Path(file_okay=False),
+@click.option("--allow-path", "allow_path", multiple=True, type=click.Path(exists=True, file_okay=False),
               help="A folder that paths in data rows (images, attachments) may point into, besides the "
                    "data file's own folder; repeatable.")
 @click.option("--allow-urls", is_flag=True, help="Let the harness fetch http(s) URLs found in data rows.")

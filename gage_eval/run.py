@@ -1,6 +1,7 @@
 """From command-line flags (and an optional run config) to a finished run and its printed results."""
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ from gage_eval.rundir import LOCK_FILE, RunLock, masked_keys, matches_stored, re
 from gage_eval.tasks import parse_data_overrides
 
 DEFAULT_MODEL = "smollm2"
+RUN_ID = re.compile(r"[A-Za-z0-9._-]{1,200}")
 CONFIG_KEYS = {"models", "tasks", "limit", "batch_size", "seed", "output_dir", "fail_fast", "include_paths", "data",
                "max_error_rate", "allow_paths", "allow_urls"}
 ROLE_KEYS = {"backend", "args"}
@@ -130,7 +132,7 @@ def build_options(*, tasks, model, model_args, judge_model, judge_args, batch_si
         task_overrides=overrides,
         fail_fast=fail_fast or bool(cfg.get("fail_fast")),
         max_error_rate=max_error_rate if max_error_rate is not None else float(cfg.get("max_error_rate") or 0.0),
-        allow_paths=list(allow_paths) + [str(_relative_to(config_file, p)) for p in cfg.get("allow_paths") or []],
+        allow_paths=list(allow_paths) + [_config_folder(config_file, p) for p in cfg.get("allow_paths") or []],
         allow_urls=allow_urls or bool(cfg.get("allow_urls")),
         quiet=quiet,
         command=command,
@@ -138,10 +140,13 @@ def build_options(*, tasks, model, model_args, judge_model, judge_args, batch_si
     )
 
 
-def _relative_to(config_file: str | None, path: str) -> Path:
-    """A folder named in the run config, relative to the config file's folder."""
+def _config_folder(config_file: str | None, path: str) -> str:
+    """A folder named in the run config's ``allow_paths``, relative to the config file's folder."""
     p = Path(path).expanduser()
-    return p if p.is_absolute() or not config_file else Path(config_file).parent / p
+    p = p if p.is_absolute() or not config_file else Path(config_file).parent / p
+    if not p.is_dir():
+        raise GageError(f"{config_file}: key 'allow_paths': {path!r} is not a folder ({p})")
+    return str(p)
 
 
 def run_from_cli(*, resume: str | None, quiet: bool, **kwargs: Any) -> dict:
@@ -153,6 +158,9 @@ def run_from_cli(*, resume: str | None, quiet: bool, **kwargs: Any) -> dict:
     else:
         options = build_options(quiet=quiet, **kwargs)
         options.run_id = options.run_id or new_run_id()
+        if not RUN_ID.fullmatch(options.run_id) or options.run_id in (".", ".."):
+            raise GageError(f"--run-id {options.run_id!r}: a run id is a folder name (letters, digits, . _ -), "
+                            f"not a path; use --output-dir to choose where run folders go")
         run_dir = Path(options.output_dir) / options.run_id
     fresh = not resume and not run_dir.exists()
     with RunLock(run_dir):

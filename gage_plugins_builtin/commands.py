@@ -72,7 +72,7 @@ def plugins_command(as_json):
 @click.command("validate")
 @click.argument("file", type=click.Path(exists=True, dir_okay=False))
 @click.option("--schema", "schema", required=True,
-              type=click.Choice(["sample", "instance", "task", "legal_eval_v1", "summary"]),
+              type=click.Choice(["sample", "instance", "task", "legal_eval_v1"]),
               help="Which schema to check against.")
 @click.option("--max-errors", type=int, default=0, help="Stop printing after this many errors (0: all).")
 @click.option("--allow-path", "allow_paths", multiple=True, metavar="DIR",
