@@ -10,6 +10,7 @@ import click
 
 from gage_eval import __version__
 from gage_eval.errors import GageError
+from gage_eval.redact import strip_credentials
 
 
 def parse_value(text: str) -> Any:
@@ -35,8 +36,9 @@ def parse_kv(text: str | None, option: str) -> dict:
         if not part.strip():
             continue
         key, sep, value = part.partition("=")
-        if not sep or not key.strip():
-            raise GageError(f"{option} {text!r}: expected key=value pairs separated by commas, got {part!r}")
+        if not sep or not key.strip():  # name the bad part only: the rest may hold a secret
+            raise GageError(f"{option}: expected key=value pairs separated by commas, got "
+                            f"{strip_credentials(part)!r}")
         out[key.strip()] = parse_value(value.strip())
     return out
 

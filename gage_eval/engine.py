@@ -6,7 +6,7 @@ import platform
 import sys
 import time
 import uuid
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping
 
@@ -18,7 +18,7 @@ from gage_eval.events import RunEnd, RunStart, SampleDone, TaskDone
 from gage_eval.metric import MetricContext, TaskAggregate, metric_value
 from gage_eval.plugins import Registry, load_plugins, plugin_versions
 from gage_eval.progress import Progress
-from gage_eval.records import EventLog, TaskWriter, write_json_atomic
+from gage_eval.records import EventLog, TaskWriter, read_jsonl, write_json_atomic
 from gage_eval.redact import mask, redact, strip_credentials
 from gage_eval.rundir import INPUTS_FILE, changed_inputs, fingerprint, read_inputs
 from gage_eval.requests import RequestBuilder
@@ -341,7 +341,7 @@ class Engine:
 
     def _clean(self, text: str) -> str:
         """A message with every known secret masked (short ones as whole words) and URL user-info removed."""
-        return mask(strip_credentials(text), self.secrets)
+        return strip_credentials(mask(text, self.secrets))
 
     # -- the run -------------------------------------------------------------
     def run(self) -> dict:
@@ -376,16 +376,28 @@ class Engine:
         events.emit("backend_open", seconds=round(load_s, 3), model_id=backend.model_id)
         summary: dict = {}
         interrupted = None
+        stopped: int | None = None  # the exit status of a run that did not finish
         try:
+            if self.resume:  # a task that cannot run now still counts the rows it wrote before
+                for tr in runs:
+                    if tr.failure:
+                        for record in read_jsonl(self.run_dir / "samples" / f"{tr.name}.jsonl"):
+                            tr.account(record)
             for task_run in ready:
                 self._run_task(task_run, backend, judge_backend, events)
         except KeyboardInterrupt:
-            interrupted = "interrupted by the user (Ctrl-C)"
+            interrupted, stopped = "interrupted by the user (Ctrl-C)", EXIT_INTERRUPTED
         except GageError as exc:
-            interrupted = self._clean(str(exc))
+            interrupted, stopped = self._clean(str(exc)), exc.exit_code
+            raise
+        except OSError as exc:
+            interrupted, stopped = self._clean(f"{exc.filename or ''}: {exc.strerror or exc}"), EXIT_OUTPUT
+            raise
+        except Exception as exc:
+            interrupted, stopped = self._clean(f"internal error: {type(exc).__name__}: {exc}"), EXIT_INTERNAL
             raise
         finally:
-            summary = self._summary(runs, backend, judge_backend, wall0, load_s, interrupted)
+            summary = self._summary(runs, backend, judge_backend, wall0, load_s, interrupted, stopped)
             try:
                 _write_json(self.run_dir / "summary.json", summary)
                 events.emit("run_end", interrupted=interrupted, exit_status=summary["run"]["exit_status"])
@@ -404,7 +416,10 @@ class Engine:
     def _check_inputs(self, runs: list["TaskRun"]) -> None:
         """Hash each task folder and local data file; on resume, refuse any that changed."""
         now = {tr.name: fingerprint(tr.spec.folder, tr.data_files()) for tr in runs}
-        if self.resume:
+        if self.resume and not (self.run_dir / INPUTS_FILE).exists():
+            print(f"gage-eval: warning: {self.run_dir / INPUTS_FILE} is missing, so this resume cannot check "
+                  f"that the task folders and data are unchanged; it records them now", file=sys.stderr)
+        elif self.resume:
             changed = changed_inputs(read_inputs(self.run_dir), now)
             if changed:
                 raise GageError(f"--resume {self.run_dir}: the inputs changed since the run began, so its "
@@ -631,7 +646,7 @@ class Engine:
         return record
 
     def _summary(self, runs: list[TaskRun], backend: Backend, judge_backend: Backend, wall0: float,
-                 load_s: float, interrupted: str | None) -> dict:
+                 load_s: float, interrupted: str | None, stopped: int | None = None) -> dict:
         opts = self.options
         wall = time.perf_counter() - wall0
         tasks = {tr.name: tr.summary(opts.max_error_rate) for tr in runs}
@@ -645,7 +660,7 @@ class Engine:
                 "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                 "command": opts.command,
                 "interrupted": interrupted,
-                "exit_status": 130 if interrupted and not self.fatal else exit_status(tasks),
+                "exit_status": stopped if stopped is not None else exit_status(tasks),
                 "versions": {"gage_eval": __version__, "python": platform.python_version(),
                              "plugins": {name: version for name, version in plugin_versions().items()
                                          if self.pm.get_plugin(name) is not None}},
@@ -662,7 +677,8 @@ class Engine:
         return redact(summary, self.secrets)
 
 
-EXIT_OK, EXIT_ROW_ERRORS, EXIT_USAGE, EXIT_TASK_FAILED, EXIT_OUTPUT, EXIT_INTERRUPTED = 0, 1, 2, 3, 4, 130
+# the exit statuses (README, "Exit status"); GageError subclasses carry theirs as exit_code
+EXIT_OK, EXIT_ROW_ERRORS, EXIT_TASK_FAILED, EXIT_OUTPUT, EXIT_INTERNAL, EXIT_INTERRUPTED = 0, 1, 3, 4, 5, 130
 
 
 def exit_status(tasks: Mapping[str, Mapping[str, Any]]) -> int:
@@ -735,4 +751,11 @@ def load_options(run_dir: Path) -> RunOptions:
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise GageError(f"--resume {run_dir}: no config.json there; is it a gage-eval run folder?") from None
+    except (OSError, ValueError) as exc:
+        raise GageError(f"--resume {run_dir}: {path} is unreadable ({exc}); the run cannot be resumed") from None
+    known = {f.name for f in fields(RunOptions)}
+    if not isinstance(data, dict) or not {"tasks"} <= set(data) <= known:
+        extra = sorted(set(data) - known) if isinstance(data, dict) else []
+        raise GageError(f"--resume {run_dir}: {path} is not a gage-eval run config"
+                        + (f" (unknown keys: {', '.join(extra)})" if extra else ""))
     return RunOptions(**data)

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
 
-from gage_eval.errors import OutputError
+from gage_eval.errors import GageError, OutputError
 
 from gage_eval.sample import content_text, label_text, messages_text
 
@@ -65,12 +65,20 @@ def truncate_partial_line(path: Path) -> int:
 
 
 def read_jsonl(path: Path) -> Iterator[dict]:
+    """The records of a jsonl file the run wrote; a line that is not one means the folder was damaged."""
     if not path.exists():
         return
     with path.open("rb") as fh:
-        for raw in fh:
+        for lineno, raw in enumerate(fh, 1):
             if raw.strip():
-                yield json.loads(raw)
+                try:
+                    record = json.loads(raw)
+                except ValueError as exc:
+                    record = exc
+                if not isinstance(record, dict):
+                    raise GageError(f"{path}:{lineno}: not a record written by gage-eval ({record}); the run "
+                                    f"folder was changed by hand: remove that line to run its row again")
+                yield record
 
 
 class JsonlAppender:

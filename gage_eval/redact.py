@@ -25,7 +25,7 @@ SECRET_KEY = re.compile(
 HEADERS_KEY = re.compile(r"^(?:http[_-])?headers$", re.I)  # a mapping NAME: VALUE whose values are all secret
 # scheme://user[:password]@ up to the netloc's last '@', as urllib reads it
 URL_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.\-]*://)[^/\s?#]+@")
-HEADER_ARG = re.compile(r"(?i)(?<![\w-])(header_[^=,\s]+=)[^,\s]+")
+HEADER_ARG = re.compile(r"(?i)(?<![\w-])(header_[^=,\s]+=)[^,'\"\n]+")  # a value may hold spaces ("Bearer X")
 SHORT = 6  # secrets shorter than this are masked only as whole words (a key "1" must not eat "HTTP 401")
 
 
@@ -48,8 +48,8 @@ def redact(value: Any, secrets: tuple[str, ...] = ()) -> Any:
         return out
     if isinstance(value, (list, tuple)):
         return [redact(v, secrets) for v in value]
-    if isinstance(value, str):
-        return scrub(strip_credentials(value), secrets)
+    if isinstance(value, str):  # known secrets first: stripping a header value may split one
+        return strip_credentials(scrub(value, secrets))
     return value
 
 

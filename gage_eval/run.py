@@ -1,12 +1,12 @@
 """From command-line flags (and an optional run config) to a finished run and its printed results."""
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 from typing import Any
 
 import click
-import yaml
 
 from gage_eval.engine import Engine, RunOptions, load_options, new_run_id
 from gage_eval.errors import GageError
@@ -24,27 +24,34 @@ TASK_OVERRIDE_KEYS = {"name", "limit", "metrics", "generation", "data"}
 
 def read_run_config(path: str) -> dict:
     """A run config file: models by role (dut, judge), tasks with overrides. Unknown keys are errors."""
-    p = Path(path)
-    try:
-        from gage_eval.jsonio import read_yaml  # strict: duplicate keys, alias bombs, encodings: GageErrors
+    from gage_eval.jsonio import read_yaml  # strict: duplicate keys, alias bombs, encodings: GageErrors
 
-        data = read_yaml(p) or {}
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        raise GageError(f"{p}{':' + str(mark.line + 1) if mark else ''}: invalid YAML: "
-                        f"{getattr(exc, 'problem', exc)}") from None
-    except OSError as exc:
-        raise GageError(f"--config {p}: {exc.strerror}") from None
+    p = Path(path)
+    data = read_yaml(p) or {}
     if not isinstance(data, dict):
         raise GageError(f"{p}: expected a mapping at the top level")
     unknown = set(data) - CONFIG_KEYS
     if unknown:
         raise GageError(f"{p}: unknown key(s) {', '.join(sorted(unknown))}; known: {', '.join(sorted(CONFIG_KEYS))}")
+    for key, kind, what in (("models", dict, "a mapping of roles (dut, judge)"), ("tasks", list, "a list of tasks"),
+                            ("include_paths", list, "a list of folders")):
+        if data.get(key) is not None and not isinstance(data[key], kind):
+            raise GageError(f"{p}: key '{key}': expected {what}, got {type(data[key]).__name__}")
     for role, spec in (data.get("models") or {}).items():
         if role not in ("dut", "judge"):
             raise GageError(f"{p}: key 'models.{role}': roles are 'dut' and 'judge'")
-        if not isinstance(spec, dict) or "backend" not in spec or set(spec) - ROLE_KEYS:
+        if (not isinstance(spec, dict) or not isinstance(spec.get("backend"), str) or set(spec) - ROLE_KEYS
+                or not isinstance(spec.get("args") or {}, dict)):
             raise GageError(f"{p}: key 'models.{role}': expected {{backend: NAME, args: {{...}}}}")
+    if not all(isinstance(x, str) for x in data.get("include_paths") or []):
+        raise GageError(f"{p}: key 'include_paths': expected a list of folders")
+    for key in ("seed", "limit"):
+        value = data.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+            raise GageError(f"{p}: key '{key}': expected a whole number, got {value!r}")
+    size = data.get("batch_size")
+    if size is not None and size != "auto" and (isinstance(size, bool) or not isinstance(size, int) or size < 1):
+        raise GageError(f"{p}: key 'batch_size': expected a number or 'auto', got {size!r}")
     for i, task in enumerate(data.get("tasks") or []):
         if isinstance(task, dict):
             bad = set(task) - TASK_OVERRIDE_KEYS
@@ -56,16 +63,15 @@ def read_run_config(path: str) -> dict:
             raise GageError(f"{p}: key 'tasks.{i}': expected a task name or a mapping")
         if isinstance(task, dict):
             _check_override(p, f"tasks.{i}", task)
-    if data.get("limit") is not None and (not isinstance(data["limit"], int) or data["limit"] < 0):
-        raise GageError(f"{p}: key 'limit': expected a whole number of rows, got {data['limit']!r}")
     rate = data.get("max_error_rate")
     if rate is not None and (isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0 <= rate <= 1):
         raise GageError(f"{p}: key 'max_error_rate': expected a number from 0 to 1, got {rate!r}")
     paths = data.get("allow_paths")
     if paths is not None and not (isinstance(paths, list) and all(isinstance(x, str) for x in paths)):
         raise GageError(f"{p}: key 'allow_paths': expected a list of folders")
-    if data.get("allow_urls") is not None and not isinstance(data["allow_urls"], bool):
-        raise GageError(f"{p}: key 'allow_urls': expected true or false")
+    for key in ("allow_urls", "fail_fast"):
+        if data.get(key) is not None and not isinstance(data[key], bool):
+            raise GageError(f"{p}: key '{key}': expected true or false, got {data[key]!r}")
     if data.get("data") is not None and not isinstance(data["data"], dict):
         raise GageError(f"{p}: key 'data': expected a mapping TASK: PATH")
     return data
@@ -111,6 +117,7 @@ def build_options(*, tasks, model, model_args, judge_model, judge_args, batch_si
     judge = models.get("judge") or {}
     file_data = {**(cfg.get("data") or {}), **{k: v["data"] for k, v in overrides.items() if v.get("data")}}
     data_map = {**{k: v for k, v in file_data.items() if k in task_names}, **parse_data_overrides(data)}
+    data_map = {k: _absolute(v) for k, v in data_map.items()}  # a resume may start in another folder
     model_name = model or dut.get("backend") or DEFAULT_MODEL
     judge_name = judge_model or judge.get("backend")
     return RunOptions(
@@ -127,17 +134,21 @@ def build_options(*, tasks, model, model_args, judge_model, judge_args, batch_si
         output_dir=output_dir or cfg.get("output_dir") or "runs",
         run_id=run_id,
         seed=seed if seed is not None else cfg.get("seed", 1234),
-        include_paths=list(include_paths) or list(cfg.get("include_paths") or []),
+        include_paths=[_absolute(p) for p in list(include_paths) or list(cfg.get("include_paths") or [])],
         data=data_map,
         task_overrides=overrides,
         fail_fast=fail_fast or bool(cfg.get("fail_fast")),
         max_error_rate=max_error_rate if max_error_rate is not None else float(cfg.get("max_error_rate") or 0.0),
-        allow_paths=list(allow_paths) + [_config_folder(config_file, p) for p in cfg.get("allow_paths") or []],
+        allow_paths=[_absolute(p) for p in allow_paths] + [_config_folder(config_file, p) for p in cfg.get("allow_paths") or []],
         allow_urls=allow_urls or bool(cfg.get("allow_urls")),
         quiet=quiet,
         command=command,
-        config_file=config_file,
+        config_file=_absolute(config_file) if config_file else None,
     )
+
+
+def _absolute(path: str) -> str:
+    return os.path.abspath(os.path.expanduser(str(path)))
 
 
 def _config_folder(config_file: str | None, path: str) -> str:
@@ -146,7 +157,7 @@ def _config_folder(config_file: str | None, path: str) -> str:
     p = p if p.is_absolute() or not config_file else Path(config_file).parent / p
     if not p.is_dir():
         raise GageError(f"{config_file}: key 'allow_paths': {path!r} is not a folder ({p})")
-    return str(p)
+    return _absolute(p)
 
 
 def run_from_cli(*, resume: str | None, quiet: bool, **kwargs: Any) -> dict:
@@ -198,8 +209,9 @@ def resumed_options(run_dir: Path, given: dict) -> RunOptions:
     """The stored settings, checked against any given again; secrets the store holds only as
     ``***`` are taken from the flags given now, and their absence stops the resume."""
     stored = load_options(run_dir)
-    flags = {k: v for k, v in given.items()
-             if k not in ("command", "output_dir", "run_id") and v not in (None, (), [], False, "")}
+    flags = {k: v for k, v in given.items()  # (0 is a value given; False is an unset switch)
+             if k not in ("command", "output_dir", "run_id") and v is not None and v is not False
+             and not (isinstance(v, (str, list, tuple)) and not v)}
     explicit = set(RESUME_CHECKED) if "config_file" in flags else set(flags)
     fresh = build_options(quiet=True, command="", **{**_unset(), "tasks": ",".join(stored.tasks), **flags})
     diffs, supplied = [], {}

@@ -91,6 +91,8 @@ def check(o: Outcome, rc: int, *messages: str) -> None:
         assert m in o.text, f"{m!r} not in the output:\n{o.text}"
     assert not o.violations, f"watched file opened or network touched: {o.violations}"
     assert "CANARY-OUTSIDE-FILE" not in o.text
+    if o.run_dir is not None and (o.run_dir / "summary.json").exists() and rc != USAGE:
+        assert o.summary["run"]["exit_status"] == o.rc, "summary.json's exit_status is not the process's"
     if o.run_dir is not None and (o.run_dir / "summary.json").exists() and rc != OUTPUT:
         # (a write that failed part way leaves a half line, which --resume removes)
         for name, task in o.summary["tasks"].items():

@@ -154,6 +154,44 @@ def test_resume_refuses_a_changed_task_folder(gage, data):
     check(gage("--resume", gage.tmp / "runs" / "r"), USAGE, "task folder", "changed")
 
 
+def test_resume_applies_a_zero_error_rate_and_refuses_seed_zero(gage, data):
+    with data.open("a") as fh:
+        fh.write("{not json\n")  # a row error a resume does not run again
+    check(gage(*piqa(data, "--max-error-rate", "0.5")), OK)
+    run_dir = gage.tmp / "runs" / "r"
+    check(gage("--resume", run_dir, "--max-error-rate", "0", "-q"), 1)  # 1 of 201 rows errored: now too many
+    check(gage("--resume", run_dir, "--seed", "0"), USAGE, "  seed: 1234 -> 0")
+
+
+def test_resume_from_another_folder(gage, data, tmp_path):
+    rel = data.relative_to(gage.tmp)
+    check(gage("--tasks", "piqa", "--model", "dummy", "--data", f"piqa={rel}", "--limit", "5", "-q"), OK)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    o = gage("--resume", gage.tmp / "runs" / "r", "-q", cwd=elsewhere)
+    check(o, OK)
+    assert o.summary["tasks"]["piqa"]["counts"]["total"] == 5
+
+
+@pytest.mark.parametrize("damage, message", [
+    (lambda run: (run / "config.json").write_text("{"), "config.json is unreadable"),
+    (lambda run: (run / "config.json").write_text('{"tasks": ["piqa"], "colour": 1}'), "unknown keys: colour"),
+    (lambda run: (run / "samples" / "piqa.jsonl").open("a").write("[1, 2]\n"), "piqa.jsonl:6: not a record"),
+], ids=["config-not-json", "config-unknown-key", "samples-bad-line"])
+def test_resume_of_a_damaged_folder(gage, data, damage, message):
+    check(gage(*piqa(data, "--limit", "5")), OK)
+    run_dir = gage.tmp / "runs" / "r"
+    damage(run_dir)
+    o = gage("--resume", run_dir)
+    assert o.rc == USAGE and message in o.text and "Traceback" not in o.text, o.text
+
+
+def test_bad_model_args_never_echo_a_secret(gage, data):
+    o = gage(*piqa(data, "--model-args", "base_url=http://u:CANARY-PW@h/v1,header_X-Auth=CANARY-HDR,oops"))
+    check(o, USAGE, "'oops'")
+    assert "CANARY" not in o.text
+
+
 def test_interrupt_exits_130(gage, data):
     import signal
 

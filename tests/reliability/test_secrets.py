@@ -137,3 +137,21 @@ def test_secrets_never_written_and_resume_authenticates(gage, tmp_path):
         assert not o.errors("secret_task")
         assert_no_canary(run_dir, o.text)
         assert any(e.get("fault") == "400" for e in dut.log)
+
+
+def test_a_header_value_with_a_space_is_masked_whole(gage, tmp_path):
+    """``header_Authorization=Bearer X`` on the command line: the stored command and settings hide all of it."""
+    token = "CANARY-bearer-5c2e"
+    task_folder(tmp_path)
+    with FakeServer(require_headers={"authorization": f"Bearer {token}"}) as server:
+        o = gage("--tasks", "secret_task", "--include-path", tmp_path / "tasks", "--limit", "3",
+                 "--model", "openai", "--model-args",
+                 f"base_url={server.url},model=fake-model,header_Authorization=Bearer {token}",
+                 "--judge-model", "dummy", "--judge-args", "response=fixed,text=SCORE: 1",
+                 env={"OPENAI_API_KEY": ""})
+        check(o, OK)
+        assert server.rejected == 0 and len(server.log) == 3
+    for path in o.run_dir.rglob("*"):
+        if path.is_file():
+            assert token not in path.read_text(errors="replace"), path
+    assert token not in o.text

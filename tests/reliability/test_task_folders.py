@@ -97,7 +97,17 @@ def run_config(gage, text: str):
     ("models: {dut: {backend: dummy}}\ntasks: [piqa\n", "invalid YAML"),
     ("models: {dut: {backend: dummy}}\ntasks: [piqa]\nmax_error_rate: 2\n", "max_error_rate"),
     ("models: {dut: {backend: dummy}}\ntasks: [piqa]\nallow_paths: /tmp\n", "allow_paths"),
-], ids=["duplicate-key", "unknown-key", "yaml-syntax", "bad-error-rate", "allow-paths-not-list"])
+    ("models: [1]\ntasks: [piqa]\n", "key 'models'"),
+    ("models: {dut: {backend: dummy, args: [1]}}\ntasks: [piqa]\n", "key 'models.dut'"),
+    ("models: {dut: {backend: dummy}}\ntasks: piqa\n", "key 'tasks'"),
+    ("models: {dut: {backend: dummy}}\ntasks: [piqa]\ninclude_paths: /tmp\n", "key 'include_paths'"),
+    ("models: {dut: {backend: dummy}}\ntasks: [piqa]\nlimit: true\n", "key 'limit'"),
+    ("models: {dut: {backend: dummy}}\ntasks: [piqa]\nseed: [1]\n", "key 'seed'"),
+    ("models: {dut: {backend: dummy}}\ntasks: [piqa]\nbatch_size: many\n", "key 'batch_size'"),
+    ("models: {dut: {backend: dummy}}\ntasks: [piqa]\nallow_paths: [nowhere]\n", "key 'allow_paths'"),
+], ids=["duplicate-key", "unknown-key", "yaml-syntax", "bad-error-rate", "allow-paths-not-list", "models-a-list",
+        "args-a-list", "tasks-a-string", "include-paths-a-string", "limit-a-bool", "seed-a-list", "batch-size-word",
+        "allow-path-missing"])
 def test_bad_run_config(gage, text, message):
     check(run_config(gage, text), USAGE, message, "run.yaml")
 
