@@ -75,10 +75,7 @@ def make_run_dir(run_dir: Path) -> None:
     """Create the run folder, or say in one line why it cannot be."""
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
-    except FileExistsError:
-        raise OutputError(f"cannot create run folder {run_dir}: {_first_file(run_dir)} is a file, not a "
-                          f"folder; pick another --output-dir") from None
-    except NotADirectoryError:
+    except (FileExistsError, NotADirectoryError):
         raise OutputError(f"cannot create run folder {run_dir}: {_first_file(run_dir)} is a file, not a "
                           f"folder; pick another --output-dir") from None
     except OSError as exc:
