@@ -3,7 +3,8 @@
 One reader for data rows (the jsonl loader and ``gage-eval validate`` both use
 :func:`iter_json_rows`, so they agree on every row) and one for YAML (task files,
 run configs, ``validate --schema task``). Strict means: UTF-8 only (a BOM is
-accepted), no NaN or Infinity, no duplicate keys, nesting at most
+accepted), no NaN or Infinity, no number too large for a float (``1e999``), no lone
+surrogate escape (``"\\ud800"``: it could never be written out), no duplicate keys, nesting at most
 :data:`MAX_DEPTH` levels, YAML aliases that expand to at most
 :data:`MAX_YAML_NODES` nodes. A row's problem is returned as that row's error; a
 problem with the whole file (gzip, UTF-16, unreadable) raises :class:`GageError`.
@@ -25,6 +26,11 @@ BOM = b"\xef\xbb\xbf"
 _TOKEN = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]')
 _STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
 _CONSTANT = re.compile(r"-?Infinity|NaN")
+_LONG_INT = re.compile(r"(?<![\d.])-?\d{4301,}")
+_NUMBER = re.compile(r"-?\d+(?:\.\d+)?[eE][-+]?\d+|-?\d+\.\d+")
+# A \uD800-\uDFFF escape; only a line holding one can decode to a lone surrogate.
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 class InputError(GageError):
@@ -54,6 +60,20 @@ def _refuse_constant(name: str) -> Any:
     raise _ConstantProblem(f"{name} is not allowed")
 
 
+class _RangeProblem(JsonProblem):
+    pass
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if value in (_INF, -_INF):
+        raise _RangeProblem(f"number out of range: {text[:40]}")
+    return value
+
+
+_INF = float("inf")
+
+
 def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict:
     out = dict(pairs)
     if len(out) != len(pairs):
@@ -65,7 +85,8 @@ def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict:
     return out
 
 
-_DECODER = json.JSONDecoder(object_pairs_hook=_unique_pairs, parse_constant=_refuse_constant)
+_DECODER = json.JSONDecoder(object_pairs_hook=_unique_pairs, parse_constant=_refuse_constant,
+                            parse_float=_finite_float)
 
 
 def _too_deep_at(text: str, start: int = 0, limit: int = MAX_DEPTH) -> int | None:
@@ -82,10 +103,63 @@ def _too_deep_at(text: str, start: int = 0, limit: int = MAX_DEPTH) -> int | Non
     return None
 
 
-def _constant_at(text: str, start: int) -> int | None:
+def _constant_at(text: str, start: int, pattern: re.Pattern = _CONSTANT) -> int | None:
     blanked = _STRING.sub(lambda m: " " * len(m.group()), text[start:])
-    m = _CONSTANT.search(blanked)
-    return start + m.start() if m else None
+    for m in pattern.finditer(blanked):
+        if pattern is not _NUMBER or abs(float(m.group())) == _INF:
+            return start + m.start()
+    return None
+
+
+def json_type(value: Any) -> str:
+    """A JSON value's type as every message names it: ``a string``, ``a list``, ``null`` ..."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, (list, tuple)):
+        return "a list"
+    if isinstance(value, dict):
+        return "an object"
+    return type(value).__name__
+
+
+def _lone_surrogate(value: Any) -> str | None:
+    """The first lone surrogate in a decoded value's strings (keys included), or None."""
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, str):
+            m = _SURROGATE.search(v)
+            if m:
+                return m.group()
+        elif isinstance(v, dict):
+            stack.extend(v)
+            stack.extend(v.values())
+        elif isinstance(v, list):
+            stack.extend(v)
+    return None
+
+
+def _surrogate_escape_at(text: str, start: int, end: int) -> int | None:
+    """Offset of the first surrogate escape that is not half of a pair (escaped backslashes skipped)."""
+    skip = -1
+    for m in _SURROGATE_ESCAPE.finditer(text, start, end):
+        slashes, i = 0, m.start() - 1
+        while i >= start and text[i] == "\\":
+            slashes, i = slashes + 1, i - 1
+        if slashes % 2 or m.start() == skip:
+            continue
+        if m.group()[3].lower() in "89ab" and text[m.end():m.end() + 3].lower() == "\\ud" and \
+                text[m.end() + 3:m.end() + 4].lower() in ("c", "d", "e", "f"):
+            skip = m.end()
+            continue
+        return m.start()
+    return None
 
 
 def decode(text: str, start: int = 0, *, whole: bool = True, maybe_deep: bool | None = None) -> tuple[Any, int]:
@@ -109,16 +183,25 @@ def decode(text: str, start: int = 0, *, whole: bool = True, maybe_deep: bool | 
     except _ConstantProblem as exc:
         exc.pos = _constant_at(text, start)
         raise
+    except _RangeProblem as exc:
+        exc.pos = _constant_at(text, start, _NUMBER)
+        raise
     except RecursionError:
         raise JsonProblem(f"nested deeper than {MAX_DEPTH} levels", _too_deep_at(text, start)) from None
+    except JsonProblem:
+        raise
+    except ValueError:  # int() refuses more digits than sys.get_int_max_str_digits()
+        long = _LONG_INT.search(text, start)
+        raise JsonProblem("number out of range: an integer of more than 4300 digits",
+                          long.start() if long else None) from None
     if whole and text[end:].strip():
         raise JsonProblem("extra data after the JSON value", end + len(text[end:]) - len(text[end:].lstrip()))
+    if _SURROGATE_ESCAPE.search(text, start, end):
+        char = _lone_surrogate(value)
+        if char is not None:
+            raise JsonProblem(f"lone surrogate \\u{ord(char):04x}: half of a UTF-16 pair, "
+                              f"it cannot be written as UTF-8", _surrogate_escape_at(text, start, end))
     return value, end
-
-
-def loads(text: str) -> Any:
-    """A strict ``json.loads``: raises :class:`JsonProblem` (a ValueError)."""
-    return decode(text, 0)[0]
 
 
 def _column(text: str, pos: int | None) -> str:

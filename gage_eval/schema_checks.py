@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from gage_eval.jsonio import json_type
 from gage_eval.schemas import EXTRA_CHECKS, WARNING_CHECKS, load_schema, validation_errors
 
 SAMPLE_REQUIRED = ("schema_version", "id", "messages", "references")
@@ -58,23 +59,6 @@ def legal_eval_v1_warnings(row: Any) -> list[tuple[str, str]]:
         return []
     return [(f"$.{key}", "unknown top-level field; spec 003 allows it but it belongs in metadata")
             for key in row if key not in LEGAL_TOP_LEVEL]
-
-
-def json_type(value: Any) -> str:
-    """A JSON value's type as a message names it: ``a string``, ``a list``, ``null`` ..."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, (int, float)):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, (list, tuple)):
-        return "a list"
-    if isinstance(value, dict):
-        return "an object"
-    return type(value).__name__
 
 
 def sample_v1_required_errors(row: Any) -> list[tuple[str, str]]:

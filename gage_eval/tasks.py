@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from gage_eval.errors import GageError
-from gage_eval.jsonio import read_yaml
+from gage_eval.jsonio import json_type, read_yaml
 from gage_eval.schemas import validation_errors
 
 TASK_FILE = "task.yaml"
@@ -57,7 +57,7 @@ def read_task_file(folder: Path, origin: str = "") -> TaskSpec:
     if data is None:
         raise GageError(f"{path}: the file is empty; a task file needs dataset, request and metrics")
     if not isinstance(data, dict):
-        raise GageError(f"{path}: expected a mapping of task settings, got {_yaml_kind(data)}")
+        raise GageError(f"{path}: expected a mapping of task settings, got {json_type(data)}")
     problems = validation_errors(data, "task")
     if problems:
         lines = "\n".join(f"  {path}: key '{where or '<top>'}': {msg}" for where, msg in problems)
@@ -106,11 +106,6 @@ def discover(task_paths: list[tuple[str, str]], include_paths: list[str] = (), w
                      f"{found[name].origin} ({found[name].folder})")
             found[name] = TaskSource(name, folder, origin)
     return found
-
-
-def _yaml_kind(data: Any) -> str:
-    return {list: "a list", str: "a string", bool: "true/false", int: "a number", float: "a number"}.get(
-        type(data), type(data).__name__)
 
 
 def _task_name(folder: Path) -> str:

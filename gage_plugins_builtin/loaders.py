@@ -5,7 +5,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from gage_eval.errors import GageError, RowError
-from gage_eval.jsonio import check_data_file, iter_json_rows
+from gage_eval.jsonio import check_data_file, iter_json_rows, json_type
 
 
 def _resolve(path: str, base_dir: str | None) -> Path:
@@ -52,15 +52,9 @@ class JsonlLoader:
                 if error is not None:
                     yield locator, RowError(error)
                 elif not isinstance(record, dict):
-                    yield locator, RowError(f"expected a JSON object, got {_json_kind(record)}")
+                    yield locator, RowError(f"expected a JSON object, got {json_type(record)}")
                 else:
                     yield locator, record
-
-
-def _json_kind(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true/false"
-    return {list: "an array", str: "a string", int: "a number", float: "a number"}.get(type(value), "null")
 
 
 class HFLoader:

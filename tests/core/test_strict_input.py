@@ -21,6 +21,7 @@ from gage_eval.tasks import read_task_file
 ROOT = Path(__file__).resolve().parents[2]
 PIQA = {"goal": "Open a jar.", "sol1": "Twist the lid.", "sol2": "Freeze the jar.", "label": 0}
 GOOD = json.dumps(PIQA)
+LONE = "half of a UTF-16 pair, it cannot be written as UTF-8"
 DEEP = '{"goal": ' + "[" * 100_000 + "]" * 100_000 + "}"
 
 
@@ -39,6 +40,14 @@ def rows(path: Path) -> list[tuple[int, object, str | None]]:
     ('{"a":' * 5000 + "1" + "}" * 5000, "invalid JSON: nested deeper than 200 levels (column 1001)"),
     ('{"a": 1} {"b": 2}', "invalid JSON: extra data after the JSON value (column 10)"),
     ('{"a": 1', "invalid JSON: Expecting ',' delimiter (column 8)"),
+    ('{"a": 1e999}', "invalid JSON: number out of range: 1e999 (column 7)"),
+    ('{"a": [1.5, -1E+400]}', "invalid JSON: number out of range: -1E+400 (column 13)"),
+    ('{"a": ' + "7" * 5000 + "}", "invalid JSON: number out of range: an integer of more than 4300 digits (column 7)"),
+    (r'{"a": "x\ud800"}', f"invalid JSON: lone surrogate \\ud800: {LONE} (column 9)"),
+    (r'{"a": "\ude00\ud83d"}', f"invalid JSON: lone surrogate \\ude00: {LONE} (column 8)"),
+    (r'{"a": ["\ud83d\ude00", "\uDBFF"]}', f"invalid JSON: lone surrogate \\udbff: {LONE} (column 25)"),
+    (r'{"\udc00": 1}', f"invalid JSON: lone surrogate \\udc00: {LONE} (column 3)"),
+    (r'{"a": "\\\ud800"}', f"invalid JSON: lone surrogate \\ud800: {LONE} (column 10)"),
 ])
 def test_bad_json_rows_are_row_errors(tmp_path, line, error):
     path = tmp_path / "rows.jsonl"
@@ -57,6 +66,16 @@ def test_nesting_up_to_the_limit_is_read(tmp_path):
     (_, ok, e1), (_, _, e2) = rows(path)
     assert ok == {"x": value} and e1 is None
     assert e2 == "invalid JSON: nested deeper than 200 levels (column 1196)"  # the 199th '{'
+
+
+def test_values_that_look_bad_but_are_not(tmp_path):
+    path = tmp_path / "rows.jsonl"
+    lines = [r'{"a": "\ud83d\ude00 \uD83D\uDE00", "b": "\\ud800", "c": "1e999"}', '{"a": 1e-400, "b": 1.7e308}',
+             '{"a": ' + "7" * 4300 + "}"]
+    path.write_text("\n".join(lines) + "\n")
+    assert [(v, e) for _, v, e in rows(path)] == [
+        ({"a": "\U0001F600 \U0001F600", "b": "\\ud800", "c": "1e999"}, None), ({"a": 0.0, "b": 1.7e308}, None),
+        ({"a": int("7" * 4300)}, None)]
 
 
 def test_brackets_inside_strings_do_not_count(tmp_path):
@@ -110,7 +129,7 @@ def test_jsonl_loader_reads_through_the_strict_reader(tmp_path):
     path.write_text(f'{GOOD}\n[1, 2]\n{{"a": NaN}}\n')
     got = list(JsonlLoader(str(path)))
     assert got[0] == (f"{path}:1", PIQA)
-    assert (got[1][0], str(got[1][1])) == (f"{path}:2", "expected a JSON object, got an array")
+    assert (got[1][0], str(got[1][1])) == (f"{path}:2", "expected a JSON object, got a list")
     assert (got[2][0], str(got[2][1])) == (f"{path}:3", "invalid JSON: NaN is not allowed (column 7)")
     with pytest.raises(GageError, match="does not exist"):
         JsonlLoader(str(tmp_path / "missing.jsonl"))
@@ -215,6 +234,10 @@ BAD_LINES = {  # line -> (text, the error it must get)
     5: ('{"goal": "g", "sol1": "a", "sol2": "b", "label": -Infinity}',
         "invalid JSON: -Infinity is not allowed (column 50)"),
     6: ('{"goal": "g", "sol1": "a", "sol2": "b", "label": 0', "invalid JSON: Expecting ',' delimiter (column 51)"),
+    7: (r'{"goal": "\ud800", "sol1": "a", "sol2": "b", "label": 0}',
+        f"invalid JSON: lone surrogate \\ud800: {LONE} (column 11)"),
+    8: ('{"goal": "g", "sol1": "a", "sol2": "b", "label": 1e999}',
+        "invalid JSON: number out of range: 1e999 (column 50)"),
 }
 
 
@@ -231,7 +254,7 @@ def test_run_and_validate_agree_on_bad_json_rows(tmp_path):
     assert {n: (e["stage"], e["message"]) for n, e in errors.items()} == \
         {n: ("load", message) for n, (_, message) in BAD_LINES.items()}
     assert all(e["locator"].startswith(f"{data}:") for e in errors.values())
-    assert sum(1 for r in records if "overall" in (r.get("eval_result") or {})) == 2  # lines 1 and 7 scored
+    assert sum(1 for r in records if "overall" in (r.get("eval_result") or {})) == 2  # the first and the last line scored
     for n, (_, message) in BAD_LINES.items():
         assert f"{data}:{n}: load error: {message}" in proc.stderr
 
