@@ -254,7 +254,7 @@ def test_run_and_validate_agree_on_bad_json_rows(tmp_path):
     assert {n: (e["stage"], e["message"]) for n, e in errors.items()} == \
         {n: ("load", message) for n, (_, message) in BAD_LINES.items()}
     assert all(e["locator"].startswith(f"{data}:") for e in errors.values())
-    assert sum(1 for r in records if "overall" in (r.get("eval_result") or {})) == 2  # the first and the last line scored
+    assert sum(1 for r in records if "overall" in (r.get("eval_result") or {})) == 2  # first and last line
     for n, (_, message) in BAD_LINES.items():
         assert f"{data}:{n}: load error: {message}" in proc.stderr
 

@@ -54,6 +54,28 @@ def render_error(source: str, path: str = "/t/prompt.jinja") -> str:
     ("{{ '%*s' % (10**9, 'x') }}", "'%' got the number 1000000000"),
     ("{{ '%1000000000d'|format(1) }}", "filter 'format': a format width or precision larger than"),
     ("{{ lipsum(10**9) }}", "got the number 1000000000"),
+    ("{{ lipsum(3999999) }}", "lipsum() would be longer than"),
+    ("{{ (['x' * 3999999] * 250)|join }}", "'*' would make a list of more than 4000000 characters"),
+    ("{{ ['x' * 3999999] * 2 }}", "'*' would make a list of more than"),
+    ("{% set ns = namespace(l=['x' * 3999999]) %}{% for i in range(8) %}{% set ns.l = ns.l + ns.l %}{% endfor %}"
+     "{{ ns.l|join }}", "the result of filter 'join' would be longer than"),
+    ("{{ ['x' * 3000000, 'y']|join('z' * 3000000) }}", "the result of filter 'join' would be longer than"),
+    ("{{ [1]|batch(3999999, 'x' * 3999999)|join }}", "the result of filter 'join' would be longer than"),
+    ("{{ ''.join([1]|batch(3999999, 'x' * 3999999)) }}", "the result of join() would be longer than"),
+    ("{{ [1]|batch(3999999, 'x' * 3999999)|list }}", "writing a list or dict: a value of more than"),
+    ("{{ [1]|batch(3999999, 'x' * 3999999)|list ~ '' }}", "writing a list or dict: a value of more than"),
+    ("{{ [1]|batch(3999999, 'x' * 3999999)|list|tojson }}", "filter 'tojson': a value of more than"),
+    ("{{ '%s' % ([1]|batch(3999999, 'x' * 3999999)|list) }}", "'%': a value of more than"),
+    ("{{ ('a\n' * 60)|indent(3999999) }}", "the result of filter 'indent' would be longer than"),
+    ("{{ ('a\n' * 60)|indent('x' * 100000) }}", "the result of filter 'indent' would be longer than"),
+    ("{{ ('ab' * 2000)|replace('', 'y' * 3999999) }}", "the result of filter 'replace' would be longer than"),
+    ("{{ ('ab' * 2000).replace('a', 'y' * 3999999) }}", "the result of replace() would be longer than"),
+    ("{{ ('\t' * 1000).expandtabs(3999999) }}", "the result of expandtabs() would be longer than"),
+    ("{{ ('a' * 1000).translate({97: 'x' * 3999999}) }}", "the result of translate() would be longer than"),
+    ("{{ ('x' * 1600000)|wordwrap(1) }}", "filter 'wordwrap': breaking words of up to 1600000 characters at width 1"),
+    ("{{ (('x' * 999 ~ ' ') * 4000)|wordwrap(1) }}", "would take too long"),
+    ("{{ ('x' * 4000000)|wordwrap(79) }}", "would take too long"),
+    ("{{ ('x ' * 1000)|wordwrap(1, wrapstring='y' * 10000) }}", "the result of filter 'wordwrap' would be longer"),
     ("{{ ''.__class__.__mro__ }}", "/t/prompt.jinja:1: not allowed in a template: access to attribute "
                                    "'__class__' of 'str' object is unsafe."),
     ("{{ options.append(1) }}", "not allowed in a template: access to attribute 'append'"),
@@ -72,6 +94,27 @@ def test_ordinary_templates_render_as_before():
     assert Template(source, "p").render(**VARS) == "Why? 1 ababab [1, 2] 1024 a1b 3x 1 A.   x   1"
     big = "y" * (MAX_SIZE - 10)
     assert Template("{{ big }}", "p").render(big=big) == big
+    source = ("{{ ['a', 'b']|join(', ') }}|{{ 'a b'|replace(' ', '--') }}|{{ 'a\nb'|indent(2) }}|"
+              "{{ 'aaa bb'|wordwrap(3) }}|{{ '-'.join(['x', 1]|map('string')) }}|{{ 'a\tb'.expandtabs(2) }}|"
+              "{{ 'ab'.translate({97: 'xy'}) }}|{{ [1, 'a'] }}|{{ ([1] * 2) ~ '' }}|{{ [1, 2]|batch(1)|list }}")
+    assert Template(source, "p").render() == "a, b|a--b|a\n  b|aaa\nbb|x-1|a b|xyb|[1, 'a']|[1, 1]|[[1], [2]]"
+    assert Template("{{ big|replace('y', 'z') }}{{ [big]|join }}", "p").render(big="y" * 1_000_000) == \
+        "z" * 1_000_000 + "y" * 1_000_000
+
+
+@pytest.mark.parametrize("source", ["{{ (['x' * 3999999] * 250)|join }}", "{{ ('a\n' * 60)|indent(3999999) }}",
+                                    "{{ ('ab' * 2000)|replace('', 'y' * 3999999) }}"])
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads VmHWM from /proc")
+def test_refused_templates_stay_small(source):
+    """The size is known from the arguments: refused before the value is built (peak memory, not just speed)."""
+    code = ("import sys\nfrom gage_eval.tasks import Template\n"
+            "try:\n    Template(sys.argv[1], 'p').render()\nexcept ValueError as e:\n    print(e)\n"
+            "hwm = [l for l in open('/proc/self/status') if l.startswith('VmHWM')][0]\n"
+            "print(int(hwm.split()[1]) // 1024)")  # ru_maxrss would keep the parent's peak across exec
+    proc = subprocess.run([sys.executable, "-c", code, source], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    message, peak_mb = proc.stdout.splitlines()
+    assert "would be longer than" in message or "would make a list" in message
+    assert int(peak_mb) < 150, (source, peak_mb)
 
 
 @pytest.mark.parametrize("source, line", [
