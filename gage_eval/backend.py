@@ -5,6 +5,10 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Sequence
 
+# the one rule for splitting a log-likelihood pair into tokens, for every backend (plugins too)
+from gage_eval.loglikelihood import (TokenPair, encode_choices, encode_pair, prefix_token_id,  # noqa: F401
+                                     tokenizer_encoder)
+
 GENERATE = "generate"
 LOGLIKELIHOOD = "loglikelihood"
 
@@ -21,7 +25,9 @@ class Request:
       (list of strings), ``temperature``, ``top_p``, ``do_sample``, ``seed``.
     - loglikelihood: ``prompt`` is the context and ``continuations`` the
       strings whose log-probability after the context is wanted (the choices
-      of one multiple-choice question: the context is shared).
+      of one multiple-choice question: the context is shared). A backend splits
+      each pair into tokens with :func:`encode_pair` / :func:`encode_choices`
+      (:mod:`gage_eval.loglikelihood`), so every backend scores the same tokens.
     """
 
     kind: str

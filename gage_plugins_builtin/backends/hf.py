@@ -1,10 +1,10 @@
 """Hugging Face transformers backend (and the bundled SmolLM2-135M-Instruct).
 
 Log-likelihoods follow lm-evaluation-harness 0.4.13's ``hf`` model exactly where it
-matters for the numbers: the context's trailing whitespace moves to the continuation,
-context+continuation is encoded as a whole and split at the context's token count, an
-empty context becomes the prefix token, and the input is truncated from the left to
-``max_length + 1`` tokens. Unlike lm-eval, the context of a multiple-choice question is run
+matters for the numbers: pairs are split into tokens by the rule every backend shares
+(:mod:`gage_eval.loglikelihood`: trailing whitespace moves to the continuation, the whole
+is encoded and split at the context's token count, an empty context is the prefix token),
+and the input is truncated from the left to ``max_length + 1`` tokens. Unlike lm-eval, the context of a multiple-choice question is run
 once and every choice attends to its keys and values (one packed pass, see
 ``_score_packed``), and the output projection is applied only at the positions that are
 scored. Generation batches continuously (``hf_decode``) where the model allows it.
@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from gage_eval import loglikelihood
 from gage_eval.backend import GENERATE, LOGLIKELIHOOD, Backend, ModelOutput, Request, cut_at_stop
 from gage_eval.errors import GageError
 from gage_eval.sample import messages_text, text_chat
@@ -382,44 +383,19 @@ class TransformersBackend(Backend):
                 outputs[i] = out
         return [o if o is not None else ModelOutput(error="transformers backend: no output") for o in outputs]
 
-    # -- tokenization as lm-eval -------------------------------------------------------------
+    # -- tokenization: the shared rule of gage_eval.loglikelihood ------------------------------
 
     def tok_encode(self, text: str, add_special_tokens: bool | None = None) -> list[int]:
-        # as lm-eval: add_bos_token None keeps the tokenizer's own default for special tokens;
-        # a string that already starts with the prefix token's text gets none added
-        kwargs: dict[str, Any] = {}
-        if add_special_tokens is not None:
-            kwargs["add_special_tokens"] = add_special_tokens
-        elif self.add_bos_token is not None:
-            kwargs["add_special_tokens"] = self.add_bos_token
-        if add_special_tokens is None:
-            prefix = self.tokenizer.decode(self.prefix_token_id())
-            if prefix and text.startswith(prefix):
-                kwargs["add_special_tokens"] = False
-        return list(self.tokenizer.encode(text, **kwargs))
+        return loglikelihood.tokenizer_encoder(self.tokenizer, self.add_bos_token)(text, add_special_tokens)
 
-    def prefix_token_id(self) -> int:
-        bos = self.tokenizer.bos_token_id
-        return bos if bos is not None else self.tokenizer.eos_token_id
+    def prefix_token_id(self) -> int | None:
+        return loglikelihood.prefix_token_id(self.tokenizer)
 
     def encode_request(self, req: Request) -> tuple[list[int], list[list[int]]]:
-        context = req.prompt or ""
-        if context == "":
-            # as lm-eval: the prefix token is the context, unless a choice starts with it
-            prefix = self.prefix_token_id()
-            conts = [self.tok_encode(c, add_special_tokens=False) for c in req.continuations]
-            if all(c and c[0] == prefix for c in conts):
-                return [prefix], [c[1:] for c in conts]
-            if any(c and c[0] == prefix for c in conts):
-                raise ValueError("an empty context with choices that start with the prefix token "
-                                 "cannot share one context")
-            return [prefix], conts
-        # as lm-eval: the context's trailing whitespace goes to each continuation; the context is
-        # encoded once, and each choice's tokens are what context + choice adds to it
-        n_spaces = len(context) - len(context.rstrip())
-        head = context[:-n_spaces] if n_spaces else context
-        ctx = self.tok_encode(head)
-        return ctx, [self.tok_encode(context + c)[len(ctx):] for c in req.continuations]
+        """(context tokens, each choice's tokens) by :func:`gage_eval.loglikelihood.encode_choices`."""
+        return loglikelihood.encode_choices(req.prompt or "", req.continuations,
+                                            loglikelihood.tokenizer_encoder(self.tokenizer, self.add_bos_token),
+                                            self.prefix_token_id())
 
     # -- log-likelihood -----------------------------------------------------------------------
 

@@ -9,10 +9,14 @@
 - generate without chat: ``POST {base_url}/completions`` with the rendered prompt
   (``endpoint=chat`` sends it as one user message instead, for chat-only servers).
 - loglikelihood: ``POST {base_url}/completions`` with ``echo: true, logprobs: 1,
-  max_tokens: 1`` for context + continuation; the continuation's log-probability is
-  the sum of the echoed token log-probabilities from its first character on
-  (located with ``text_offset``). A server without echoed logprobs gives every such
-  row a clear error; ``loglikelihood=false`` refuses those tasks before any request.
+  max_tokens: 1``. With ``tokenizer=`` (a folder or hub id) the pair is split into tokens by
+  the shared rule (:mod:`gage_eval.loglikelihood`), sent as token ids, and the echoed
+  log-probabilities at the continuation's positions are summed, as lm-eval's
+  ``local-completions``. Without it, context + continuation go as text and the sum runs
+  from the token holding the first character after the stripped context (trailing
+  whitespace belongs to the continuation; located with ``text_offset``). A server without
+  echoed logprobs gives every such row a clear error; ``loglikelihood=false`` refuses
+  those tasks before any request.
 
 Arguments (``--model-args k=v,...``): ``base_url``, ``model`` (default: the only model
 ``GET {base_url}/models`` lists), ``api_key_env`` (the variable holding the key, default
@@ -55,6 +59,7 @@ import urllib.parse
 import urllib.request
 from typing import Any, Mapping, Sequence
 
+from gage_eval import loglikelihood
 from gage_eval.backend import GENERATE, LOGLIKELIHOOD, Backend, ModelOutput, Request
 from gage_eval.errors import FatalBackendError, GageError
 from gage_eval.redact import REDACTED, strip_credentials, url_credentials
@@ -198,7 +203,8 @@ class OpenAIBackend(Backend):
                  max_consecutive_failures: int = 5, breaker_seconds: float = 10.0,
                  max_tokens: int = 256, stream: Any = False, vision: Any = False,
                  endpoint: str = "auto", loglikelihood: Any = True, batch_size: Any = None,
-                 headers: Mapping[str, Any] | None = None, seed: int | None = None, **extra: Any):
+                 headers: Mapping[str, Any] | None = None, seed: int | None = None,
+                 tokenizer: str | None = None, **extra: Any):
         self.aiohttp = _import_aiohttp()
         if "api_key" in extra:
             raise GageError("openai backend: do not put the key in --model-args (it would sit in your shell "
@@ -263,6 +269,8 @@ class OpenAIBackend(Backend):
         self._loop: asyncio.AbstractEventLoop | None = None
         self._session: Any = None  # the aiohttp session of self._loop, kept across run() calls
         self._no_echo: str | None = None
+        self.tokenizer = None if tokenizer in (None, "") else str(tokenizer)
+        self._encoder: tuple[Any, int | None] | None = None
         self._model_hint()
 
     def _model_hint(self) -> None:
@@ -271,9 +279,27 @@ class OpenAIBackend(Backend):
 
     # -- lifecycle ---------------------------------------------------------------
     def open(self) -> None:
+        if self.tokenizer:
+            self._pair_encoder()
         if self.model is None:
             self.model = self._run_coro(self._find_model())
             self._model_hint()
+
+    def _pair_encoder(self) -> tuple[Any, int | None]:
+        """(encode, prefix token id) of ``tokenizer=``, loaded once."""
+        if self._encoder is None:
+            try:
+                from transformers import AutoTokenizer
+            except ImportError:
+                raise GageError("openai backend: tokenizer= needs transformers: "
+                                "pip install 'gage-eval[transformers]'") from None
+            try:
+                tok = AutoTokenizer.from_pretrained(self.tokenizer)
+            except (OSError, ValueError) as exc:
+                first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+                raise GageError(f"openai backend: cannot load tokenizer={self.tokenizer}: {first}") from None
+            self._encoder = (loglikelihood.tokenizer_encoder(tok), loglikelihood.prefix_token_id(tok))
+        return self._encoder
 
     async def _find_model(self) -> str:
         """The one model ``GET {base_url}/models`` lists."""
@@ -329,6 +355,7 @@ class OpenAIBackend(Backend):
                 "max_consecutive_failures": p.breaker.limit, "breaker_seconds": p.breaker.min_seconds,
                 "default_generation_length": self.max_tokens, "stream": self.stream, "vision": self.vision,
                 "endpoint": self.endpoint, "batch_size": self.max_batch, "seed": self.seed,
+                "tokenizer": self.tokenizer,
                 "extra_headers": self.header_names, "proxy": p.proxy is not None}
 
     def close(self) -> None:
@@ -467,14 +494,26 @@ class OpenAIBackend(Backend):
 
     async def _score(self, slots: Slots, context: str,
                      continuation: str) -> tuple[float, bool | None, int | None, int]:
-        body = {"model": self.model, "prompt": context + continuation, "echo": True, "logprobs": 1,
+        if self.tokenizer:
+            encode, prefix = self._pair_encoder()
+            try:
+                pair = loglikelihood.encode_pair(context, continuation, encode, prefix)
+            except ValueError as exc:
+                raise RequestFailed(f"openai backend: cannot score: {exc}") from None
+            prompt: Any = pair.tokens
+        else:
+            prompt = context + continuation
+        body = {"model": self.model, "prompt": prompt, "echo": True, "logprobs": 1,
                 "max_tokens": 1, "temperature": 0.0}
         if self.seed is not None:
             body["seed"] = self.seed
         url = self.completions_url
 
         def parse(data: Any) -> tuple[float, bool | None, int | None]:
-            value, greedy = payload.continuation_logprob(data, context, continuation)
+            if self.tokenizer:
+                value, greedy = payload.token_logprob(data, len(pair.tokens), pair.scored)
+            else:
+                value, greedy = payload.continuation_logprob(data, context, continuation)
             return value, greedy, payload.usage(data)[0]
 
         try:

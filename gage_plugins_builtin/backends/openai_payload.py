@@ -164,10 +164,11 @@ def continuation_logprob(reply: Any, context: str, continuation: str) -> tuple[f
     """The continuation's log-probability from a ``/completions`` reply with ``echo: true``.
 
     The echoed tokens carry ``text_offset`` (character offsets into the prompt).
-    The continuation's tokens are those from the one holding the first
-    continuation character up to the end of the prompt; a token that straddles
-    the boundary counts for the continuation. ``is_greedy`` is whether each of
-    those tokens was the most likely one (None when the server gives no
+    As the shared rule (:mod:`gage_eval.loglikelihood`), the context's trailing whitespace
+    belongs to the continuation: the continuation's tokens are those from the one holding
+    the first character after the stripped context up to the end of the prompt; a token
+    that straddles the boundary counts for the continuation. ``is_greedy`` is whether each
+    of those tokens was the most likely one (None when the server gives no
     ``top_logprobs``).
     """
     choice = first_choice(reply)
@@ -178,7 +179,7 @@ def continuation_logprob(reply: Any, context: str, continuation: str) -> tuple[f
     if not isinstance(offsets, list) or not isinstance(values, list) or len(offsets) != len(values):
         raise Unsupported("the server's logprobs have no text_offset matching token_logprobs")
     full = len(context) + len(continuation)
-    start_char = len(context)
+    start_char = len(context.rstrip())
     echoed = [i for i, off in enumerate(offsets) if isinstance(off, int) and off < full]
     if not continuation:
         raise Unscorable("an empty continuation has no log-probability to score")
@@ -193,7 +194,7 @@ def continuation_logprob(reply: Any, context: str, continuation: str) -> tuple[f
         value = values[i]
         if value is None:
             raise Unscorable("the server gave no log-probability for the continuation's first token "
-                              "(an empty context cannot be scored)")
+                             "(an empty context: give tokenizer=MODEL to condition it on the start token)")
         if not isinstance(value, (int, float)):
             raise BadReply(f"token_logprobs[{i}] is not a number")
         total += float(value)
@@ -208,5 +209,38 @@ def continuation_logprob(reply: Any, context: str, continuation: str) -> tuple[f
                 break
             best = max(alternatives, key=lambda t: alternatives[t])
             if best != tokens[i] and alternatives[best] > float(values[i]) + 1e-6:
+                greedy = False
+    return total, greedy
+
+
+def token_logprob(reply: Any, n_tokens: int, scored: range) -> tuple[float, bool | None]:
+    """The sum of the echoed log-probabilities at the ``scored`` positions of a token-id prompt.
+
+    For ``/completions`` with ``echo: true`` and the prompt sent as ``n_tokens`` token ids
+    (split by :func:`gage_eval.loglikelihood.encode_pair`): position ``k`` of the echo is
+    prompt token ``k``'s log-probability given the tokens before it.
+    """
+    choice = first_choice(reply)
+    lp = choice.get("logprobs")
+    if not isinstance(lp, Mapping) or not lp.get("token_logprobs"):
+        raise Unsupported("the server returned no token log-probabilities for an echo=true completion")
+    values = lp.get("token_logprobs")
+    if not isinstance(values, list) or len(values) < n_tokens:
+        raise Unsupported(f"the server echoed {len(values) if isinstance(values, list) else 0} token "
+                          f"log-probabilities for a prompt of {n_tokens} tokens (echo=true is not supported)")
+    total = 0.0
+    for k in scored:
+        if not isinstance(values[k], (int, float)):
+            raise BadReply(f"token_logprobs[{k}] is not a number")
+        total += float(values[k])
+    greedy: bool | None = None
+    top = lp.get("top_logprobs")
+    if isinstance(top, list) and len(top) >= n_tokens:
+        greedy = True
+        for k in scored:
+            alternatives = top[k]
+            if not isinstance(alternatives, Mapping) or not alternatives:
+                return total, None
+            if max(alternatives.values()) > float(values[k]) + 1e-6:
                 greedy = False
     return total, greedy

