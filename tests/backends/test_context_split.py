@@ -197,3 +197,69 @@ def test_smollm2_pairs_keep_every_answer_token(smollm2):
     # an empty context conditions a one-token answer on BOS: a real log-probability, not 0
     (empty,) = smollm2.run([Request(kind=LOGLIKELIHOOD, sample_id="e", prompt="", continuations=("The",))])
     assert empty.loglikelihoods[0] < -0.01
+
+
+# -- the openai backend's echo path (no network: the poster is replaced) ----------------------
+
+def _echo(prompt_tokens: list[int], values: list) -> dict:
+    """A vLLM-style /completions echo reply: one entry per prompt token, then the generated one."""
+    vals = list(values) + [-0.5]
+    return {"choices": [{"index": 0, "text": "", "logprobs": {
+        "tokens": [str(t) for t in prompt_tokens] + ["g"], "token_logprobs": vals,
+        "top_logprobs": [None if v is None else {"best": max(v, -0.05)} for v in vals],
+        "text_offset": list(range(len(vals)))}}], "usage": {"prompt_tokens": len(prompt_tokens)}}
+
+
+def test_token_logprob_sums_the_scored_positions():
+    from gage_plugins_builtin.backends import openai_payload as payload
+
+    reply = _echo([0, 1, 2, 3], [None, -1.0, -2.0, -0.01])
+    assert payload.token_logprob(reply, 4, range(2, 4)) == (pytest.approx(-2.01), False)
+    assert payload.token_logprob(reply, 4, range(3, 4)) == (pytest.approx(-0.01), True)
+    with pytest.raises(payload.Unsupported, match="echoed 5 token"):
+        payload.token_logprob(reply, 7, range(2, 7))
+
+
+def test_continuation_logprob_text_path_moves_trailing_whitespace():
+    from gage_plugins_builtin.backends import openai_payload as payload
+
+    # "Q:\nyes" as Q : \n yes; the context "Q:\n" keeps its newline for the continuation
+    reply = {"choices": [{"logprobs": {"tokens": ["Q", ":", "\n", "yes"], "token_logprobs": [None, -1.0, -2.0, -3.0],
+                                       "text_offset": [0, 1, 2, 3]}}]}
+    assert payload.continuation_logprob(reply, "Q:\n", "yes")[0] == pytest.approx(-5.0)
+    assert payload.continuation_logprob(reply, "Q:", "\nyes")[0] == pytest.approx(-5.0)
+
+
+@pytest.mark.parametrize("context,continuation,tokens,scored", [
+    ("Answer: ", "x", [V("Answer"), V(":"), V(" x")], [2]),
+    ("", "x y", [0, V("x"), V(" y")], [1, 2]),
+])
+def test_openai_backend_with_tokenizer_sends_the_shared_split_as_token_ids(context, continuation, tokens, scored):
+    pytest.importorskip("aiohttp")
+    from gage_plugins_builtin.backends.openai_backend import openai_backend
+
+    backend = openai_backend(base_url="http://127.0.0.1:9/v1", model="m", tokenizer="toy", max_retries=0)
+    backend._encoder = (tokenizer_encoder(WordTokenizer(add_bos=False)), 0)
+    sent = []
+
+    class Reply:
+        attempts = 1
+
+        def __init__(self, value):
+            self.value = value
+
+    async def post(slots, url, body, parse, gate=None):
+        sent.append(body)
+        values = [None] + [-(k + 1) / 10 for k in range(1, len(body["prompt"]))]
+        return Reply(parse(_echo(body["prompt"], values)))
+
+    backend.poster.post = post
+    try:
+        (out,) = backend.run([Request(kind=LOGLIKELIHOOD, sample_id="s", prompt=context,
+                                      continuations=(continuation,))])
+    finally:
+        backend.close()
+    assert out.error is None, out.error
+    assert sent[0]["prompt"] == tokens and sent[0]["echo"] is True
+    assert out.loglikelihoods == pytest.approx([sum(-(k + 1) / 10 for k in scored)])
+    assert backend.settings()["tokenizer"] == "toy"

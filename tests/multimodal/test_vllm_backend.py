@@ -276,19 +276,19 @@ def test_real_vllm_cpu_generates_and_scores_as_transformers(smollm2_folder, refe
 def vllm_server(smollm2_folder):
     """``vllm serve`` on SmolLM2 in a subprocess; yields its base URL."""
     import os
-    import shutil
     import socket
     import subprocess
     import time
     import urllib.request
 
-    exe = shutil.which("vllm") or os.path.join(os.path.dirname(sys.executable), "vllm")
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     log = open(smollm2_folder.parent / "vllm_serve.log", "w")
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1")}
-    proc = subprocess.Popen([exe, "serve", str(smollm2_folder), "--served-model-name", "smollm2", "--host",
+    # the module, not the ``vllm`` script: the script asks for the "vllm" distribution, and vllm-cpu is another
+    proc = subprocess.Popen([sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model",
+                             str(smollm2_folder), "--served-model-name", "smollm2", "--host",
                              "127.0.0.1", "--port", str(port), "--dtype", "float32", "--max-model-len", "2048",
                              "--max-logprobs", "5"], stdout=log, stderr=subprocess.STDOUT, env=env)
     url = f"http://127.0.0.1:{port}/v1"
