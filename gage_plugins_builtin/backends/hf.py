@@ -4,10 +4,10 @@ Log-likelihoods follow lm-evaluation-harness 0.4.13's ``hf`` model exactly where
 matters for the numbers: pairs are split into tokens by the rule every backend shares
 (:mod:`gage_eval.loglikelihood`: trailing whitespace moves to the continuation, the whole
 is encoded and split at the context's token count, an empty context is the prefix token),
-and the input is truncated from the left to ``max_length + 1`` tokens. Unlike lm-eval, the context of a multiple-choice question is run
-once and every choice attends to its keys and values (one packed pass, see
-``_score_packed``), and the output projection is applied only at the positions that are
-scored. Generation batches continuously (``hf_decode``) where the model allows it.
+and the input is truncated from the left to ``max_length + 1`` tokens. Unlike lm-eval, the
+context of a multiple-choice question is run once and every choice attends to its keys and
+values (one packed pass, see ``_score_packed``), and the output projection is applied only
+at the positions that are scored. Generation batches continuously (``hf_decode``) where the model allows it.
 
 torch and transformers are imported inside the functions that need them.
 """

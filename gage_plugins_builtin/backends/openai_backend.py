@@ -19,7 +19,8 @@
   those tasks before any request.
 
 Arguments (``--model-args k=v,...``): ``base_url``, ``model`` (default: the only model
-``GET {base_url}/models`` lists), ``api_key_env`` (the variable holding the key, default
+``GET {base_url}/models`` lists), ``tokenizer`` (the model's tokenizer, a folder or hub id:
+log-likelihood pairs go as token ids split by the shared rule), ``api_key_env`` (the variable holding the key, default
 OPENAI_API_KEY; unset is fine for local servers), ``concurrency`` (requests in flight,
 default 32), ``max_tokens`` (when the task sets no max_new_tokens, default 256), ``stream``
 (true: stream replies and record time to first token), ``vision``, ``endpoint`` (auto or
