@@ -361,7 +361,7 @@ class Engine:
         self.secrets = tuple(getattr(backend, "secrets", ()) or ()) + tuple(getattr(judge_backend, "secrets", ()) or ())
         self._check_inputs(ready)
         if not self.resume:
-            _write_json(self.run_dir / "config.json", redact(asdict(opts), self.secrets))
+            write_json_atomic(self.run_dir / "config.json", redact(asdict(opts), self.secrets))
         events = EventLog(self.run_dir / "events.jsonl", self.run_id)
         events.emit("run_resume" if self.resume else "run_start", tasks=opts.tasks, model=opts.model)
         for tr in runs:
@@ -399,7 +399,7 @@ class Engine:
         finally:
             summary = self._summary(runs, backend, judge_backend, wall0, load_s, interrupted, stopped)
             try:
-                _write_json(self.run_dir / "summary.json", summary)
+                write_json_atomic(self.run_dir / "summary.json", summary)
                 events.emit("run_end", interrupted=interrupted, exit_status=summary["run"]["exit_status"])
                 events.close()
             except OutputError:
@@ -426,7 +426,7 @@ class Engine:
                                 f"results would mix two versions: " + "; ".join(changed)
                                 + ". Start a new run instead.")
             return
-        _write_json(self.run_dir / INPUTS_FILE, now)
+        write_json_atomic(self.run_dir / INPUTS_FILE, now)
 
     def _run_task(self, tr: TaskRun, backend: Backend, judge_backend: Backend, events: EventLog) -> None:
         opts = self.options
@@ -460,7 +460,7 @@ class Engine:
             tr.timings["dataset_materialization_s"] += time.perf_counter() - t_load
             if window:
                 self._process(tr, window, backend, judge_backend, writer, events, progress)
-        except (OutputError, FatalBackendError, FailFast):
+        except (OutputError, FailFast):
             raise
         except GageError as exc:  # the data stopped being readable part way: this task fails, others go on
             tr.failure = self._clean(str(exc))
@@ -512,7 +512,6 @@ class Engine:
         if live and self.fatal.get("model"):
             for it in live:
                 it.error = {"stage": "inference", "message": f"not run: {self.fatal['model']}", "locator": it.locator}
-            tr.failure = tr.failure or f"the model backend stopped the run: {self.fatal['model']}"
             live = []
         if live:
             t0 = time.perf_counter()
@@ -520,7 +519,6 @@ class Engine:
                 outputs = _safe_run(backend, [it.request for it in live])
             except FatalBackendError as exc:
                 self.fatal["model"] = self._clean(str(exc))
-                tr.failure = f"the model backend stopped the run: {self.fatal['model']}"
                 outputs = [ModelOutput(error=self.fatal["model"]) for _ in live]
             tr.timings["inference_s"] += time.perf_counter() - t0
             for it, out in zip(live, outputs):
@@ -528,6 +526,8 @@ class Engine:
                 it.model_output = _model_output(it)
                 if out.error:
                     it.error = {"stage": "inference", "message": out.error, "locator": it.locator}
+        if self.fatal.get("model"):
+            tr.failure = tr.failure or f"the model backend stopped the run: {self.fatal['model']}"
         t_eval = time.perf_counter()
         writing_before = tr.timings["writing_s"]
         if tr.judge is not None:
@@ -694,15 +694,6 @@ def _finished(record: Mapping[str, Any]) -> bool:
     those may succeed now that the cause is fixed, so they run again."""
     err = (record.get("eval_result") or {}).get("error")
     return not err or err.get("stage") not in ("inference", "judge")
-
-
-def _write_json(path: Path, obj: Any) -> None:
-    try:
-        write_json_atomic(path, obj)
-    except OSError as exc:
-        raise OutputError(f"cannot write {path}: {exc.strerror or exc}; the records written so far are "
-                          f"kept: free space or fix the folder, then continue with gage-eval --resume "
-                          f"{path.parent}") from None
 
 
 def _model_output(it: Item) -> dict:

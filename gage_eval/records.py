@@ -86,6 +86,7 @@ class JsonlAppender:
 
     def __init__(self, path: Path):
         self.path = path
+        self._failed = False  # a write failed: that error is the one reported, not close()'s
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             self._fh = path.open("a", encoding="utf-8")
@@ -104,7 +105,7 @@ class JsonlAppender:
         try:
             self._fh.close()
         except OSError as exc:
-            if not getattr(self, "_failed", False):  # after a failed write, that error is the one reported
+            if not self._failed:
                 raise output_error(self.path, exc) from None
 
 
@@ -262,6 +263,11 @@ class TaskWriter:
 
 
 def write_json_atomic(path: Path, obj: Any) -> None:
+    """``obj`` as indented strict JSON, replacing ``path`` whole or not at all; a failed write is an
+    :class:`OutputError`."""
     tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(dumps(obj, indent=2, separators=None) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    try:
+        tmp.write_text(dumps(obj, indent=2, separators=None) + "\n", encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise output_error(path, exc) from None

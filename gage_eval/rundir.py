@@ -109,14 +109,11 @@ def file_digest(path: Path) -> str:
     return h.hexdigest()
 
 
-def folder_digest(folder: Path, files: Iterable[Path] | None = None) -> str:
-    """One hash over the files of a folder (names and contents), in name order."""
+def folder_digest(folder: Path) -> str:
+    """One hash over the files of a folder (relative names and contents), in name order."""
     h = hashlib.sha256()
-    paths = sorted(files if files is not None else (p for p in folder.rglob("*") if p.is_file()))
-    for p in paths:
-        if "__pycache__" in p.parts:
-            continue
-        h.update(str(p.relative_to(folder) if p.is_relative_to(folder) else p).encode() + b"\0")
+    for p in sorted(p for p in folder.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
+        h.update(str(p.relative_to(folder)).encode() + b"\0")
         h.update(file_digest(p).encode() + b"\n")
     return h.hexdigest()
 
