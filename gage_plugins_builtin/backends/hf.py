@@ -385,16 +385,20 @@ class TransformersBackend(Backend):
 
     # -- tokenization: the shared rule of gage_eval.loglikelihood ------------------------------
 
-    def tok_encode(self, text: str, add_special_tokens: bool | None = None) -> list[int]:
-        return loglikelihood.tokenizer_encoder(self.tokenizer, self.add_bos_token)(text, add_special_tokens)
+    def _encoder(self) -> loglikelihood.Encode:
+        """The shared rule's ``encode`` for this tokenizer, built once (it decodes the prefix token)."""
+        cached = self.__dict__.get("_encode")
+        if cached is None or cached[0] is not self.tokenizer:
+            encode = loglikelihood.tokenizer_encoder(self.tokenizer, self.add_bos_token)
+            cached = self._encode = (self.tokenizer, encode)
+        return cached[1]
 
     def prefix_token_id(self) -> int | None:
         return loglikelihood.prefix_token_id(self.tokenizer)
 
     def encode_request(self, req: Request) -> tuple[list[int], list[list[int]]]:
         """(context tokens, each choice's tokens) by :func:`gage_eval.loglikelihood.encode_choices`."""
-        return loglikelihood.encode_choices(req.prompt or "", req.continuations,
-                                            loglikelihood.tokenizer_encoder(self.tokenizer, self.add_bos_token),
+        return loglikelihood.encode_choices(req.prompt or "", req.continuations, self._encoder(),
                                             self.prefix_token_id())
 
     # -- log-likelihood -----------------------------------------------------------------------
