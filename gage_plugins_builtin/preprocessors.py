@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+from gage_eval.rows import field_message
 from gage_eval.sample import RowContext, from_legacy, normalize_references
 from gage_eval.schema_checks import sample_v1_required_errors
 
@@ -36,7 +37,7 @@ class Identity:
     def __call__(self, record: Mapping[str, Any], ctx: RowContext) -> dict:
         problems = sample_v1_required_errors(record)
         if problems:
-            raise ValueError("; ".join(what if where == "$" else f"{where[2:]}: {what}" for where, what in problems))
+            raise ValueError("; ".join(field_message(where, what) for where, what in problems))
         sample = dict(record)
         sample["references"] = normalize_references(sample["references"])
         return sample
