@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 from gage_eval.errors import GageError
 
@@ -96,16 +96,6 @@ def validation_errors(instance: Any, name: str) -> list[tuple[str, str]]:
 def validation_warnings(instance: Any, name: str) -> list[tuple[str, str]]:
     check = WARNING_CHECKS.get(name)
     return check(instance) if check else []
-
-
-def iter_file_rows(path: Path) -> Iterator[tuple[int, Any, str | None]]:
-    """Rows of a .jsonl file (or a .json array / object): (line, value, parse error).
-
-    The strict reader the jsonl loader uses (:func:`gage_eval.jsonio.iter_json_rows`), so
-    ``validate`` and a run agree on every row."""
-    from gage_eval.jsonio import iter_json_rows
-
-    return iter_json_rows(path)
 
 
 from gage_eval import schema_checks  # noqa: E402,F401  (registers the code checks above)

@@ -85,20 +85,19 @@ def validate_command(file, schema, max_errors, allow_paths, allow_urls):
     run (gage_eval.rows): duplicate ids, empty references, and the files and URLs they name,
     with paths taken from FILE's folder. Prints each problem as file:line: JSON path:
     message, then a report; exits 1 if any row is invalid."""
-    from gage_eval.schemas import iter_file_rows, validation_errors, validation_warnings
+    from gage_eval.jsonio import InputError, iter_json_rows, read_yaml
+    from gage_eval.schemas import validation_errors, validation_warnings
 
     path = Path(file)
     rows = valid = warnings = printed = 0
     invalid_rows = 0
     if schema == "task" or path.suffix in (".yaml", ".yml"):
-        from gage_eval.jsonio import InputError, read_yaml
-
         try:
             entries = [(1, read_yaml(path), None)]
         except InputError as exc:
             entries = [(exc.line or 1, None, exc.problem)]
     else:
-        entries = iter_file_rows(path)
+        entries = iter_json_rows(path)  # the jsonl loader's strict reader: validate and a run agree
     checker = None
     if schema in ("sample", "legal_eval_v1") and path.suffix not in (".yaml", ".yml"):
         checker = _row_checker(schema, path, allow_paths, allow_urls)
