@@ -264,7 +264,6 @@ class OpenAIBackend(Backend):
             secrets=self.secrets, proxy=proxy, endpoint=self.base_url,
             hints={**self.credentials.hints(),
                    "not_found": "no such endpoint there: check base_url (it usually ends in /v1) and endpoint"})
-        self.timeout = self.poster.timeout
         self.chat_url = f"{self.base_url}/chat/completions"
         self.completions_url = f"{self.base_url}/completions"
         self._loop: asyncio.AbstractEventLoop | None = None
