@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Sequence
+from typing import Any, ClassVar, Iterator, Sequence
 
 # the one rule for splitting a log-likelihood pair into tokens, for every backend (plugins too)
 from gage_eval.loglikelihood import (TokenPair, encode_choices, encode_pair, prefix_token_id,  # noqa: F401
@@ -40,6 +40,10 @@ class Request:
     # images, audio etc. are carried inside messages; this lists the segment
     # types present so a backend can refuse what it cannot take.
     modalities: frozenset[str] = frozenset({"text"})
+    # loglikelihood only: a context whose log-likelihood of each choice (without the delimiter) is
+    # also wanted, for mutual-information scoring. The engine sends it as a second request to the
+    # backend and hands the result to metrics as ``unconditioned_loglikelihoods``; backends ignore it.
+    unconditioned: str | None = None
 
 
 @dataclass
@@ -102,6 +106,15 @@ class Backend:
 
     def run(self, requests: Sequence[Request]) -> list[ModelOutput]:
         return asyncio.run(self.arun(requests))
+
+    def stream(self, requests: Sequence[Request]) -> Iterator[tuple[int, ModelOutput]]:
+        """The outputs of :meth:`run` as they finish: ``(index into requests, output)``, each
+        index exactly once, in any order. The engine writes each row as soon as its output
+        arrives, so an interrupted run loses only the requests in flight. The default waits
+        for :meth:`run`; a backend that finishes requests one by one (per batch, per HTTP
+        reply) overrides this. :class:`~gage_eval.errors.FatalBackendError` may be raised
+        part way: the indices not yet yielded are then written as errored."""
+        yield from enumerate(self.run(requests))
 
     async def arun(self, requests: Sequence[Request]) -> list[ModelOutput]:
         raise NotImplementedError(f"backend {self.name!r} implements neither run nor arun")

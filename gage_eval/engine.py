@@ -38,7 +38,7 @@ class RunOptions:
     judge_model: str | None = None
     judge_args: dict = field(default_factory=dict)
     batch_size: int | str | None = None
-    limit: int | None = None
+    limit: int | float | None = None  # a row count, or a fraction in (0, 1] of each task's rows
     output_dir: str = "runs"
     run_id: str | None = None
     seed: int = 1234
@@ -49,6 +49,13 @@ class RunOptions:
     max_error_rate: float = 0.0
     allow_paths: list[str] = field(default_factory=list)
     allow_urls: bool = False
+    # prompt controls (issue 12): None / empty means "as the task file says"
+    system_prompt: str | None = None
+    gen_kwargs: dict = field(default_factory=dict)  # merged over each task's request.generation
+    num_fewshot: int | None = None
+    fewshot_as_multiturn: bool = False
+    apply_chat_template: bool | None = None  # None: the task's request.chat
+    strip_reasoning: bool = False  # score the text after the last </think>; the raw text stays in the record
     quiet: bool = False
     command: str = ""
     config_file: str | None = None
