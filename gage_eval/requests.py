@@ -1,7 +1,7 @@
 """Turning a Sample into a backend Request with the task's templates."""
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from gage_eval.backend import GENERATE, LOGLIKELIHOOD, Request
 from gage_eval.sample import (LETTERS, last_user_text, messages_text, render_few_shot, segment_types,
@@ -14,7 +14,7 @@ GEN_KEYS = ("max_new_tokens", "stop", "temperature", "top_p", "top_k", "do_sampl
 class RequestBuilder:
     """Renders a task's templates for each sample; one instance per task per run."""
 
-    def __init__(self, spec: TaskSpec):
+    def __init__(self, spec: TaskSpec, metrics: Sequence[Any] = ()):
         req = spec.request
         where = f"{spec.folder / TASK_FILE}: request"
         self.kind: str = req["kind"]
@@ -23,6 +23,8 @@ class RequestBuilder:
         self.choice = Template(req.get("choice", "{{ option.content }}"), f"{where}.choice")
         self.delimiter: str = req.get("target_delimiter", " ")
         self.gen: dict = dict(req.get("generation") or {})
+        # only a task with a metric that reads unconditioned scores (acc_mutual_info) pays for them
+        self.unconditioned = any(getattr(m, "needs_unconditioned", False) for m in metrics)
 
     def variables(self, sample: Mapping[str, Any], messages: list[dict]) -> dict:
         return {
@@ -52,7 +54,8 @@ class RequestBuilder:
             choices = self.choices(sample, variables)
             conts = tuple(self.delimiter + c for c in choices)
             return (Request(kind=LOGLIKELIHOOD, sample_id=sid, prompt=context, continuations=conts,
-                            modalities=modalities),
+                            modalities=modalities,
+                            unconditioned=unconditioned_context(sample) if self.unconditioned else None),
                     {"prompt": context, "choices": choices, "continuations": list(conts)})
         gen = dict(self.gen)
         for key in ("generation_params", "sampling_params"):
@@ -69,6 +72,15 @@ class RequestBuilder:
         return (Request(kind=GENERATE, sample_id=sid, prompt=prompt, messages=tuple(messages), gen=gen,
                         modalities=modalities),
                 {"prompt": prompt})
+
+
+def unconditioned_context(sample: Mapping[str, Any]) -> str:
+    """The context for a sample's unconditioned scores: its ``unconditioned_input`` (a string, or
+    messages as their text), else the empty context lm-eval uses for acc_mutual_info."""
+    value = sample.get("unconditioned_input")
+    if value is None:
+        return ""
+    return value if isinstance(value, str) else messages_text(value)
 
 
 def _replace_last_user_text(messages: list[dict], text: str) -> list[dict]:

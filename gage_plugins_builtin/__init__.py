@@ -66,6 +66,7 @@ METRICS = {
     "numeric_match": P + "metrics.text:NumericMatch",
     "acc": P + "metrics.choice:Accuracy",
     "acc_norm": P + "metrics.choice:NormalizedAccuracy",
+    "acc_mutual_info": P + "metrics.mutual_info:MutualInfoAccuracy",
     "latency": P + "metrics.stats:Latency",
     "text_length": P + "metrics.stats:TextLength",
     # -- multimodal (mmmu, docvqa) --
