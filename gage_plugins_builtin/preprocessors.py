@@ -55,11 +55,17 @@ class Legacy:
     :param metadata: fields copied into ``metadata``.
     :param task_type: the Sample's task_type (default: the record's question_type).
     :param system: a system message put first.
+    :param unconditioned: field holding the sample's ``unconditioned_input`` (a string or messages),
+        the context acc_mutual_info scores each choice after.
+    :param unconditioned_text: the same for every row, as a constant (``""`` is lm-eval's empty context).
     """
 
     def __init__(self, question: str | None = None, choices: Any = None, answer: str | None = None,
                  id_field: str | None = None, data_tag: Any = None, metadata: Any = None,
-                 task_type: str | None = None, system: str | None = None):
+                 task_type: str | None = None, system: str | None = None, unconditioned: str | None = None,
+                 unconditioned_text: str | None = None):
+        if unconditioned is not None and unconditioned_text is not None:
+            raise ValueError("give 'unconditioned' (a field) or 'unconditioned_text' (a constant), not both")
         self.question = question
         self.choices = choices
         self.answer = answer
@@ -68,6 +74,8 @@ class Legacy:
         self.metadata = metadata
         self.task_type = task_type
         self.system = system
+        self.unconditioned = unconditioned
+        self.unconditioned_text = unconditioned_text
 
     def _field(self, record: Mapping[str, Any], name: str) -> Any:
         if name not in record:
@@ -94,6 +102,10 @@ class Legacy:
         tags = _tags(record, self.data_tag)
         if tags:
             sample["data_tag"] = tags
+        if self.unconditioned is not None:
+            sample["unconditioned_input"] = self._field(record, self.unconditioned)
+        elif self.unconditioned_text is not None:
+            sample["unconditioned_input"] = self.unconditioned_text
         meta = _tags(record, self.metadata)
         if meta:
             sample.setdefault("metadata", {}).update(meta)
