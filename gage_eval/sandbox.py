@@ -18,10 +18,11 @@ import inspect
 import re
 from typing import Any
 
-from jinja2 import StrictUndefined, nodes
+from jinja2 import StrictUndefined, UndefinedError, nodes
 from jinja2.compiler import CodeGenerator
 from jinja2.runtime import Macro, Undefined
 from jinja2.sandbox import MAX_RANGE, ImmutableSandboxedEnvironment, safe_range
+from jinja2.utils import missing
 
 MAX_SIZE = 4_000_000  # characters of a string or the output, items of a list, a width or count; ~1M tokens
 MAX_INT_BITS = 100_000
@@ -38,6 +39,28 @@ _WIDE_FORMAT = re.compile(r"\{[^{}]*:[^{}]*\d{7}|%[-#0 +]*(?:\d{7}|\d*\.\d{7})")
 
 class TemplateLimit(Exception):
     """A template went past one of the sandbox's resource limits."""
+
+
+class UndefinedName(UndefinedError):
+    """An undefined variable, or a key, item or attribute a value lacks, with what was looked up:
+    ``obj`` is the value looked into (``jinja2.utils.missing`` for a variable), ``name`` the name."""
+
+    def __init__(self, message: str, obj: Any = missing, name: Any = None):
+        super().__init__(message)
+        self.obj = obj
+        self.name = name
+
+
+class NamedUndefined(StrictUndefined):
+    """StrictUndefined whose error keeps the value and name looked up, so the message can list
+    what is there instead (:class:`gage_eval.tasks.Template` words it)."""
+
+    __slots__ = ()
+
+    def __init__(self, hint: str | None = None, obj: Any = missing, name: Any = None, exc: Any = UndefinedError):
+        if exc is UndefinedError and not hint:
+            exc = functools.partial(UndefinedName, obj=obj, name=name)
+        super().__init__(hint, obj, name, exc)
 
 
 def _sized(value: Any, what: str) -> Any:
@@ -260,7 +283,7 @@ class BoundedEnvironment(ImmutableSandboxedEnvironment):
     intercepted_binops = frozenset(["*", "+", "**", "%"])
 
     def __init__(self, **kwargs: Any):
-        super().__init__(undefined=StrictUndefined, autoescape=False, keep_trailing_newline=False,
+        super().__init__(undefined=NamedUndefined, autoescape=False, keep_trailing_newline=False,
                          finalize=self.weighed, **kwargs)
         self.filters = {name: _bounded_filter(name, f) for name, f in self.filters.items()}
 
@@ -308,4 +331,5 @@ def refused_tag(ast: nodes.Template) -> nodes.Node | None:
     return None
 
 
-__all__ = ["BoundedEnvironment", "TemplateLimit", "MAX_SIZE", "MAX_RANGE", "refused_tag"]
+__all__ = ["BoundedEnvironment", "TemplateLimit", "UndefinedName", "NamedUndefined", "MAX_SIZE", "MAX_RANGE",
+           "refused_tag"]

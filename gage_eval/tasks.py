@@ -212,7 +212,7 @@ class Template:
             tb = tb.tb_next
         where = self._at(line)
         if isinstance(exc, UndefinedError):
-            return f"{where}: {exc.message}" + (f" (variables: {', '.join(variables)})" if variables else "")
+            return f"{where}: {undefined_message(exc, variables)}"
         if isinstance(exc, SecurityError):
             return f"{where}: not allowed in a template: {exc.message}"
         if isinstance(exc, RecursionError):
@@ -224,6 +224,62 @@ class Template:
         if isinstance(exc, (TemplateLimit, OverflowError)):
             return f"{where}: {exc}"
         return f"{where}: {type(exc).__name__}: {exc}"
+
+
+MAX_NAMES_LISTED = 30
+
+
+def undefined_message(exc: Exception, variables: Mapping[str, Any]) -> str:
+    """What an undefined variable, key or attribute error says: the name looked up, and the
+    names that are there (the template's variables, or the keys of the value looked into),
+    the value named by its path from the variables where it is found (``'sample.metadata'``)."""
+    from jinja2.utils import missing
+
+    from gage_eval.sandbox import UndefinedName
+
+    available = _listed(list(variables)) if variables else "none (the template gets no variables)"
+    if not isinstance(exc, UndefinedName):
+        return f"{exc.message}; available: {available}"
+    obj, name = exc.obj, exc.name
+    if obj is missing:
+        return f"{name!r} is undefined; available: {available}"
+    path = _path_of(obj, variables)
+    label = f"{path!r}" if path else f"a {_kind(obj)}"
+    if isinstance(obj, Mapping):
+        keys = [str(k) for k in obj]
+        return f"{label} has no key {name!r}; " + (f"its keys: {_listed(keys)}" if keys else "it is empty")
+    if isinstance(obj, (list, tuple, str)) and isinstance(name, int):
+        return f"{label} has no item {name} (it has {len(obj)})"
+    return f"{label} ({_kind(obj)}) has no attribute {name!r}" if path else f"{label} has no attribute {name!r}"
+
+
+def _kind(value: Any) -> str:
+    if isinstance(value, Mapping):
+        return "mapping"
+    if isinstance(value, (list, tuple)):
+        return "list"
+    return {str: "string", bool: "boolean", int: "number", float: "number"}.get(type(value), type(value).__name__)
+
+
+def _listed(names: list[str]) -> str:
+    shown = ", ".join(names[:MAX_NAMES_LISTED])
+    return shown + (f", ... ({len(names)} in all)" if len(names) > MAX_NAMES_LISTED else "")
+
+
+def _path_of(target: Any, variables: Mapping[str, Any], budget: int = 5000) -> str | None:
+    """The shortest path (``sample.options[0]``) from the variables to ``target`` itself, if any."""
+    queue = [(str(k), v) for k, v in variables.items()]
+    for path, value in queue:  # the queue grows while it is read: breadth first
+        if value is target:
+            return path
+        if len(queue) > budget:
+            continue
+        if isinstance(value, Mapping):
+            queue.extend((f"{path}.{k}" if isinstance(k, str) and k.isidentifier() else f"{path}[{k!r}]", v)
+                         for k, v in value.items())
+        elif isinstance(value, (list, tuple)):
+            queue.extend((f"{path}[{i}]", v) for i, v in enumerate(value))
+    return None
 
 
 def parse_data_overrides(values: list[str]) -> dict[str, str]:

@@ -29,9 +29,9 @@ def render_error(source: str, path: str = "/t/prompt.jinja") -> str:
 
 
 @pytest.mark.parametrize("source, message", [
-    ("Q: {{ question }}\n\nA: {{ q }}", "/t/prompt.jinja:3: 'q' is undefined "
-                                        "(variables: sample, messages, question, options, metadata, letters)"),
-    ("{{ sample.nope }}", "/t/prompt.jinja:1: 'dict object' has no attribute 'nope'"),
+    ("Q: {{ question }}\n\nA: {{ q }}", "/t/prompt.jinja:3: 'q' is undefined; "
+                                        "available: sample, messages, question, options, metadata, letters"),
+    ("{{ sample.nope }}", "/t/prompt.jinja:1: 'sample' has no key 'nope'; its keys: id"),
     ("x\n{% for i in range(10**12) %}{{ i }}{% endfor %}",
      f"/t/prompt.jinja:2: range() got the number 1000000000000, larger than the limit {MAX_SIZE}"),
     ("{{ range(200000)|length }}", "/t/prompt.jinja:1: Range too big. The sandbox blocks ranges larger than "
@@ -147,7 +147,7 @@ def test_inline_template_errors_name_the_task_key():
     t = Template("{{ optin.content }}", "/t/task.yaml: request.choice")
     with pytest.raises(ValueError) as err:
         t.render(option={"content": "x"}, index=0)
-    assert str(err.value) == "/t/task.yaml: request.choice: 'optin' is undefined (variables: option, index)"
+    assert str(err.value) == "/t/task.yaml: request.choice: 'optin' is undefined; available: option, index"
 
 
 # -- end to end: the real CLI ----------------------------------------------------------------
@@ -188,8 +188,7 @@ def test_a_row_whose_template_fails_is_written_with_its_error(tmp_path):
     assert all(e and e["stage"] == "template" for e in errors)  # row 2: range; rows 1, 3: undefined key
     assert errors[1]["message"] == (f"{folder / 'prompt.jinja'}:2: range() got the number 1000000000000, "
                                     f"larger than the limit {MAX_SIZE}")
-    assert errors[0]["message"] == (f"{folder / 'prompt.jinja'}:2: 'dict object' has no attribute 'missing' "
-                                    f"(variables: sample, messages, question, options, metadata, letters)")
+    assert errors[0]["message"] == f"{folder / 'prompt.jinja'}:2: 'metadata' has no key 'missing'; its keys: option_map, n"
     assert [e["locator"] for e in errors] == [f"{folder / 'rows.jsonl'}:{n}" for n in (1, 2, 3)]
 
 
