@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import math
 import platform
 import sys
 import time
@@ -11,13 +12,13 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping
 
 from gage_eval import __version__
-from gage_eval.backend import LOGLIKELIHOOD, Backend, ModelOutput
+from gage_eval.backend import LOGLIKELIHOOD, Backend, ModelOutput, Request
 from gage_eval.errors import FailFast, FatalBackendError, GageError, OutputError
 from gage_eval.idset import IdSet
 from gage_eval.events import RunEnd, RunStart, SampleDone, TaskDone
 from gage_eval.metric import MetricContext, TaskAggregate, metric_value
 from gage_eval.plugins import Registry, load_plugins, plugin_versions
-from gage_eval.progress import Progress
+from gage_eval.progress import Progress, status
 from gage_eval.records import EventLog, TaskWriter, read_jsonl, write_json_atomic
 from gage_eval.redact import mask, redact, strip_credentials
 from gage_eval.rundir import INPUTS_FILE, changed_inputs, fingerprint, read_inputs
@@ -72,6 +73,7 @@ class Item:
     request: Any = None
     rendered: dict = field(default_factory=dict)
     output: ModelOutput | None = None
+    aux_output: ModelOutput | None = None  # the unconditioned scores (Request.unconditioned)
     model_output: dict = field(default_factory=dict)  # output + rendered prompt pieces, for judges and metrics
     verdict: Any = None
 
@@ -123,6 +125,7 @@ class TaskRun:
         self.name = spec.name
         self.failure = failure  # why the task could not run (or stopped), when it did not
         self.limit = (options.task_overrides.get(spec.name) or {}).get("limit", options.limit)
+        self._counted: int | None = None
         self.aggregate = TaskAggregate()
         self.counts = {"total": 0, "scored": 0, "errored": 0, "skipped": 0, "judge_errors": 0}
         self.errors_by_stage: dict[str, int] = {}
@@ -170,11 +173,45 @@ class TaskRun:
             data_files = [f for v in data_files.values() for f in ([v] if isinstance(v, str) else v)]
         return [Path(f) for f in data_files or [] if Path(f).is_file()]
 
+    def available(self) -> int | None:
+        """The dataset's row count when the loader knows it cheaply (``total()``), else None."""
+        total = getattr(self.loader, "total", None)
+        if not callable(total):
+            return None
+        try:
+            n = total()
+        except GageError:
+            raise
+        except Exception:  # a count is a nicety; the rows themselves report what is wrong
+            return None
+        return n if isinstance(n, int) and not isinstance(n, bool) and n >= 0 else None
+
+    def row_limit(self) -> int | None:
+        """``limit`` as a row count: a fraction in (0, 1] of the task's rows is rounded up
+        (lm-eval's rule); the rows are counted when the loader cannot say."""
+        limit = self.limit
+        if limit is None or isinstance(limit, int):
+            return limit
+        if self._counted is None:
+            n = self.available()
+            self._counted = n if n is not None else sum(1 for _ in self.loader)
+        return self._counted if limit >= 1 else math.ceil(self._counted * limit)
+
+    def expected(self) -> int | None:
+        """How many rows this run of the task will see, for the progress bar (None: unknown)."""
+        n, limit = self.available(), self.row_limit()
+        if n is None:
+            return limit
+        return n if limit is None else min(n, limit)
+
     def rows(self) -> Iterator[tuple[int, str, Any]]:
+        limit = self.row_limit()
+        if limit is not None and limit <= 0:
+            return
         for index, (locator, record) in enumerate(self.loader):
-            if self.limit is not None and index >= self.limit:
-                break
             yield index, locator, record
+            if limit is not None and index + 1 >= limit:
+                break
 
     def account(self, record: Mapping[str, Any]) -> None:
         """Count one written record and add its metric values; used live and on resume."""
@@ -375,16 +412,23 @@ class Engine:
             if tr.failure:
                 events.emit("task_failed", task=tr.name, message=self._clean(tr.failure))
         self._notify("gage_run_start", RunStart(self.run_id, self.run_dir, tuple(opts.tasks), opts.model))
-        t_open = time.perf_counter()
-        backend.open()
-        if judge_backend is not backend:
-            judge_backend.open()
-        load_s = time.perf_counter() - t_open
-        events.emit("backend_open", seconds=round(load_s, 3), model_id=backend.model_id)
         summary: dict = {}
         interrupted = None
         stopped: int | None = None  # the exit status of a run that did not finish
+        load_s = 0.0
         try:
+            t_open = time.perf_counter()
+            for role, b, name in (("model", backend, opts.model), ("judge model", judge_backend, opts.judge_model)):
+                if role == "judge model" and b is backend:
+                    continue
+                status(f"loading {role} {name} ({b.model_id})...", quiet=opts.quiet)
+                t_one = time.perf_counter()
+                b.open()
+                took = time.perf_counter() - t_one
+                if took >= 1.0:
+                    status(f"{role} ready in {took:.1f}s", quiet=opts.quiet)
+            load_s = time.perf_counter() - t_open
+            events.emit("backend_open", seconds=round(load_s, 3), model_id=backend.model_id)
             if self.resume:  # a task that cannot run now still counts the rows it wrote before
                 for tr in runs:
                     if tr.failure:
@@ -392,8 +436,9 @@ class Engine:
                             tr.account(record)
             for task_run in ready:
                 self._run_task(task_run, backend, judge_backend, events)
-        except KeyboardInterrupt:
-            interrupted, stopped = "interrupted by the user (Ctrl-C)", EXIT_INTERRUPTED
+        except KeyboardInterrupt as exc:
+            interrupted = str(exc) or "interrupted by the user (Ctrl-C)"
+            stopped = getattr(exc, "exit_status", EXIT_INTERRUPTED)
         except GageError as exc:
             interrupted, stopped = self._clean(str(exc)), exc.exit_code
             raise
@@ -416,7 +461,7 @@ class Engine:
                 for b in {id(backend): backend, id(judge_backend): judge_backend}.values():
                     b.close()
         if interrupted:
-            raise KeyboardInterrupt(interrupted)
+            raise Interrupted(interrupted, stopped)
         self._notify("gage_run_end", RunEnd(self.run_id, self.run_dir, summary))
         return summary
 
@@ -450,7 +495,7 @@ class Engine:
             events.emit("task_resume", task=tr.name, already_done=len(done), retried=retried)
         events.emit("task_start", task=tr.name)
         window_size = max(1, int(getattr(backend, "max_batch", 64) or 64))
-        progress = Progress(tr.name, total=opts.limit, quiet=opts.quiet, start=len(done))
+        progress = Progress(tr.name, total=tr.expected(), quiet=opts.quiet, start=len(done))
         seen = IdSet()
         window: list[Item] = []
         t_load = time.perf_counter()
@@ -459,7 +504,8 @@ class Engine:
                 if done and item.sample["id"] in done:  # (an empty set: not resuming, no lookup)
                     continue
                 window.append(item)
-                if len(window) >= window_size:
+                if len(window) >= window_size or (opts.fail_fast and (item.error is not None
+                                                                      or "eval_result" in item.sample)):
                     tr.timings["dataset_materialization_s"] += time.perf_counter() - t_load
                     self._process(tr, window, backend, judge_backend, writer, events, progress)
                     window = []
@@ -515,58 +561,134 @@ class Engine:
 
     def _process(self, tr: TaskRun, window: list[Item], backend: Backend, judge_backend: Backend,
                  writer: TaskWriter, events: EventLog, progress: Progress) -> None:
+        """One window through the backend's :meth:`~Backend.stream`; each row is written the moment
+        it is finished (its output and any unconditioned scores arrived, its judge replied), so an
+        interrupt loses only the rows in flight."""
         live = [it for it in window if it.error is None and "eval_result" not in it.sample]
+        live_ids = {id(it) for it in live}
+        failed = [it for it in window if id(it) not in live_ids]
+        if not self.options.fail_fast:  # (with --fail-fast the window ends at its one failed row)
+            for it in failed:
+                self._write(tr, it, writer, events, progress)
+            failed = []
         if live and self.fatal.get("model"):
             for it in live:
                 it.error = {"stage": "inference", "message": f"not run: {self.fatal['model']}", "locator": it.locator}
+                self._write(tr, it, writer, events, progress)
             live = []
-        if live:
-            t0 = time.perf_counter()
-            try:
-                outputs = _safe_run(backend, [it.request for it in live])
-            except FatalBackendError as exc:
-                self.fatal["model"] = self._clean(str(exc))
-                outputs = [ModelOutput(error=self.fatal["model"]) for _ in live]
-            tr.timings["inference_s"] += time.perf_counter() - t0
-            for it, out in zip(live, outputs):
+        if not live:
+            for it in failed:
+                self._write(tr, it, writer, events, progress)
+            return
+        requests, owners = [], []  # owners[j]: (item, whether request j is its unconditioned one)
+        for it in live:
+            requests.append(it.request)
+            owners.append((it, False))
+            if it.request.kind == LOGLIKELIHOOD and it.request.unconditioned is not None:
+                requests.append(Request(kind=LOGLIKELIHOOD, sample_id=it.request.sample_id,
+                                        prompt=it.request.unconditioned,
+                                        continuations=tuple(it.rendered.get("choices") or ())))
+                owners.append((it, True))
+        waiting: dict[int, int] = {}
+        for it, _ in owners:
+            waiting[id(it)] = waiting.get(id(it), 0) + 1
+        to_judge: list[Item] = []
+        chunk = _judge_chunk(judge_backend) if tr.judge is not None else 0
+
+        def arrived(j: int, out: ModelOutput) -> None:
+            it, aux = owners[j]
+            if aux:
+                it.aux_output = out
+            else:
                 it.output = out
-                it.model_output = _model_output(it)
-                if out.error:
-                    it.error = {"stage": "inference", "message": out.error, "locator": it.locator}
+            waiting[id(it)] -= 1
+            if waiting[id(it)]:
+                return
+            it.model_output = _model_output(it)
+            bad = it.output.error if it.output is not None and it.output.error else (
+                f"unconditioned scores: {it.aux_output.error}" if it.aux_output is not None and it.aux_output.error
+                else None)
+            if bad:
+                it.error = {"stage": "inference", "message": bad, "locator": it.locator}
+            if tr.judge is not None and it.error is None:
+                to_judge.append(it)
+                if len(to_judge) >= chunk:
+                    self._judge_and_write(tr, to_judge, judge_backend, writer, events, progress)
+                    to_judge.clear()
+            else:
+                self._write(tr, it, writer, events, progress)
+
+        got: set[int] = set()
+        stopped: str | None = None
+        t0 = time.perf_counter()
+        busy = 0.0  # time spent here writing and judging, not waiting for the model
+        stream = _stream(backend, requests)
+        try:
+            for j, out in stream:
+                t_in = time.perf_counter()
+                if isinstance(j, int) and 0 <= j < len(requests) and j not in got:
+                    got.add(j)
+                    arrived(j, out if isinstance(out, ModelOutput) else ModelOutput(
+                        error=f"backend returned {type(out).__name__}, not a ModelOutput"))
+                busy += time.perf_counter() - t_in
+        except FatalBackendError as exc:
+            self.fatal["model"] = stopped = self._clean(str(exc))
+        except GageError:
+            raise
+        except Exception as exc:  # a backend bug part way: the rows not yet answered carry it
+            stopped = self._clean(f"{type(exc).__name__}: {exc}")
+        finally:
+            close = getattr(stream, "close", None)
+            if close is not None:
+                close()
+        tr.timings["inference_s"] += time.perf_counter() - t0 - busy
         if self.fatal.get("model"):
             tr.failure = tr.failure or f"the model backend stopped the run: {self.fatal['model']}"
+        for j in range(len(requests)):
+            if j not in got:
+                arrived(j, ModelOutput(error=stopped or f"backend returned no output for request {j} "
+                                                        f"of the batch"))
+        if to_judge:
+            self._judge_and_write(tr, to_judge, judge_backend, writer, events, progress)
+        for it in failed:
+            self._write(tr, it, writer, events, progress)
+
+    def _judge_and_write(self, tr: TaskRun, items: list[Item], judge_backend: Backend, writer: TaskWriter,
+                         events: EventLog, progress: Progress) -> None:
+        self._judge(tr, items, judge_backend)
+        for it in items:
+            self._write(tr, it, writer, events, progress)
+
+    def _write(self, tr: TaskRun, it: Item, writer: TaskWriter, events: EventLog, progress: Progress) -> None:
+        """Score one finished row, write it, count it, tell the observers; --fail-fast stops here."""
         t_eval = time.perf_counter()
-        writing_before = tr.timings["writing_s"]
-        if tr.judge is not None:
-            self._judge(tr, [it for it in live if it.error is None], judge_backend)
-        for it in window:
-            record = elide_inline_media(self._finish(tr, it))
-            err = (record.get("eval_result") or {}).get("error")
-            if err:
-                err["message"] = self._clean(str(err.get("message")))
-            t_w = time.perf_counter()
-            writer.write(record)
-            tr.timings["writing_s"] += time.perf_counter() - t_w
-            tr.account(record)
-            if err:
-                events.emit("sample_error", task=tr.name, sample_id=record["id"], locator=it.locator,
-                            stage=err.get("stage"), message=err.get("message"))
-                if not self.options.quiet:
-                    stop = next((f for f in self.fatal.values() if f in err["message"]), None)
-                    if stop is None:
-                        progress.message(f"{it.locator}: {err.get('stage')} error: {err.get('message')}")
-                    elif stop not in self._announced:  # one line for a backend that stopped, not one a row
-                        self._announced.add(stop)
-                        progress.message(f"{it.locator}: {err.get('stage')} error: {stop}; every row still "
-                                         f"to come is written as errored without being run")
-            self._notify("gage_sample_done", SampleDone(self.run_id, tr.name, str(record["id"]),
-                                                        err.get("message") if err else None,
-                                                        (record.get("eval_result") or {}).get("metrics", {})))
-            progress.update()
-            if err and self.options.fail_fast:
-                raise FailFast(f"stopped at the first error (--fail-fast): {it.locator}: "
-                                f"{err.get('stage')}: {err.get('message')}")
-        tr.timings["evaluation_s"] += time.perf_counter() - t_eval - (tr.timings["writing_s"] - writing_before)
+        record = elide_inline_media(self._finish(tr, it))
+        err = (record.get("eval_result") or {}).get("error")
+        if err:
+            err["message"] = self._clean(str(err.get("message")))
+        t_w = time.perf_counter()
+        tr.timings["evaluation_s"] += t_w - t_eval
+        writer.write(record)
+        tr.timings["writing_s"] += time.perf_counter() - t_w
+        tr.account(record)
+        if err:
+            events.emit("sample_error", task=tr.name, sample_id=record["id"], locator=it.locator,
+                        stage=err.get("stage"), message=err.get("message"))
+            if not self.options.quiet:
+                stop = next((f for f in self.fatal.values() if f in err["message"]), None)
+                if stop is None:
+                    progress.message(f"{it.locator}: {err.get('stage')} error: {err.get('message')}")
+                elif stop not in self._announced:  # one line for a backend that stopped, not one a row
+                    self._announced.add(stop)
+                    progress.message(f"{it.locator}: {err.get('stage')} error: {stop}; every row still "
+                                     f"to come is written as errored without being run")
+        self._notify("gage_sample_done", SampleDone(self.run_id, tr.name, str(record["id"]),
+                                                    err.get("message") if err else None,
+                                                    (record.get("eval_result") or {}).get("metrics", {})))
+        progress.update(errored=bool(err))
+        if err and self.options.fail_fast:
+            raise FailFast(f"stopped at the first error (--fail-fast): {it.locator}: "
+                           f"{err.get('stage')}: {err.get('message')}")
 
     def _judge(self, tr: TaskRun, items: list[Item], judge_backend: Backend) -> None:
         requests, owners = [], []
@@ -686,6 +808,40 @@ class Engine:
 
 # the exit statuses (README, "Exit status"); GageError subclasses carry theirs as exit_code
 EXIT_OK, EXIT_ROW_ERRORS, EXIT_TASK_FAILED, EXIT_OUTPUT, EXIT_INTERNAL, EXIT_INTERRUPTED = 0, 1, 3, 4, 5, 130
+EXIT_TERMINATED = 143  # 128 + SIGTERM
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C (SIGINT) or SIGTERM: raised where the run was, handled like Ctrl-C everywhere;
+    ``exit_status`` is what the process exits with."""
+
+    def __init__(self, message: str, exit_status: int = EXIT_INTERRUPTED):
+        super().__init__(message)
+        self.exit_status = exit_status
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    raise Interrupted("terminated (SIGTERM)", EXIT_TERMINATED)
+
+
+class sigterm_interrupts:
+    """Within the block, SIGTERM interrupts the run as Ctrl-C does (the summary of what finished
+    is written), instead of killing the process where it stands. Main thread only."""
+
+    def __enter__(self):
+        import signal
+        import threading
+
+        self._old = None
+        if threading.current_thread() is threading.main_thread():
+            self._old = signal.signal(signal.SIGTERM, _on_sigterm)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        import signal
+
+        if self._old is not None:
+            signal.signal(signal.SIGTERM, self._old)
 
 
 def exit_status(tasks: Mapping[str, Mapping[str, Any]]) -> int:
@@ -708,6 +864,8 @@ def _model_output(it: Item) -> dict:
     chosen continuation (highest log-likelihood) is its text."""
     out = it.output.to_dict() if it.output else {}
     out.update({k: v for k, v in it.rendered.items() if k not in out})
+    if it.aux_output is not None and it.aux_output.loglikelihoods is not None:
+        out["unconditioned_loglikelihoods"] = it.aux_output.loglikelihoods
     if it.request is not None and it.request.kind == LOGLIKELIHOOD and out.get("loglikelihoods"):
         lls = out["loglikelihoods"]
         best = max(range(len(lls)), key=lls.__getitem__)
@@ -718,7 +876,8 @@ def _model_output(it: Item) -> dict:
 def _predict_entry(model_output: Mapping[str, Any]) -> dict:
     entry: dict[str, Any] = {"index": 0, "message": {"role": "assistant", "content": [
         {"type": "text", "text": model_output.get("text") or ""}]}}
-    for key in ("prompt", "formatted_prompt", "choices", "continuations", "loglikelihoods", "is_greedy",
+    for key in ("prompt", "formatted_prompt", "choices", "continuations", "loglikelihoods",
+                "unconditioned_loglikelihoods", "is_greedy",
                 "finish_reason", "latency_ms", "time_to_first_token_ms", "raw"):
         if model_output.get(key) is not None:
             entry[key] = model_output[key]
@@ -726,6 +885,24 @@ def _predict_entry(model_output: Mapping[str, Any]) -> dict:
         i, o = model_output.get("input_tokens") or 0, model_output.get("output_tokens") or 0
         entry["usage"] = {"input_tokens": i, "output_tokens": o, "total_tokens": i + o}
     return entry
+
+
+def _stream(backend: Backend, requests: list) -> Iterator[tuple[int, ModelOutput]]:
+    """The backend's stream; a backend without :meth:`Backend.stream` (not derived from
+    :class:`Backend`) is run whole."""
+    if not requests:
+        return iter(())
+    stream = getattr(backend, "stream", None)
+    if stream is None:
+        return enumerate(_safe_run(backend, requests))
+    return iter(stream(requests))
+
+
+def _judge_chunk(judge_backend: Backend) -> int:
+    """How many finished rows wait for their judge together: enough to keep the judge busy
+    (its concurrency, for an HTTP judge), few enough that an interrupt loses little."""
+    size = getattr(judge_backend, "concurrency", None) or 16
+    return max(1, min(int(size), int(getattr(judge_backend, "max_batch", 64) or 64)))
 
 
 def _safe_run(backend: Backend, requests: list) -> list[ModelOutput]:

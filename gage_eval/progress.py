@@ -1,45 +1,113 @@
-"""A one-line progress bar on stderr when it is a terminal; silent otherwise."""
+"""What a person watching a run sees: a tqdm bar per task in a terminal, a plain line every few
+seconds when stderr is a log file, and status lines while a model loads."""
 from __future__ import annotations
 
+import os
 import sys
 import time
+from typing import TextIO
+
+# seconds between plain progress lines when stderr is not a terminal
+PLAIN_INTERVAL = float(os.environ.get("GAGE_EVAL_PROGRESS_INTERVAL", "10") or 10)
+
+
+def _is_tty(stream: TextIO) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def duration(seconds: float) -> str:
+    seconds = int(round(seconds))
+    if seconds < 60:
+        return f"{seconds}s"
+    minutes, seconds = divmod(seconds, 60)
+    if minutes < 60:
+        return f"{minutes}m{seconds:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m"
+
+
+def status(text: str, quiet: bool = False, stream: TextIO | None = None) -> None:
+    """A one-line status (loading the model, contacting a server), terminal or not."""
+    if quiet:
+        return
+    stream = stream or sys.stderr
+    stream.write(f"gage-eval: {text}\n")
+    stream.flush()
 
 
 class Progress:
+    """Rows finished in one task: ``update`` per finished row, ``message`` for a line that must be seen
+    (a row error or warning), ``close`` at the end of the task."""
+
     def __init__(self, label: str, total: int | None = None, quiet: bool = False, start: int = 0,
-                 stream=None):
+                 stream: TextIO | None = None, interval: float | None = None):
         self.stream = stream or sys.stderr
-        self.enabled = not quiet and self.stream.isatty()
+        self.quiet = quiet
         self.label = label
         self.total = total
         self.count = start
+        self.errored = 0
+        self._start = start
         self._t0 = time.monotonic()
-        self._last = 0.0
-        self._done_now = 0
+        self._interval = PLAIN_INTERVAL if interval is None else interval
+        self._last_line = self._t0
+        self._bar = None
+        self._closed = False
+        if not quiet and _is_tty(self.stream):
+            from tqdm import tqdm
 
-    def update(self, n: int = 1) -> None:
+            self._bar = tqdm(total=total, initial=start, desc=label, unit="row", file=self.stream,
+                             dynamic_ncols=True, mininterval=0.1, smoothing=0.1, leave=True)
+
+    def update(self, n: int = 1, errored: bool = False) -> None:
         self.count += n
-        self._done_now += n
-        now = time.monotonic()
-        if self.enabled and now - self._last > 0.2:
-            self._last = now
-            self._draw(now)
+        if errored:
+            self.errored += n
+        if self._bar is not None:
+            if errored:
+                self._bar.set_postfix_str(f"{self.errored} errored", refresh=False)
+            self._bar.update(n)
+        elif not self.quiet:
+            now = time.monotonic()
+            if now - self._last_line >= self._interval:
+                self._last_line = now
+                self._line(now)
 
-    def _draw(self, now: float) -> None:
-        rate = self._done_now / max(now - self._t0, 1e-9)
-        total = f"/{self.total}" if self.total else ""
-        self.stream.write(f"\r{self.label}: {self.count}{total} samples, {rate:.1f}/s ")
+    def _line(self, now: float, final: bool = False) -> None:
+        elapsed = now - self._t0
+        done_now = self.count - self._start
+        rate = done_now / elapsed if elapsed > 0 else 0.0
+        parts = [f"{self.count}/{self.total} rows ({100 * self.count / self.total:.0f}%)" if self.total
+                 else f"{self.count} rows"]
+        parts.append(f"{rate:.1f} rows/s")
+        if self.errored:
+            parts.append(f"{self.errored} errored")
+        if final:
+            parts.append(f"done in {duration(elapsed)}")
+        elif self.total and rate > 0 and self.count < self.total:
+            parts.append(f"ETA {duration((self.total - self.count) / rate)}")
+        if not final:
+            parts.append(f"elapsed {duration(elapsed)}")
+        self.stream.write(f"gage-eval: {self.label}: " + ", ".join(parts) + "\n")
         self.stream.flush()
 
     def message(self, text: str) -> None:
-        """A line that must be seen (a row error): printed even when not a terminal."""
-        if self.enabled:
-            self.stream.write("\r\033[K")
-        self.stream.write(f"gage-eval: {text}\n")
-        self.stream.flush()
+        """A line that must be seen (a row error): printed even when not a terminal, above the bar."""
+        line = f"gage-eval: {text}"
+        if self._bar is not None:
+            self._bar.write(line, file=self.stream)
+        else:
+            self.stream.write(line + "\n")
+            self.stream.flush()
 
     def close(self) -> None:
-        if self.enabled:
-            self._draw(time.monotonic())
-            self.stream.write("\n")
-            self.stream.flush()
+        if self._closed:
+            return
+        self._closed = True
+        if self._bar is not None:
+            self._bar.close()
+        elif not self.quiet:
+            self._line(time.monotonic(), final=True)

@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from gage_eval.engine import Engine, RunOptions, load_options, new_run_id
+from gage_eval.engine import Engine, RunOptions, load_options, new_run_id, sigterm_interrupts
 from gage_eval.errors import GageError
 from gage_eval.redact import redact
 from gage_eval.rundir import LOCK_FILE, RunLock, masked_keys, matches_stored, remove_unused_run_dir
@@ -182,12 +182,18 @@ def run_from_cli(*, resume: str | None, quiet: bool, **kwargs: Any) -> dict:
             raise GageError(f"run folder {run_dir} already exists; use --resume {run_dir} to continue it")
         engine = Engine(options, run_dir, resume=bool(resume))
         try:
-            summary = engine.run()
+            with sigterm_interrupts():
+                summary = engine.run()
         except KeyboardInterrupt as exc:
             # click turns KeyboardInterrupt into a bare "Aborted", so say what to do here
-            click.echo(f"\ngage-eval: {exc or 'interrupted'}; results so far are in {run_dir}; continue with: "
-                       f"gage-eval --resume {run_dir}", err=True)
-            raise SystemExit(130) from None
+            why = str(exc) or "interrupted by the user (Ctrl-C)"
+            if fresh and not (run_dir / "config.json").exists():
+                remove_unused_run_dir(run_dir)
+                click.echo(f"\ngage-eval: {why} before the run began; nothing was written", err=True)
+            else:
+                click.echo(f"\ngage-eval: {why}; the rows finished so far and their summary are in {run_dir}; "
+                           f"run only what is missing with: {resume_command(run_dir, options)}", err=True)
+            raise SystemExit(getattr(exc, "exit_status", 130)) from None
         except GageError:
             if fresh:  # refused before anything was written: leave no empty run folder behind
                 remove_unused_run_dir(run_dir)
@@ -197,6 +203,19 @@ def run_from_cli(*, resume: str | None, quiet: bool, **kwargs: Any) -> dict:
     if status:
         raise SystemExit(status)
     return summary
+
+
+def resume_command(run_dir: Path, options: RunOptions) -> str:
+    """The command that continues ``run_dir``; arguments that held a secret (never stored) must be
+    given again, so they are shown with a placeholder."""
+    import shlex
+
+    cmd = f"gage-eval --resume {shlex.quote(str(run_dir))}"
+    for flag, args in (("--model-args", options.model_args), ("--judge-args", options.judge_args)):
+        secret = [k for k in args or {} if k in masked_keys(redact(args or {}))]
+        if secret:
+            cmd += f" {flag} {','.join(f'{k}=<{k}>' if k in secret else f'{k}={v}' for k, v in args.items())}"
+    return cmd
 
 
 # flags a resume may repeat (they must then equal the stored settings), by RunOptions field

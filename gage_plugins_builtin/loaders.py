@@ -34,6 +34,7 @@ class JsonlLoader:
                             f"with iconv -f {encoding} -t UTF-8")
         self.data_dir = self.path if self.path.is_dir() else self.path.parent
         self._files = self.files()
+        self._total: int | None = None
         for file in self._files:
             check_data_file(file)
 
@@ -44,6 +45,13 @@ class JsonlLoader:
                 raise GageError(f"jsonl loader: no .jsonl file in {self.path}")
             return files
         return [self.path]
+
+    def total(self) -> int | None:
+        """The number of rows, counted cheaply (non-blank lines of .jsonl files; a .json array is
+        not counted); used for progress and fractional limits."""
+        if self._total is None and all(f.suffix == ".jsonl" for f in self._files):
+            self._total = sum(_count_lines(f) for f in self._files)
+        return self._total
 
     def __iter__(self) -> Iterator[tuple[str, Any]]:
         for file in self._files:
@@ -69,6 +77,7 @@ class HFLoader:
         self.revision = revision
         self.streaming = streaming
         self.kwargs = kwargs
+        self._ds: Any = None
         if isinstance(data_files, (str, list)) and base_dir:
             files = [data_files] if isinstance(data_files, str) else data_files
             data_files = [str(_resolve(f, base_dir)) for f in files]
@@ -79,7 +88,9 @@ class HFLoader:
         first = _first_file(data_files)
         self.data_dir = Path(first).parent if first else None
 
-    def __iter__(self) -> Iterator[tuple[str, Any]]:
+    def _load(self) -> Any:
+        if self._ds is not None:
+            return self._ds
         try:
             import datasets
         except ImportError:
@@ -90,10 +101,35 @@ class HFLoader:
         except Exception as exc:  # datasets raises many kinds; the message is what the user needs
             raise GageError(f"hf loader: cannot load {self.path!r} (split {self.split!r}): "
                             f"{type(exc).__name__}: {exc}") from None
-        ds = _undecoded_media(ds, datasets)
+        self._ds = _undecoded_media(ds, datasets)
+        return self._ds
+
+    def total(self) -> int | None:
+        """The split's length (a loaded, non-streaming dataset knows it); None when streaming."""
+        if self.streaming:
+            return None
+        return len(self._load())
+
+    def __iter__(self) -> Iterator[tuple[str, Any]]:
+        ds = self._load()
         label = self.path if not self.data_files else f"{self.path}:{_short(self.data_files)}"
         for i, row in enumerate(ds):
             yield f"hf:{label}[{self.split}][{i}]", dict(row)
+
+
+def _count_lines(path: Path) -> int:
+    """Non-blank lines (what iter_json_rows yields a row for), read in binary blocks."""
+    n = 0
+    tail = b""
+    with path.open("rb") as fh:
+        while True:
+            block = fh.read(1 << 20)
+            if not block:
+                break
+            lines = (tail + block).split(b"\n")
+            tail = lines.pop()
+            n += sum(1 for line in lines if line.strip())
+    return n + (1 if tail.strip() else 0)
 
 
 def _undecoded_media(ds: Any, datasets: Any) -> Any:

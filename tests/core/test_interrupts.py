@@ -1,0 +1,195 @@
+"""A run a person can watch and interrupt: progress lines when stderr is a log file, SIGINT and
+SIGTERM at any moment (model load included) write the summary of what finished and the exact
+resume command, and --resume then runs only what is missing. Fractional --limit."""
+from __future__ import annotations
+
+import io
+import json
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from gage_eval.progress import Progress
+
+ROWS = 120
+
+
+def rows_file(path: Path, n: int = ROWS) -> Path:
+    with path.open("w") as fh:
+        for i in range(n):
+            fh.write(json.dumps({"goal": f"How do I do thing {i}?", "sol1": f"Use the tool {i}.",
+                                 "sol2": f"Use the other tool {i * 3}.", "label": i % 2}) + "\n")
+    return path
+
+
+def cmd(*args) -> list[str]:
+    return [sys.executable, "-c", "from gage_eval.cli import main; main()", *map(str, args)]
+
+
+class Watched:
+    """A gage-eval process whose stderr is collected line by line while it runs."""
+
+    def __init__(self, args, env=None):
+        import os
+
+        self.lines: list[str] = []
+        self.proc = subprocess.Popen(cmd(*args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                     env={**os.environ, **(env or {})},
+                                     preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self):
+        for line in self.proc.stderr:
+            self.lines.append(line)
+
+    def wait_for(self, predicate, timeout: float = 240) -> None:
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if predicate():
+                return
+            if self.proc.poll() is not None:
+                raise AssertionError(f"exited {self.proc.returncode} first:\n{''.join(self.lines)}")
+            time.sleep(0.05)
+        raise AssertionError("timed out:\n" + "".join(self.lines))
+
+    def finish(self, timeout: float = 120) -> tuple[int, str]:
+        self.proc.wait(timeout=timeout)
+        self._reader.join(timeout=10)
+        return self.proc.returncode, "".join(self.lines)
+
+
+def lines_in(path: Path) -> int:
+    return path.read_bytes().count(b"\n") if path.exists() else 0
+
+
+def resume_and_check(run_dir: Path, n: int = ROWS) -> dict:
+    result = subprocess.run(cmd("--resume", run_dir, "-q"), capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    ids = [json.loads(l)["id"] for l in (run_dir / "samples" / "piqa.jsonl").read_text().splitlines()]
+    assert len(ids) == len(set(ids)) == n  # nothing run twice, nothing lost
+    return json.loads((run_dir / "summary.json").read_text())
+
+
+# -- dummy backend: fast, every run --------------------------------------------------------------
+
+@pytest.mark.parametrize("sig,status,word", [(signal.SIGINT, 130, "Ctrl-C"), (signal.SIGTERM, 143, "SIGTERM")])
+def test_signal_mid_run_keeps_rows_writes_summary_and_says_how_to_resume(tmp_path, sig, status, word):
+    data = rows_file(tmp_path / "rows.jsonl")
+    run = Watched(["--tasks", "piqa", "--model", "dummy", "--model-args", "delay_ms=20", "--batch-size", 4,
+                   "--data", f"piqa={data}", "-o", tmp_path, "--run-id", "r"])
+    samples = tmp_path / "r" / "samples" / "piqa.jsonl"
+    run.wait_for(lambda: lines_in(samples) >= 12)
+    run.proc.send_signal(sig)
+    code, err = run.finish()
+    assert code == status, err
+    assert "Traceback" not in err
+    assert f"gage-eval --resume {tmp_path / 'r'}" in err and word in err
+    summary = json.loads((tmp_path / "r" / "summary.json").read_text())
+    written = lines_in(samples)
+    assert 12 <= written < ROWS
+    assert summary["run"]["interrupted"] and summary["run"]["exit_status"] == status
+    assert summary["tasks"]["piqa"]["counts"]["total"] == written  # the summary is of what finished
+    resume_and_check(tmp_path / "r")
+
+
+def test_progress_lines_when_stderr_is_not_a_terminal(tmp_path):
+    data = rows_file(tmp_path / "rows.jsonl", 40)
+    result = subprocess.run(cmd("--tasks", "piqa", "--model", "dummy", "--model-args", "delay_ms=10",
+                                "--batch-size", 2, "--data", f"piqa={data}", "-o", tmp_path, "--run-id", "r"),
+                            capture_output=True, text=True, env={**__import__("os").environ,
+                                                                 "GAGE_EVAL_PROGRESS_INTERVAL": "0.1"})
+    assert result.returncode == 0, result.stderr
+    lines = [l for l in result.stderr.splitlines() if l.startswith("gage-eval: piqa: ")]
+    assert len(lines) >= 3, result.stderr  # several while running, one at the end
+    assert all("/40 rows" in l for l in lines)  # the total is known up front (the file's row count)
+    assert any("ETA" in l for l in lines[:-1])
+    assert "40/40 rows (100%)" in lines[-1] and "done in" in lines[-1]
+    assert "loading model dummy" in result.stderr
+    quiet = subprocess.run(cmd("--tasks", "piqa", "--model", "dummy", "--data", f"piqa={data}", "-o", tmp_path,
+                               "--run-id", "q", "-q"), capture_output=True, text=True)
+    assert quiet.returncode == 0 and "rows" not in quiet.stderr and "loading" not in quiet.stderr
+
+
+def test_progress_counts_errored_rows():
+    out = io.StringIO()
+    progress = Progress("t", total=4, stream=out, interval=0)
+    for bad in (False, True, False, True):
+        progress.update(errored=bad)
+    progress.close()
+    last = out.getvalue().splitlines()[-1]
+    assert "4/4 rows (100%)" in last and "2 errored" in last
+
+
+def test_progress_bar_in_a_terminal_uses_tqdm():
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+
+    out = Tty()
+    progress = Progress("piqa", total=10, stream=out)
+    for _ in range(10):
+        progress.update()
+    progress.message("a row error")
+    progress.close()
+    text = out.getvalue()
+    assert "piqa" in text and "10/10" in text and "a row error" in text
+
+
+@pytest.mark.parametrize("limit,expected", [(0.5, 12), (0.01, 1), (1.0, 24), (1, 1), (0.99, 24)])
+def test_fractional_limit_takes_a_share_of_each_task_rounded_up(tmp_path, limit, expected):
+    from gage_eval.engine import Engine, RunOptions
+
+    run_dir = tmp_path / "r"
+    run_dir.mkdir()
+    summary = Engine(RunOptions(tasks=["piqa"], model="dummy", limit=limit, quiet=True), run_dir).run()
+    assert summary["tasks"]["piqa"]["counts"]["total"] == expected
+
+
+def test_jsonl_loader_counts_rows_without_parsing(tmp_path):
+    from gage_plugins_builtin.loaders import JsonlLoader
+
+    path = tmp_path / "rows.jsonl"
+    path.write_text('{"a": 1}\n\n  \n{"a": 2}\n{"a": 3}')  # blank lines are not rows; no final newline
+    assert JsonlLoader(str(path)).total() == 3
+
+
+# -- the real model ------------------------------------------------------------------------------
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig,status", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_real_model_rows_are_on_disk_after_a_signal(tmp_path, smollm2_gguf, sig, status):
+    data = rows_file(tmp_path / "rows.jsonl")
+    run = Watched(["--tasks", "piqa", "--batch-size", 8, "--data", f"piqa={data}", "-o", tmp_path,
+                   "--run-id", "r"])
+    samples = tmp_path / "r" / "samples" / "piqa.jsonl"
+    run.wait_for(lambda: lines_in(samples) >= 8)  # written per batch, not at the end of the task
+    run.proc.send_signal(sig)
+    code, err = run.finish()
+    assert code == status, err
+    written = lines_in(samples)
+    assert 8 <= written < ROWS, err
+    summary = json.loads((tmp_path / "r" / "summary.json").read_text())
+    assert summary["tasks"]["piqa"]["counts"]["total"] == written
+    assert f"gage-eval --resume {tmp_path / 'r'}" in err
+    resume_and_check(tmp_path / "r")
+
+
+@pytest.mark.slow
+def test_ctrl_c_while_the_model_loads_writes_a_summary(tmp_path, smollm2_gguf):
+    run = Watched(["--tasks", "piqa", "--limit", 4, "-o", tmp_path, "--run-id", "r"])
+    run.wait_for(lambda: any("loading model" in l for l in run.lines))
+    time.sleep(0.5)
+    run.proc.send_signal(signal.SIGINT)
+    code, err = run.finish()
+    assert code == 130, err
+    assert "Traceback" not in err and "gage-eval: ;" not in err
+    assert f"gage-eval --resume {tmp_path / 'r'}" in err
+    summary = json.loads((tmp_path / "r" / "summary.json").read_text())
+    assert summary["run"]["interrupted"] and summary["run"]["exit_status"] == 130
+    resume_and_check(tmp_path / "r", 4)
