@@ -294,4 +294,5 @@ def print_results(summary: dict, run_dir: Path) -> None:
 
 
 EXIT_MEANING = {0: "every task scored, no row errored", 1: "some rows errored", 2: "usage or configuration error",
-                3: "a task could not run or scored no row", 4: "outputs could not be written", 130: "interrupted"}
+                3: "a task could not run or scored no row", 4: "outputs could not be written", 130: "interrupted",
+                143: "terminated"}
