@@ -1,4 +1,4 @@
-"""The builtin sub-commands: tasks, plugins, validate. Added through gage_register_commands."""
+"""The builtin sub-commands: tasks, plugins, validate, new-task. Added through gage_register_commands."""
 from __future__ import annotations
 
 import json
@@ -14,6 +14,7 @@ def add_to(cli: click.Group) -> None:
     cli.add_command(tasks_command)
     cli.add_command(plugins_command)
     cli.add_command(validate_command)
+    cli.add_command(new_task_command)
 
 
 @click.command("tasks")
@@ -145,3 +146,38 @@ def _row_checker(schema: str, path: Path, allow_paths, allow_urls: bool):
         preprocess = LegalEvalV1(attachments="file", validate=False)  # files checked, not read
     return RowChecker(path.stem, preprocess, base_dir=path.resolve().parent, allowed_dirs=allow_paths,
                       allow_urls=allow_urls, seen=IdSet())
+
+
+@click.command("new-task")
+@click.argument("name")
+@click.option("--kind", type=click.Choice(["generate", "loglikelihood"]), default="generate", show_default=True,
+              help="generate: the model writes an answer; loglikelihood: it scores given choices.")
+@click.option("--dir", "parent", default=".", show_default=True, metavar="DIR",
+              help="Write the task folder DIR/NAME; run it with --include-path DIR.")
+def new_task_command(name, kind, parent):
+    """Write a task folder NAME (task.yaml, prompt.jinja, sample.jsonl, README.md) that runs as it is.
+
+    Refuses a folder that already exists. docs/tasks.md explains every key and template variable."""
+    from gage_plugins_builtin.new_task import check_name, write_task
+
+    check_name(name)
+    folder = write_task(name, kind, Path(parent))
+    click.echo(f"wrote {folder}/: task.yaml, prompt.jinja, sample.jsonl, README.md ({kind} task)")
+    click.echo("next:")
+    click.echo(f"  gage-eval --tasks {name} --include-path {parent} --model dummy   # checks the task, no model")
+    click.echo(f"  gage-eval --tasks {name} --include-path {parent}                 # the default model")
+    builtin = _builtin_task_names()
+    if name in builtin:
+        click.echo(f"note: a builtin task is also named {name!r}; with --include-path {parent} this folder "
+                   f"overrides it (with a warning)", err=True)
+
+
+def _builtin_task_names() -> set[str]:
+    from gage_eval.plugins import load_plugins
+    from gage_eval.tasks import discover
+
+    try:
+        _, registry = load_plugins()
+        return set(discover(registry.task_paths, [], warn=lambda msg: None))
+    except GageError:  # a broken plugin is reported when tasks run, not here
+        return set()
