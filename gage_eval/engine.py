@@ -159,7 +159,7 @@ class TaskRun:
         if spec.judge:
             self.judge = _component(registry, "judges", spec.judge["name"], where, "judge",
                                     **(spec.judge.get("args") or {}), base_dir=str(spec.folder))
-        self.builder = RequestBuilder(spec)
+        self.builder = RequestBuilder(spec, metrics=[m for _, m in self.metrics])
 
     def data_files(self) -> list[Path]:
         """The local files the loader reads (for the resume check); none for a hub dataset."""
