@@ -124,6 +124,7 @@ class TaskRun:
         self.spec = spec
         self.name = spec.name
         self.failure = failure  # why the task could not run (or stopped), when it did not
+        self.options = options
         self.limit = (options.task_overrides.get(spec.name) or {}).get("limit", options.limit)
         self._counted: int | None = None
         self.aggregate = TaskAggregate()
@@ -159,7 +160,7 @@ class TaskRun:
         if spec.judge:
             self.judge = _component(registry, "judges", spec.judge["name"], where, "judge",
                                     **(spec.judge.get("args") or {}), base_dir=str(spec.folder))
-        self.builder = RequestBuilder(spec, metrics=[m for _, m in self.metrics])
+        self.builder = RequestBuilder(spec, self.options, registry, metrics=[m for _, m in self.metrics])
 
     def data_files(self) -> list[Path]:
         """The local files the loader reads (for the resume check); none for a hub dataset."""
@@ -554,7 +555,7 @@ class Engine:
                 continue
             item = Item(index, locator, row.sample)
             try:
-                item.request, item.rendered = tr.builder.build(row.sample)
+                item.request, item.rendered = tr.builder.build(row.sample, index)
             except ValueError as exc:
                 item.error = {"stage": "template", "message": str(exc), "locator": locator}
             yield item

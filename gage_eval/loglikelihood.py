@@ -135,3 +135,24 @@ def tokenizer_encoder(tokenizer: Any, add_bos_token: bool | None = None) -> Enco
         return list(tokenizer.encode(text, **kwargs))
 
     return encode
+
+
+def chat_context(messages: Sequence[Any], tokenizer: Any) -> str:
+    """A conversation as the context of a log-likelihood request: the tokenizer's chat template
+    with the generation prompt added (lm-eval's ``--apply_chat_template`` for multiple-choice
+    tasks); the choices are then scored as what the assistant says first."""
+    from gage_eval.sample import text_chat
+
+    if tokenizer is None or not getattr(tokenizer, "chat_template", None):
+        raise ValueError("this log-likelihood request goes through the chat template (--apply-chat-template "
+                         "or request.chat), and the model's tokenizer has none")
+    return tokenizer.apply_chat_template(text_chat(messages), tokenize=False, add_generation_prompt=True)
+
+
+def request_context(request: Any, tokenizer: Any = None) -> str:
+    """The context text of a log-likelihood :class:`~gage_eval.backend.Request`: its ``prompt``, or
+    for a chat request (``chat`` true, the conversation in ``messages``) :func:`chat_context`.
+    Every backend scores this string with :func:`encode_pair` / :func:`encode_choices`."""
+    if getattr(request, "chat", False):
+        return chat_context(request.messages or (), tokenizer)
+    return request.prompt or ""
