@@ -397,9 +397,10 @@ class TransformersBackend(Backend):
         return loglikelihood.prefix_token_id(self.tokenizer)
 
     def encode_request(self, req: Request) -> tuple[list[int], list[list[int]]]:
-        """(context tokens, each choice's tokens) by :func:`gage_eval.loglikelihood.encode_choices`."""
-        return loglikelihood.encode_choices(req.prompt or "", req.continuations, self._encoder(),
-                                            self.prefix_token_id())
+        """(context tokens, each choice's tokens) by :func:`gage_eval.loglikelihood.encode_choices`; a
+        chat request's context is its messages through the chat template (``request_context``)."""
+        return loglikelihood.encode_choices(loglikelihood.request_context(req, self.tokenizer), req.continuations,
+                                            self._encoder(), self.prefix_token_id())
 
     # -- log-likelihood -----------------------------------------------------------------------
 

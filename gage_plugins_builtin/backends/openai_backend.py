@@ -299,6 +299,7 @@ class OpenAIBackend(Backend):
                 first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
                 raise GageError(f"openai backend: cannot load tokenizer={self.tokenizer}: {first}") from None
             self._encoder = (loglikelihood.tokenizer_encoder(tok), loglikelihood.prefix_token_id(tok))
+            self._chat_tokenizer = tok  # its chat template formats a chat log-likelihood request's context
         return self._encoder
 
     async def _find_model(self) -> str:
@@ -476,7 +477,14 @@ class OpenAIBackend(Backend):
     async def _loglikelihood(self, slots: Slots, req: Request) -> ModelOutput:
         if self._no_echo:
             return ModelOutput(error=self._no_echo)
-        context = req.prompt or ""
+        if req.chat and not self.tokenizer:
+            return ModelOutput(error="openai backend: this log-likelihood request goes through the chat template "
+                                     "(--apply-chat-template or request.chat), which a server does not apply "
+                                     "for scoring: give tokenizer= (the model's tokenizer, whose template formats "
+                                     "the context)")
+        if req.chat:
+            self._pair_encoder()
+        context = loglikelihood.request_context(req, getattr(self, "_chat_tokenizer", None))
         t0 = time.perf_counter()
         parts = await asyncio.gather(*(self._score(slots, context, c) for c in req.continuations),
                                      return_exceptions=True)

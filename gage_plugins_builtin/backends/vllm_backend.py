@@ -190,7 +190,8 @@ class VLLMBackend(Backend):
                 outs[r] = ModelOutput(error="vllm backend: log-likelihood request without continuations")
                 continue
             try:
-                pairs = [loglikelihood.encode_pair(req.prompt or "", c, encode, prefix) for c in req.continuations]
+                context = loglikelihood.request_context(req, self.tokenizer)
+                pairs = [loglikelihood.encode_pair(context, c, encode, prefix) for c in req.continuations]
             except Exception as exc:  # noqa: BLE001 - a tokenizer failure belongs to this request
                 outs[r] = ModelOutput(error=f"vllm backend: cannot score: {exc}")
                 continue
