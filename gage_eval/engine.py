@@ -22,6 +22,7 @@ from gage_eval.progress import Progress, status
 from gage_eval.records import EventLog, TaskWriter, read_jsonl, write_json_atomic
 from gage_eval.redact import mask, redact, strip_credentials
 from gage_eval.rundir import INPUTS_FILE, changed_inputs, fingerprint, read_inputs
+from gage_eval.reasoning import strip_output
 from gage_eval.requests import RequestBuilder
 from gage_eval.rows import RowChecker, field_message
 from gage_eval.sample import SCHEMA_VERSION, elide_inline_media
@@ -605,7 +606,7 @@ class Engine:
             waiting[id(it)] -= 1
             if waiting[id(it)]:
                 return
-            it.model_output = _model_output(it)
+            it.model_output = _model_output(it, self.options.strip_reasoning)
             bad = it.output.error if it.output is not None and it.output.error else (
                 f"unconditioned scores: {it.aux_output.error}" if it.aux_output is not None and it.aux_output.error
                 else None)
@@ -860,10 +861,13 @@ def _finished(record: Mapping[str, Any]) -> bool:
     return not err or err.get("stage") not in ("inference", "judge")
 
 
-def _model_output(it: Item) -> dict:
+def _model_output(it: Item, strip_reasoning: bool = False) -> dict:
     """The backend's output with the rendered prompt pieces; for log-likelihood requests the
-    chosen continuation (highest log-likelihood) is its text."""
+    chosen continuation (highest log-likelihood) is its text. ``strip_reasoning``: the text after
+    the model's reasoning block, the original kept as ``raw_text`` (:mod:`gage_eval.reasoning`)."""
     out = it.output.to_dict() if it.output else {}
+    if strip_reasoning:
+        strip_output(out)
     out.update({k: v for k, v in it.rendered.items() if k not in out})
     if it.aux_output is not None and it.aux_output.loglikelihoods is not None:
         out["unconditioned_loglikelihoods"] = it.aux_output.loglikelihoods
@@ -877,7 +881,7 @@ def _model_output(it: Item) -> dict:
 def _predict_entry(model_output: Mapping[str, Any]) -> dict:
     entry: dict[str, Any] = {"index": 0, "message": {"role": "assistant", "content": [
         {"type": "text", "text": model_output.get("text") or ""}]}}
-    for key in ("prompt", "formatted_prompt", "choices", "continuations", "loglikelihoods",
+    for key in ("prompt", "formatted_prompt", "raw_text", "choices", "continuations", "loglikelihoods",
                 "unconditioned_loglikelihoods", "is_greedy",
                 "finish_reason", "latency_ms", "time_to_first_token_ms", "raw"):
         if model_output.get(key) is not None:
