@@ -43,6 +43,23 @@ def parse_kv(text: str | None, option: str) -> dict:
     return out
 
 
+def option_spellings(params) -> tuple[dict[str, str], dict[str, str]]:
+    """Each spelling of the options in ``params``: its kind (``flag``, ``value``,
+    ``optional:DEFAULT``) and the option's main ``--long`` name."""
+    kinds: dict[str, str] = {}
+    long_names: dict[str, str] = {}
+    for p in params:
+        if not isinstance(p, click.Option):
+            continue
+        kind = ("flag" if p.is_flag or p.count else
+                f"optional:{p.flag_value}" if getattr(p, "_flag_needs_value", False) else "value")
+        main = next((o for o in p.opts if o.startswith("--")), p.opts[0])
+        for name in [*p.opts, *p.secondary_opts]:
+            kinds[name] = kind
+            long_names[name] = name if name in p.secondary_opts else main
+    return kinds, long_names
+
+
 class PluginGroup(click.Group):
     """A group that loads plugins (and their commands) only when it is asked for commands."""
 
@@ -55,6 +72,17 @@ class PluginGroup(click.Group):
 
             pm, _ = load_plugins()
             pm.hook.gage_register_commands(cli=self)
+
+    def parse_args(self, ctx, args):
+        if ctx.parent is None and not ctx.resilient_parsing:
+            from gage_eval.conventions import translate
+
+            kinds, long_names = option_spellings(self.get_params(ctx))
+            args, notes = translate(args, kinds, long_names, self.list_commands(ctx))
+            if not ({"-q", "--quiet"} & set(args)):
+                for note in notes:
+                    click.echo(f"gage-eval: note: {note}", err=True)
+        return super().parse_args(ctx, args)
 
     def list_commands(self, ctx):
         self._load()
@@ -100,19 +128,38 @@ class PluginGroup(click.Group):
 
 @click.group(cls=PluginGroup, invoke_without_command=True,
              context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
-@click.option("--tasks", "-t", help="Comma-separated task names (see `gage-eval tasks`).")
+@click.option("--tasks", "-t", multiple=True,
+              help="Task names, comma- or space-separated, or repeated (see `gage-eval tasks`).")
 @click.option("--model", "-m", default=None, help="Backend name (default: smollm2, the bundled SmolLM2-135M-Instruct).")
 @click.option("--model-args", "-a", default=None, help="Backend arguments: k=v,k2=v2 (e.g. pretrained=DIR,dtype=float32).")
+@click.option("--device", default=None,
+              help="cpu, cuda, cuda:N, mps, auto: sets the device= model argument (transformers backends).")
 @click.option("--judge-model", default=None, help="Backend for the judge role (default: the --model backend).")
 @click.option("--judge-args", default=None, help="Judge backend arguments: k=v,k2=v2.")
 @click.option("--batch-size", "-b", default=None, help="Batch size: a number or 'auto'.")
-@click.option("--limit", "-l", type=click.IntRange(min=0), default=None, help="Only the first N rows of each task.")
+@click.option("--limit", "-l", default=None,
+              help="Rows per task: a count N, or a fraction in (0, 1] of each task's rows (rounded up).")
 @click.option("--output-dir", "-o", default=None, help="Where run folders go (default: runs).")
 @click.option("--run-id", default=None, help="Name of the run folder (default: time stamp + random suffix).")
 @click.option("--include-path", multiple=True, help="A folder of task folders (or one task folder); repeatable.")
 @click.option("--data", "data", multiple=True, help="TASK=PATH: run TASK on a local jsonl/json/csv/parquet file or folder.")
 @click.option("--config", "config_file", type=click.Path(dir_okay=False), default=None,
               help="Run config YAML (models by role, tasks with overrides); flags override it.")
+@click.option("--system-prompt", default=None, help="A system message put before every prompt.")
+@click.option("--gen-kwargs", default=None,
+              help="Generation settings over the task's: k=v,... of max_new_tokens, temperature, top_p, top_k, "
+                   "seed, do_sample, stop (stop=TEXT or stop=[\"A\",\"B\"]).")
+@click.option("--num-fewshot", type=click.IntRange(min=0), default=None,
+              help="Few-shot examples per prompt, drawn (seeded) from the task's few-shot source.")
+@click.option("--fewshot-as-multiturn", is_flag=True, help="Few-shot examples as chat turns (with a chat template).")
+@click.option("--apply-chat-template/--no-apply-chat-template", default=None,
+              help="Format prompts with the model's chat template, log-likelihood tasks too (default: the task's "
+                   "request.chat).")
+@click.option("--strip-reasoning", is_flag=True,
+              help="Score the answer after the last </think>; the raw text stays in the record.")
+@click.option("--dry-run", type=click.IntRange(min=1), is_flag=False, flag_value=3, default=None,
+              help="Print the resolved settings and the first N (default 3) requests of each task, then stop: "
+                   "no model is loaded and no run folder is made. Write --dry-run=N to choose N.")
 @click.option("--seed", type=int, default=None, help="Seed for sampling and for deterministic fallbacks.")
 @click.option("--resume", type=click.Path(file_okay=False), default=None,
               help="Continue an interrupted run in this run folder (its settings are reused).")
@@ -127,9 +174,10 @@ class PluginGroup(click.Group):
 @click.option("--debug", is_flag=True, help="Show tracebacks for errors.")
 @click.version_option(__version__, prog_name="gage-eval")
 @click.pass_context
-def cli(ctx, tasks, model, model_args, judge_model, judge_args, batch_size, limit, output_dir, run_id,
-        include_path, data, config_file, seed, resume, fail_fast, max_error_rate, allow_path, allow_urls, quiet,
-        debug):
+def cli(ctx, tasks, model, model_args, device, judge_model, judge_args, batch_size, limit, output_dir, run_id,
+        include_path, data, config_file, system_prompt, gen_kwargs, num_fewshot, fewshot_as_multiturn,
+        apply_chat_template, strip_reasoning, dry_run, seed, resume, fail_fast, max_error_rate, allow_path,
+        allow_urls, quiet, debug):
     """Evaluate language and vision-language models on benchmark task folders.
 
     \b
@@ -137,7 +185,11 @@ def cli(ctx, tasks, model, model_args, judge_model, judge_args, batch_size, limi
       gage-eval --tasks piqa --limit 20            # the bundled SmolLM2 on piqa's sample rows
       gage-eval --tasks piqa --model dummy
       gage-eval --tasks piqa --data piqa=validation.jsonl --model transformers --model-args pretrained=DIR
+      gage-eval --tasks piqa --num-fewshot 5 --dry-run   # the prompts, without running the model
       gage-eval tasks | plugins | validate FILE --schema sample
+
+    lm-evaluation-harness spellings (--model_args, --num_fewshot, --output_path, ...) are
+    accepted where they mean the same; the others are answered with what to use instead.
     """
     if ctx.invoked_subcommand is not None:
         return
@@ -147,11 +199,13 @@ def cli(ctx, tasks, model, model_args, judge_model, judge_args, batch_size, limi
         click.echo(ctx.get_help())
         return
     run_from_cli(
-        tasks=tasks, model=model, model_args=model_args, judge_model=judge_model, judge_args=judge_args,
-        batch_size=batch_size, limit=limit, output_dir=output_dir, run_id=run_id,
+        tasks=",".join(tasks) or None, model=model, model_args=model_args, device=device, judge_model=judge_model,
+        judge_args=judge_args, batch_size=batch_size, limit=limit, output_dir=output_dir, run_id=run_id,
         include_paths=list(include_path), data=list(data), config_file=config_file, seed=seed,
         resume=resume, fail_fast=fail_fast, max_error_rate=max_error_rate, allow_paths=list(allow_path),
-        allow_urls=allow_urls, quiet=quiet,
+        allow_urls=allow_urls, quiet=quiet, system_prompt=system_prompt, gen_kwargs=gen_kwargs,
+        num_fewshot=num_fewshot, fewshot_as_multiturn=fewshot_as_multiturn,
+        apply_chat_template=apply_chat_template, strip_reasoning=strip_reasoning, dry_run=dry_run,
         command=" ".join(["gage-eval"] + [shlex.quote(a) for a in sys.argv[1:]]),
     )
 

@@ -8,6 +8,7 @@ from typing import Any
 
 import click
 
+from gage_eval.conventions import check_gen_kwargs, parse_gen_kwargs, parse_limit
 from gage_eval.engine import Engine, RunOptions, load_options, new_run_id, sigterm_interrupts
 from gage_eval.errors import GageError
 from gage_eval.redact import redact
@@ -17,7 +18,8 @@ from gage_eval.tasks import parse_data_overrides
 DEFAULT_MODEL = "smollm2"
 RUN_ID = re.compile(r"[A-Za-z0-9._-]{1,200}")
 CONFIG_KEYS = {"models", "tasks", "limit", "batch_size", "seed", "output_dir", "fail_fast", "include_paths", "data",
-               "max_error_rate", "allow_paths", "allow_urls"}
+               "max_error_rate", "allow_paths", "allow_urls", "system_prompt", "gen_kwargs", "num_fewshot",
+               "fewshot_as_multiturn", "apply_chat_template", "strip_reasoning"}
 ROLE_KEYS = {"backend", "args"}
 TASK_OVERRIDE_KEYS = {"name", "limit", "metrics", "generation", "data"}
 
@@ -45,10 +47,17 @@ def read_run_config(path: str) -> dict:
             raise GageError(f"{p}: key 'models.{role}': expected {{backend: NAME, args: {{...}}}}")
     if not all(isinstance(x, str) for x in data.get("include_paths") or []):
         raise GageError(f"{p}: key 'include_paths': expected a list of folders")
-    for key in ("seed", "limit"):
+    for key in ("seed", "num_fewshot"):
         value = data.get(key)
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
             raise GageError(f"{p}: key '{key}': expected a whole number, got {value!r}")
+    if data.get("limit") is not None:
+        data["limit"] = parse_limit(data["limit"], f"{p}: key 'limit'")
+    if data.get("gen_kwargs") is not None:
+        data["gen_kwargs"] = check_gen_kwargs(data["gen_kwargs"], f"{p}: key 'gen_kwargs'")
+    if data.get("system_prompt") is not None and not (isinstance(data["system_prompt"], str)
+                                                      and data["system_prompt"]):
+        raise GageError(f"{p}: key 'system_prompt': expected a non-empty text, got {data['system_prompt']!r}")
     size = data.get("batch_size")
     if size is not None and size != "auto" and (isinstance(size, bool) or not isinstance(size, int) or size < 1):
         raise GageError(f"{p}: key 'batch_size': expected a number or 'auto', got {size!r}")
@@ -69,7 +78,7 @@ def read_run_config(path: str) -> dict:
     paths = data.get("allow_paths")
     if paths is not None and not (isinstance(paths, list) and all(isinstance(x, str) for x in paths)):
         raise GageError(f"{p}: key 'allow_paths': expected a list of folders")
-    for key in ("allow_urls", "fail_fast"):
+    for key in ("allow_urls", "fail_fast", "fewshot_as_multiturn", "apply_chat_template", "strip_reasoning"):
         if data.get(key) is not None and not isinstance(data[key], bool):
             raise GageError(f"{p}: key '{key}': expected true or false, got {data[key]!r}")
     if data.get("data") is not None and not isinstance(data["data"], dict):
@@ -78,9 +87,8 @@ def read_run_config(path: str) -> dict:
 
 
 def _check_override(p: Path, where: str, task: dict) -> None:
-    limit = task.get("limit")
-    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
-        raise GageError(f"{p}: key '{where}.limit': expected a whole number of rows, got {limit!r}")
+    if task.get("limit") is not None:
+        task["limit"] = parse_limit(task["limit"], f"{p}: key '{where}.limit'")
     if task.get("metrics") is not None and not (isinstance(task["metrics"], list) and task["metrics"]):
         raise GageError(f"{p}: key '{where}.metrics': expected a non-empty list of metric names or "
                         f"{{name, as, args}} mappings")
@@ -92,7 +100,9 @@ def _check_override(p: Path, where: str, task: dict) -> None:
 
 def build_options(*, tasks, model, model_args, judge_model, judge_args, batch_size, limit, output_dir, run_id,
                   include_paths, data, config_file, seed, fail_fast, quiet, command, max_error_rate=None,
-                  allow_paths=(), allow_urls=False) -> RunOptions:
+                  allow_paths=(), allow_urls=False, device=None, system_prompt=None, gen_kwargs=None,
+                  num_fewshot=None, fewshot_as_multiturn=False, apply_chat_template=None,
+                  strip_reasoning=False) -> RunOptions:
     from gage_eval.cli import parse_kv, parse_value
 
     cfg = read_run_config(config_file) if config_file else {}
@@ -106,6 +116,7 @@ def build_options(*, tasks, model, model_args, judge_model, judge_args, batch_si
             overrides[name] = {k: v for k, v in entry.items() if k != "name"}
     if tasks:
         task_names = [t.strip() for t in tasks.split(",") if t.strip()]
+    task_names = list(dict.fromkeys(task_names))  # each task once, in the order first named
     if limit is not None:  # --limit beats every limit in the file
         for entry in overrides.values():
             entry.pop("limit", None)
@@ -120,17 +131,23 @@ def build_options(*, tasks, model, model_args, judge_model, judge_args, batch_si
     data_map = {k: _absolute(v) for k, v in data_map.items()}  # a resume may start in another folder
     model_name = model or dut.get("backend") or DEFAULT_MODEL
     judge_name = judge_model or judge.get("backend")
+    _check_model_name(model_name, "--model" if model else "models.dut.backend")
+    model_kwargs = (parse_kv(model_args, "--model-args") if model_args is not None
+                    else dict(dut.get("args") or {}) if model_name == dut.get("backend") else {})
+    if device is not None:
+        model_kwargs = _with_device(model_name, model_kwargs, device, model_args is not None)
+    if system_prompt is not None and not system_prompt:
+        raise GageError("--system-prompt: empty; leave it out to keep the task's own prompts")
     return RunOptions(
         tasks=task_names,
         model=model_name,
         # the file's args belong to the file's backend: a --model naming another backend starts clean
-        model_args=(parse_kv(model_args, "--model-args") if model_args is not None
-                    else dict(dut.get("args") or {}) if model_name == dut.get("backend") else {}),
+        model_args=model_kwargs,
         judge_model=judge_name,
         judge_args=(parse_kv(judge_args, "--judge-args") if judge_args is not None
                     else dict(judge.get("args") or {}) if judge_name == judge.get("backend") else {}),
-        batch_size=parse_value(batch_size) if batch_size is not None else cfg.get("batch_size"),
-        limit=limit if limit is not None else cfg.get("limit"),
+        batch_size=_batch_size(batch_size) if batch_size is not None else cfg.get("batch_size"),
+        limit=parse_limit(limit) if limit is not None else cfg.get("limit"),
         output_dir=output_dir or cfg.get("output_dir") or "runs",
         run_id=run_id,
         seed=seed if seed is not None else cfg.get("seed", 1234),
@@ -141,10 +158,63 @@ def build_options(*, tasks, model, model_args, judge_model, judge_args, batch_si
         max_error_rate=max_error_rate if max_error_rate is not None else float(cfg.get("max_error_rate") or 0.0),
         allow_paths=[_absolute(p) for p in allow_paths] + [_config_folder(config_file, p) for p in cfg.get("allow_paths") or []],
         allow_urls=allow_urls or bool(cfg.get("allow_urls")),
+        system_prompt=system_prompt if system_prompt is not None else cfg.get("system_prompt"),
+        gen_kwargs={**(cfg.get("gen_kwargs") or {}), **parse_gen_kwargs(gen_kwargs)},
+        num_fewshot=num_fewshot if num_fewshot is not None else cfg.get("num_fewshot"),
+        fewshot_as_multiturn=fewshot_as_multiturn or bool(cfg.get("fewshot_as_multiturn")),
+        apply_chat_template=(apply_chat_template if apply_chat_template is not None
+                             else cfg.get("apply_chat_template")),
+        strip_reasoning=strip_reasoning or bool(cfg.get("strip_reasoning")),
         quiet=quiet,
         command=command,
         config_file=_absolute(config_file) if config_file else None,
     )
+
+
+# lm-eval's model names that gage-eval spells otherwise
+LM_EVAL_MODELS = {
+    "hf": "transformers", "hf-auto": "transformers", "huggingface": "transformers", "hf-multimodal": "transformers",
+    "vllm-vlm": "vllm", "openai-completions": "openai", "openai-chat-completions": "openai",
+    "local-completions": "openai (with --model-args base_url=http://HOST/v1)",
+    "local-chat-completions": "openai (with --model-args base_url=http://HOST/v1)",
+    "gguf": "transformers (with --model-args pretrained=DIR,gguf_file=NAME.gguf)",
+}
+# backends that take no device= argument, and what to do instead
+NO_DEVICE = {
+    "dummy": "the dummy backend runs no model",
+    "openai": "the server decides where its model runs",
+    "vllm": "vLLM uses the GPUs it can see; choose them with CUDA_VISIBLE_DEVICES",
+}
+
+
+def _check_model_name(name: str, where: str) -> None:
+    if name in LM_EVAL_MODELS:
+        from gage_eval.plugins import load_plugins
+
+        if name not in load_plugins()[1].backends:
+            raise GageError(f"{where} {name}: that is lm-evaluation-harness's name; gage-eval's backend is "
+                            f"{LM_EVAL_MODELS[name]} (see `gage-eval plugins`)")
+
+
+def _with_device(model: str, args: dict, device: str, explicit: bool) -> dict:
+    """``--device`` as the backend's ``device=`` argument."""
+    if model in NO_DEVICE:
+        raise GageError(f"--device {device}: backend {model!r} takes no device ({NO_DEVICE[model]})")
+    if explicit and "device" in args and str(args["device"]) != device:
+        raise GageError(f"--device {device} and --model-args device={args['device']} disagree; give one")
+    return {**args, "device": device}
+
+
+def _batch_size(text: str) -> int | str:
+    from gage_eval.cli import parse_value
+
+    value = parse_value(text)
+    if value == "auto" or (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
+        return value
+    if str(text).startswith("auto:"):
+        raise GageError(f"--batch-size {text}: gage-eval's auto sizes each batch by its token count, so there "
+                        f"is nothing to re-tune; give auto or a number")
+    raise GageError(f"--batch-size {text}: expected a positive whole number or auto")
 
 
 def _absolute(path: str) -> str:
@@ -160,13 +230,22 @@ def _config_folder(config_file: str | None, path: str) -> str:
     return _absolute(p)
 
 
-def run_from_cli(*, resume: str | None, quiet: bool, **kwargs: Any) -> dict:
-    """Run (or resume) and print the results; exits with the documented status (see the README)."""
+def run_from_cli(*, resume: str | None, quiet: bool, dry_run: int | None = None, **kwargs: Any) -> dict:
+    """Run (or resume) and print the results; exits with the documented status (see the README).
+    ``dry_run=N`` prints the settings and N requests a task instead (:mod:`gage_eval.dryrun`)."""
     if resume:
         run_dir = Path(resume)
         if not (run_dir / "config.json").is_file():
             raise GageError(f"--resume {run_dir}: no config.json there; is it a gage-eval run folder?")
-    else:
+    if dry_run is not None:
+        from gage_eval.dryrun import dry_run as show
+
+        options = resumed_options(run_dir, kwargs) if resume else build_options(quiet=quiet, **kwargs)
+        status = show(options, rows=dry_run)
+        if status:
+            raise SystemExit(status)
+        return {}
+    if not resume:
         options = build_options(quiet=quiet, **kwargs)
         options.run_id = options.run_id or new_run_id()
         if not RUN_ID.fullmatch(options.run_id) or options.run_id in (".", ".."):
@@ -220,7 +299,8 @@ def resume_command(run_dir: Path, options: RunOptions) -> str:
 
 # flags a resume may repeat (they must then equal the stored settings), by RunOptions field
 RESUME_CHECKED = ("tasks", "model", "model_args", "judge_model", "judge_args", "batch_size", "limit", "seed",
-                  "include_paths", "data", "allow_paths", "allow_urls")
+                  "include_paths", "data", "allow_paths", "allow_urls", "system_prompt", "gen_kwargs", "num_fewshot",
+                  "fewshot_as_multiturn", "apply_chat_template", "strip_reasoning")
 RESUME_FREE = ("fail_fast", "max_error_rate")  # how to treat errors may change on resume
 
 
@@ -228,19 +308,24 @@ def resumed_options(run_dir: Path, given: dict) -> RunOptions:
     """The stored settings, checked against any given again; secrets the store holds only as
     ``***`` are taken from the flags given now, and their absence stops the resume."""
     stored = load_options(run_dir)
-    flags = {k: v for k, v in given.items()  # (0 is a value given; False is an unset switch)
-             if k not in ("command", "output_dir", "run_id") and v is not None and v is not False
+    flags = {k: v for k, v in given.items()  # (0 is a value given; False is an unset switch, but not
+             if k not in ("command", "output_dir", "run_id") and v is not None  # --no-apply-chat-template)
+             and (v is not False or k == "apply_chat_template")
              and not (isinstance(v, (str, list, tuple)) and not v)}
     explicit = set(RESUME_CHECKED) if "config_file" in flags else set(flags)
-    fresh = build_options(quiet=True, command="", **{**_unset(), "tasks": ",".join(stored.tasks), **flags})
     diffs, supplied = [], {}
+    if "device" in flags and "model_args" not in explicit:  # alone, --device is checked against device= alone
+        device = flags.pop("device")
+        if str(stored.model_args.get("device")) != device:
+            diffs.append(f"  model_args.device: {stored.model_args.get('device')!r} -> {device!r}")
+    fresh = build_options(quiet=True, command="", **{**_unset(), "tasks": ",".join(stored.tasks), **flags})
     for name in RESUME_CHECKED:
         if name not in explicit:
             continue
         before, after = getattr(stored, name), getattr(fresh, name)
         if name in ("model_args", "judge_args") and matches_stored(before, after):
             supplied[name] = after
-        elif before != after:
+        elif before != after or (name == "limit" and type(before) is not type(after)):  # 1 row, 1.0 all
             diffs.append(f"  {name}: {redact(before)!r} -> {redact(after)!r}")
     if diffs:
         raise GageError(f"--resume {run_dir}: these settings differ from the stored run's, so the results would "
@@ -263,7 +348,9 @@ def resumed_options(run_dir: Path, given: dict) -> RunOptions:
 def _unset() -> dict:
     return dict(tasks=None, model=None, model_args=None, judge_model=None, judge_args=None, batch_size=None,
                 limit=None, output_dir=None, run_id=None, include_paths=(), data=(), config_file=None, seed=None,
-                fail_fast=False, max_error_rate=None, allow_paths=(), allow_urls=False)
+                fail_fast=False, max_error_rate=None, allow_paths=(), allow_urls=False, device=None,
+                system_prompt=None, gen_kwargs=None, num_fewshot=None, fewshot_as_multiturn=False,
+                apply_chat_template=None, strip_reasoning=False)
 
 
 def _fmt(x: Any) -> str:
