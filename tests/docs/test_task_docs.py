@@ -174,7 +174,7 @@ def run_command(line: str, cwd: Path) -> None:
     output = proc.stdout + proc.stderr
     assert proc.returncode == 0, f"{line}\nexit {proc.returncode}\n{output}"
     assert not re.search(r"Traceback|error:|warning:", output), f"{line}\n{output}"
-    if "--tasks" in argv:  # a run: every row scored
+    if "--tasks" in argv and "--dry-run" not in argv:  # a run: every row scored
         new = set((cwd / "runs").glob("*")) - before
         assert len(new) == 1, f"{line}: expected one new run folder in runs/, got {sorted(new)}"
         summary = json.loads((new.pop() / "summary.json").read_text())
