@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import time
-from typing import Sequence
+from typing import Iterator, Sequence
 
 from gage_eval.backend import GENERATE, LOGLIKELIHOOD, Backend, ModelOutput, Request
 from gage_eval.errors import GageError
@@ -51,9 +51,17 @@ class DummyBackend(Backend):
         return {"seed": self.seed, "response": self.response, "batch_size": self.max_batch}
 
     def run(self, requests: Sequence[Request]) -> list[ModelOutput]:
-        if self.delay_s:
-            time.sleep(self.delay_s * len(requests))
-        return [self._one(r) for r in requests]
+        outputs: list = [None] * len(requests)
+        for i, out in self.stream(requests):
+            outputs[i] = out
+        return outputs
+
+    def stream(self, requests: Sequence[Request]) -> Iterator[tuple[int, ModelOutput]]:
+        """One output per request, in order, each after its ``delay_ms``."""
+        for i, req in enumerate(requests):
+            if self.delay_s:
+                time.sleep(self.delay_s)
+            yield i, self._one(req)
 
     def _one(self, req: Request) -> ModelOutput:
         t0 = time.perf_counter()

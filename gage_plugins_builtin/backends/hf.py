@@ -17,7 +17,7 @@ import importlib.util
 import os
 import time
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 from gage_eval import loglikelihood
 from gage_eval.backend import GENERATE, LOGLIKELIHOOD, Backend, ModelOutput, Request, cut_at_stop
@@ -360,28 +360,36 @@ class TransformersBackend(Backend):
     # -- dispatch ----------------------------------------------------------------------------
 
     def run(self, requests: Sequence[Request]) -> list[ModelOutput]:
+        outputs: list[ModelOutput | None] = [None] * len(requests)
+        for i, out in self.stream(requests):
+            outputs[i] = out
+        return [o if o is not None else ModelOutput(error="transformers backend: no output") for o in outputs]
+
+    def stream(self, requests: Sequence[Request]) -> Iterator[tuple[int, ModelOutput]]:
+        """Outputs as they are finished: refused requests first, then log-likelihoods one packed
+        pass (or one over-long question) at a time, then generations one row at a time with
+        continuous batching (one static batch at a time without). Inference mode is on only
+        while the model runs, never while the caller holds an output."""
         if self.model is None:
             self.open()
-        outputs: list[ModelOutput | None] = [None] * len(requests)
         ll_idx, gen_idx = [], []
         for i, req in enumerate(requests):
             extra = set(req.modalities) - {"text"}
             if extra:
-                outputs[i] = ModelOutput(error=f"transformers backend: {self.model_id} is a text-only model; "
-                                               f"this request has {', '.join(sorted(extra))} segments")
+                yield i, ModelOutput(error=f"transformers backend: {self.model_id} is a text-only model; "
+                                           f"this request has {', '.join(sorted(extra))} segments")
             elif req.kind == LOGLIKELIHOOD:
                 ll_idx.append(i)
             elif req.kind == GENERATE:
                 gen_idx.append(i)
             else:
-                outputs[i] = ModelOutput(error=f"transformers backend: unknown request kind {req.kind!r}")
+                yield i, ModelOutput(error=f"transformers backend: unknown request kind {req.kind!r}")
         if ll_idx:
-            for i, out in zip(ll_idx, self._loglikelihood([requests[i] for i in ll_idx])):
-                outputs[i] = out
+            for k, out in self._loglikelihood([requests[i] for i in ll_idx]):
+                yield ll_idx[k], out
         if gen_idx:
-            for i, out in zip(gen_idx, self._generate([requests[i] for i in gen_idx])):
-                outputs[i] = out
-        return [o if o is not None else ModelOutput(error="transformers backend: no output") for o in outputs]
+            for k, out in self._generate([requests[i] for i in gen_idx]):
+                yield gen_idx[k], out
 
     # -- tokenization: the shared rule of gage_eval.loglikelihood ------------------------------
 
@@ -407,47 +415,43 @@ class TransformersBackend(Backend):
     def _tokens_budget(self) -> int:
         return AUTO_TOKENS_GPU if str(getattr(self, "device", "cpu")).startswith("cuda") else AUTO_TOKENS_CPU
 
-    def _loglikelihood(self, requests: Sequence[Request]) -> list[ModelOutput]:
+    def _loglikelihood(self, requests: Sequence[Request]) -> Iterator[tuple[int, ModelOutput]]:
+        """(index, output) per request: failures first, then one packed pass's questions at a time,
+        then each question too long to pack. Inference mode is on only inside each pass."""
         import torch
 
-        outputs: list[ModelOutput | None] = [None] * len(requests)
         items = []  # (index, ctx, conts)
         for i, req in enumerate(requests):
             if not req.continuations:
-                outputs[i] = ModelOutput(error="transformers backend: log-likelihood request without continuations")
+                yield i, ModelOutput(error="transformers backend: log-likelihood request without continuations")
                 continue
             try:
                 ctx, conts = self.encode_request(req)
             except Exception as exc:  # noqa: BLE001 - a tokenizer failure belongs to this request
-                outputs[i] = ModelOutput(error=f"transformers backend: tokenization failed: {exc}")
+                yield i, ModelOutput(error=f"transformers backend: tokenization failed: {exc}")
                 continue
             if any(len(c) == 0 for c in conts):
-                outputs[i] = ModelOutput(error="transformers backend: a continuation encodes to no tokens")
+                yield i, ModelOutput(error="transformers backend: a continuation encodes to no tokens")
                 continue
             items.append((i, ctx, conts))
         shared = [it for it in items if len(it[1]) + max(map(len, it[2])) <= self.max_length + 1]
         single = [it for it in items if len(it[1]) + max(map(len, it[2])) > self.max_length + 1]
-        with torch.inference_mode():
-            for batch, layouts, rows in self._plan(shared):
-                t0 = time.perf_counter()
+        for batch, layouts, rows in self._plan(shared):
+            t0 = time.perf_counter()
+            with torch.inference_mode():
                 results = self._score_packed(layouts, rows)
-                ms = (time.perf_counter() - t0) * 1000
-                for (i, ctx, conts), (lls, greedy) in zip(batch, results):
-                    outputs[i] = ModelOutput(loglikelihoods=lls, is_greedy=greedy,
-                                             input_tokens=len(ctx) + sum(map(len, conts)), latency_ms=ms,
-                                             raw={"batch_questions": len(batch)})
-            for i, ctx, conts in single:
-                t0 = time.perf_counter()
-                lls, greedy = [], []
-                for cont in conts:
-                    ll, g = self._score_full(ctx, cont)
-                    lls.append(ll)
-                    greedy.append(g)
-                outputs[i] = ModelOutput(loglikelihoods=lls, is_greedy=greedy,
-                                         input_tokens=sum(min(len(ctx) + len(c) - 1, self.max_length) for c in conts),
-                                         latency_ms=(time.perf_counter() - t0) * 1000,
-                                         raw={"truncated": True})
-        return [o if o is not None else ModelOutput(error="transformers backend: no output") for o in outputs]
+            ms = (time.perf_counter() - t0) * 1000
+            for (i, ctx, conts), (lls, greedy) in zip(batch, results):
+                yield i, ModelOutput(loglikelihoods=lls, is_greedy=greedy,
+                                     input_tokens=len(ctx) + sum(map(len, conts)), latency_ms=ms,
+                                     raw={"batch_questions": len(batch)})
+        for i, ctx, conts in single:
+            t0 = time.perf_counter()
+            with torch.inference_mode():
+                scored = [self._score_full(ctx, cont) for cont in conts]
+            yield i, ModelOutput(loglikelihoods=[ll for ll, _ in scored], is_greedy=[g for _, g in scored],
+                                 input_tokens=sum(min(len(ctx) + len(c) - 1, self.max_length) for c in conts),
+                                 latency_ms=(time.perf_counter() - t0) * 1000, raw={"truncated": True})
 
     def _hidden_or_logits(self, **kwargs):
         """Run the decoder; returns (hidden states or logits, is_hidden, past_key_values)."""
@@ -640,20 +644,21 @@ class TransformersBackend(Backend):
                                                       add_generation_prompt=True)
         return req.prompt if req.prompt is not None else messages_text(req.messages or ())
 
-    def _generate(self, requests: Sequence[Request]) -> list[ModelOutput]:
+    def _generate(self, requests: Sequence[Request]) -> Iterator[tuple[int, ModelOutput]]:
+        """(index, output) per request: failures first, then each row the moment it is finished
+        (continuous batching) or each static batch as ``model.generate`` returns it."""
         import torch
 
-        outputs: list[ModelOutput | None] = [None] * len(requests)
         groups: dict[tuple, list[tuple[int, str, list[int]]]] = {}
         for i, req in enumerate(requests):
             if req.chat and "chat" not in self.capabilities:
-                outputs[i] = ModelOutput(error=f"transformers backend: {self.model_id} has no chat template")
+                yield i, ModelOutput(error=f"transformers backend: {self.model_id} has no chat template")
                 continue
             try:
                 text = self._prompt_text(req)
                 settings = generation_settings(req.gen, self.max_new_tokens, self.seed)
             except Exception as exc:  # noqa: BLE001 - a template/settings failure belongs to this request
-                outputs[i] = ModelOutput(error=f"transformers backend: cannot build the prompt: {exc}")
+                yield i, ModelOutput(error=f"transformers backend: cannot build the prompt: {exc}")
                 continue
             ids = self.tokenizer(text, add_special_tokens=not req.chat).input_ids
             if self.add_bos_token is False and ids and ids[0] == self.tokenizer.bos_token_id and not req.chat:
@@ -667,8 +672,8 @@ class TransformersBackend(Backend):
             budget = self.max_length - settings["max_new_tokens"]
             if budget < 1:
                 for i, _, _ in members:
-                    outputs[i] = ModelOutput(error=f"transformers backend: max_new_tokens={settings['max_new_tokens']}"
-                                                   f" leaves no room in max_length={self.max_length}")
+                    yield i, ModelOutput(error=f"transformers backend: max_new_tokens={settings['max_new_tokens']}"
+                                               f" leaves no room in max_length={self.max_length}")
                 continue
             if self._continuous is None:
                 self._continuous = hf_decode.supported(self.model)
@@ -676,14 +681,20 @@ class TransformersBackend(Backend):
             chunks = [members] if self._continuous else [members[s:s + size] for s in range(0, len(members), size)]
             for chunk in chunks:
                 prompts = [ids[-budget:] for _, _, ids in chunk]
+                sent: set[int] = set()
                 try:
-                    results = self._generate_continuous(chunk, prompts, settings, size) if self._continuous \
-                        else self._generate_batch(chunk, prompts, settings)
+                    if self._continuous:
+                        for k, out in self._generate_continuous(chunk, prompts, settings, size):
+                            sent.add(k)
+                            yield chunk[k][0], out
+                    else:
+                        for k, out in enumerate(self._generate_batch(chunk, prompts, settings)):
+                            sent.add(k)
+                            yield chunk[k][0], out
                 except torch.OutOfMemoryError as exc:  # pragma: no cover - GPU only
-                    results = [ModelOutput(error=f"transformers backend: out of memory: {exc}")] * len(chunk)
-                for (i, _, _), out in zip(chunk, results):
-                    outputs[i] = out
-        return [o if o is not None else ModelOutput(error="transformers backend: no output") for o in outputs]
+                    for k, (i, _, _) in enumerate(chunk):
+                        if k not in sent:
+                            yield i, ModelOutput(error=f"transformers backend: out of memory: {exc}")
 
     def _eos_ids(self) -> set[int]:
         eos = self.model.generation_config.eos_token_id
@@ -693,22 +704,21 @@ class TransformersBackend(Backend):
         return eos_ids
 
     def _generate_continuous(self, members, prompts: list[list[int]], settings: dict,
-                             slots: int) -> list[ModelOutput]:
-        """Continuous batching (:mod:`hf_decode`): a finished row's slot goes to the next prompt at once."""
+                             slots: int) -> Iterator[tuple[int, ModelOutput]]:
+        """Continuous batching (:mod:`hf_decode`): a finished row's slot goes to the next prompt at once;
+        yields (index into members, output) as each row finishes."""
         pad = self.tokenizer.pad_token_id
-        rows = hf_decode.decode(self.model, prompts, settings, slots=slots,
-                                pad_id=pad if pad is not None else 0, eos_ids=self._eos_ids(),
-                                decode_text=lambda t: self.tokenizer.decode(t, skip_special_tokens=True),
-                                device=self.device)
-        results = []
-        for (_, text_in, _), row in zip(members, rows):
+        rows = hf_decode.decode_rows(self.model, prompts, settings, slots=slots,
+                                     pad_id=pad if pad is not None else 0, eos_ids=self._eos_ids(),
+                                     decode_text=lambda t: self.tokenizer.decode(t, skip_special_tokens=True),
+                                     device=self.device)
+        for row in rows:
             text, stopped = cut_at_stop(self.tokenizer.decode(row.tokens, skip_special_tokens=True),
                                         settings["stop"])
-            results.append(ModelOutput(text=text, input_tokens=row.prompt_len, output_tokens=len(row.tokens),
-                                       latency_ms=(row.ended - row.started) * 1000,
-                                       finish_reason="stop" if stopped else row.reason, formatted_prompt=text_in,
-                                       raw={"batch_size": slots}))
-        return results
+            yield row.index, ModelOutput(text=text, input_tokens=row.prompt_len, output_tokens=len(row.tokens),
+                                         latency_ms=(row.ended - row.started) * 1000,
+                                         finish_reason="stop" if stopped else row.reason,
+                                         formatted_prompt=members[row.index][1], raw={"batch_size": slots})
 
     def _generate_batch(self, chunk, seqs: list[list[int]], settings: dict) -> list[ModelOutput]:
         """``model.generate`` on one static batch, left-padded."""

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from gage_eval.backend import cut_at_stop
 
@@ -171,6 +171,18 @@ def decode(model: Any, prompts: Sequence[list[int]], settings: dict, *, slots: i
     end-of-sequence token, at a stop string (``settings["stop"]``), or at
     ``settings["max_new_tokens"]``.
     """
+    done = {row.index: row for row in decode_rows(model, prompts, settings, slots=slots, pad_id=pad_id,
+                                                  eos_ids=eos_ids, decode_text=decode_text, device=device)}
+    return [done[i] for i in range(len(prompts))]
+
+
+def decode_rows(model: Any, prompts: Sequence[list[int]], settings: dict, *, slots: int, pad_id: int,
+                eos_ids: set[int], decode_text: Callable[[list[int]], str], device: Any) -> Iterator[Row]:
+    """:func:`decode`'s rows, each yielded the moment it finishes (``row.index`` names its prompt).
+
+    The model runs under ``torch.inference_mode`` one step at a time: the mode is off while
+    the caller holds a row, and a caller that stops early leaves nothing behind.
+    """
     import torch
 
     from transformers import DynamicCache
@@ -184,7 +196,6 @@ def decode(model: Any, prompts: Sequence[list[int]], settings: dict, *, slots: i
     choose = Chooser(settings, device)
     waiting = list(range(len(prompts)))
     waiting.reverse()  # pop() takes the first
-    done: dict[int, Row] = {}
     rows: list[Row] = []
     cache = None
     mask = None  # [rows, cache length + 1]: 1 where a real token is (or the coming one)
@@ -205,19 +216,21 @@ def decode(model: Any, prompts: Sequence[list[int]], settings: dict, *, slots: i
         row.ended = time.perf_counter()
         return True
 
-    with torch.inference_mode():
-        shared = common_prefix_length(prompts)
-        prefix_cache = None
-        if shared:
-            prefix_cache = DynamicCache()
+    shared = common_prefix_length(prompts)
+    prefix_cache = None
+    if shared:
+        prefix_cache = DynamicCache()
+        with torch.inference_mode():
             model(input_ids=torch.tensor([prompts[0][:shared]], device=device),
                   attention_mask=torch.ones((1, shared), dtype=torch.long, device=device),
                   position_ids=torch.arange(shared, device=device)[None], past_key_values=prefix_cache,
                   use_cache=True, **last_only)
-        while waiting or rows:
-            # refill: prefill waiting prompts into free slots (left-padded batch of their own)
+    while waiting or rows:
+        ended: list[Row] = []
+        with torch.inference_mode():
             free = slots - len(rows)
             if free > 0 and waiting:
+                # refill: prefill waiting prompts into free slots (left-padded batch of their own)
                 batch = [waiting.pop() for _ in range(min(free, len(waiting)))]
                 started = time.perf_counter()
                 own = [prompts[i][shared:] for i in batch]
@@ -253,28 +266,24 @@ def decode(model: Any, prompts: Sequence[list[int]], settings: dict, *, slots: i
                     last = torch.cat([last, first])
                     rows = rows + new_rows
                 keep = [r for r, row in enumerate(rows) if not finished(row)]
-                for r, row in enumerate(rows):
-                    if row.reason is not None:
-                        done[row.index] = row
-                if len(keep) < len(rows):
-                    cache, mask, positions, last, rows = _drop(cache, mask, positions, last, rows, keep)
-                continue
-            # one decoding step for every row
-            step_mask = torch.cat([mask, torch.ones((len(rows), 1), dtype=torch.long)], dim=1)
-            out = model(input_ids=last[:, None].to(device), attention_mask=step_mask.to(device),
-                        position_ids=positions[:, None].to(device), past_key_values=cache, use_cache=True)
-            chosen = choose(out.logits[:, -1, :]).to("cpu")
-            mask, positions, last = step_mask, positions + 1, chosen
-            keep = []
-            for r, (row, token) in enumerate(zip(rows, chosen.tolist())):
-                row.tokens.append(int(token))
-                if finished(row):
-                    done[row.index] = row
-                else:
-                    keep.append(r)
+                ended = [row for row in rows if row.reason is not None]
+            else:
+                # one decoding step for every row
+                step_mask = torch.cat([mask, torch.ones((len(rows), 1), dtype=torch.long)], dim=1)
+                out = model(input_ids=last[:, None].to(device), attention_mask=step_mask.to(device),
+                            position_ids=positions[:, None].to(device), past_key_values=cache, use_cache=True)
+                chosen = choose(out.logits[:, -1, :]).to("cpu")
+                mask, positions, last = step_mask, positions + 1, chosen
+                keep = []
+                for r, (row, token) in enumerate(zip(rows, chosen.tolist())):
+                    row.tokens.append(int(token))
+                    if finished(row):
+                        ended.append(row)
+                    else:
+                        keep.append(r)
             if len(keep) < len(rows):
                 cache, mask, positions, last, rows = _drop(cache, mask, positions, last, rows, keep)
-    return [done[i] for i in range(len(prompts))]
+        yield from ended
 
 
 def _drop(cache, mask, positions, last, rows, keep):

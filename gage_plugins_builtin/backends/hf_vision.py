@@ -7,7 +7,7 @@ same generation settings batched (sorted by length, left padded).
 from __future__ import annotations
 
 import time
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 from gage_eval.backend import GENERATE, Backend, ModelOutput, Request, cut_at_stop
 from gage_eval.errors import GageError
@@ -113,24 +113,30 @@ class VisionTransformersBackend(Backend):
         self.processor = None
 
     def run(self, requests: Sequence[Request]) -> list[ModelOutput]:
+        outputs: list[ModelOutput | None] = [None] * len(requests)
+        for i, out in self.stream(requests):
+            outputs[i] = out
+        return [o if o is not None else ModelOutput(error="no output") for o in outputs]
+
+    def stream(self, requests: Sequence[Request]) -> Iterator[tuple[int, ModelOutput]]:
+        """Refused requests first, then each ``generate`` batch's outputs as it returns."""
         if self.model is None:
             self.open()
-        outputs: list[ModelOutput | None] = [None] * len(requests)
         prepared: list[tuple[int, str, list, dict]] = []
         for i, req in enumerate(requests):
             if req.kind != GENERATE:
-                outputs[i] = ModelOutput(error=f"the transformers vision backend cannot compute {req.kind}")
+                yield i, ModelOutput(error=f"the transformers vision backend cannot compute {req.kind}")
                 continue
             if not set(req.modalities) <= TEXT_AND_IMAGES:
                 extra = ", ".join(sorted(set(req.modalities) - TEXT_AND_IMAGES))
-                outputs[i] = ModelOutput(error=f"model {self.model_id} takes text and images, not {extra}")
+                yield i, ModelOutput(error=f"model {self.model_id} takes text and images, not {extra}")
                 continue
             messages = req.messages or (user_message(req.prompt or ""),)
             try:
                 chat, images = to_processor_messages(messages)
                 text = self.processor.apply_chat_template(chat, add_generation_prompt=True, tokenize=False)
             except Exception as exc:  # a bad image or template fails this request only
-                outputs[i] = ModelOutput(error=f"{type(exc).__name__}: {exc}")
+                yield i, ModelOutput(error=f"{type(exc).__name__}: {exc}")
                 continue
             prepared.append((i, text, images, generation_settings(req.gen, self.max_new_tokens, self.seed)))
         groups: dict[tuple, list] = {}
@@ -141,12 +147,11 @@ class VisionTransformersBackend(Backend):
             for start in range(0, len(items), self.max_batch):
                 chunk = items[start:start + self.max_batch]
                 try:
-                    for (i, _, _, _), out in zip(chunk, self._generate(chunk)):
-                        outputs[i] = out
+                    results = self._generate(chunk)
                 except Exception as exc:
-                    for i, *_ in chunk:
-                        outputs[i] = ModelOutput(error=f"{type(exc).__name__}: {exc}")
-        return [o if o is not None else ModelOutput(error="no output") for o in outputs]
+                    results = [ModelOutput(error=f"{type(exc).__name__}: {exc}") for _ in chunk]
+                for (i, *_), out in zip(chunk, results):
+                    yield i, out
 
     def _generate(self, chunk: list) -> list[ModelOutput]:
         import torch
