@@ -157,9 +157,9 @@ class PluginGroup(click.Group):
                    "request.chat).")
 @click.option("--strip-reasoning", is_flag=True,
               help="Score the answer after the last </think>; the raw text stays in the record.")
-@click.option("--dry-run", type=click.IntRange(min=1), is_flag=False, flag_value=3, default=None,
+@click.option("--dry-run", type=click.IntRange(min=1), is_flag=False, flag_value=3, default=None, metavar="[N]",
               help="Print the resolved settings and the first N (default 3) requests of each task, then stop: "
-                   "no model is loaded and no run folder is made. Write --dry-run=N to choose N.")
+                   "no model is loaded and no run folder is made.")
 @click.option("--seed", type=int, default=None, help="Seed for sampling and for deterministic fallbacks.")
 @click.option("--resume", type=click.Path(file_okay=False), default=None,
               help="Continue an interrupted run in this run folder (its settings are reused).")
@@ -185,7 +185,7 @@ def cli(ctx, tasks, model, model_args, device, judge_model, judge_args, batch_si
       gage-eval --tasks piqa --limit 20            # the bundled SmolLM2 on piqa's sample rows
       gage-eval --tasks piqa --model dummy
       gage-eval --tasks piqa --data piqa=validation.jsonl --model transformers --model-args pretrained=DIR
-      gage-eval --tasks piqa --num-fewshot 5 --dry-run   # the prompts, without running the model
+      gage-eval --tasks piqa --dry-run             # the prompts, without loading the model
       gage-eval tasks | plugins | validate FILE --schema sample
 
     lm-evaluation-harness spellings (--model_args, --num_fewshot, --output_path, ...) are

@@ -144,8 +144,8 @@ def _with_value(name: str, given: str, value: str, take, peek) -> list[str]:
             parts.append(take())
         return [name, ",".join(p.strip(",") for p in parts if p.strip(","))]
     if name == "--seed" and "," in value:
-        raise GageError(f"--seed {value}: gage-eval takes one seed for the run (it seeds sampling and the "
-                        f"choice of few-shot examples), not lm-eval's per-library list")
+        raise GageError(f"--seed {value}: gage-eval takes one seed for the run, not lm-eval's list of one "
+                        f"seed per library")
     if given == "--output_path" and value.lower().endswith(".json"):
         raise GageError(f"--output_path {value}: gage-eval writes a run folder (summary.json, samples/, ...); "
                         f"give --output-dir DIR, and the run folder is DIR/RUN_ID")

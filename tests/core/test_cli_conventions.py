@@ -110,6 +110,16 @@ def test_seed_list_and_json_output_path_refused():
         tr("--output_path", "results.json")
 
 
+def test_lm_eval_tables_do_not_shadow_our_own_spellings():
+    from gage_eval import conventions
+    from gage_eval.cli import cli, option_spellings
+
+    ours, _ = option_spellings(cli.params)
+    for table in (conventions.ALIASES, conventions.NO_OPS, conventions.REFUSED):
+        assert not set(table) & set(ours)
+    assert set(conventions.ALIASES.values()) <= set(ours)
+
+
 # -- --limit -------------------------------------------------------------------------------------
 
 def test_limit_counts_and_fractions():
