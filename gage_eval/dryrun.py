@@ -80,7 +80,7 @@ def _show_task(tr: TaskRun, options: RunOptions, rows: int, echo: Callable[[str]
                 status = EXIT_ROW_ERRORS
                 continue
             try:
-                request, _ = tr.builder.build(row.sample)
+                request, _ = tr.builder.build(row.sample, index)
             except ValueError as exc:
                 echo(f"-- row {index + 1} ({locator}, id {row.sample['id']!r}): template error: {exc}")
                 status = EXIT_ROW_ERRORS

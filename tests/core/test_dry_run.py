@@ -3,6 +3,7 @@ loaded, no run folder made; the usual exit statuses."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -142,3 +143,25 @@ def test_resume_dry_run_shows_the_stored_run(run_cli, tmp_path):
     assert sorted((p.name, p.stat().st_mtime_ns) for p in (tmp_path / "r").rglob("*")) == before
     refused = run_cli("--resume", tmp_path / "r", "--limit", "3", "--dry-run")
     assert refused.exit_code == 2 and "limit: 2 -> 3" in refused.output
+
+
+def test_the_requests_shown_are_the_ones_a_run_sends(run_cli, tmp_path):
+    """2 random few-shot examples from the task's own rows: the dry run's prompts equal the
+    prompts the run records, row by row (the few-shot draw depends on each row's position)."""
+    root = tmp_path / "tasks"
+    shutil.copytree(ROOT / "tasks" / "piqa", root / "pq")
+    yaml = root / "pq" / "task.yaml"
+    text = yaml.read_text().replace("name: piqa", "name: pq")
+    yaml.write_text(text if "\nfewshot:" in text else text + "fewshot: {path: sample.jsonl}\n")
+    common = ("--tasks", "pq", "--include-path", root, "--model", "dummy", "--num-fewshot", "2", "--limit", "4")
+    shown = run_cli(*common, "--dry-run=4")
+    assert shown.exit_code == 0, shown.output
+    ran = run_cli(*common, "-o", tmp_path, "--run-id", "r", "-q")
+    assert ran.exit_code == 0, ran.output
+    records = [json.loads(line) for line in (tmp_path / "r" / "samples" / "pq.jsonl").read_text().splitlines()]
+    assert len(records) == 4
+    for record in records:
+        prompt = record["predict_result"][0]["prompt"]
+        assert prompt.count("Question: ") == 3  # two examples and the question
+        block = "\n".join("     | " + line for line in prompt.split("\n"))
+        assert block in shown.output, (block, shown.output)
