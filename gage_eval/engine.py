@@ -124,6 +124,7 @@ class TaskRun:
     def __init__(self, spec: TaskSpec, registry: Registry, options: RunOptions, failure: str | None = None):
         self.spec = spec
         self.name = spec.name
+        self.repeated: dict[tuple, int] = {}  # console: each distinct row error -> rows not shown again
         self.failure = failure  # why the task could not run (or stopped), when it did not
         self.options = options
         self.limit = (options.task_overrides.get(spec.name) or {}).get("limit", options.limit)
@@ -526,6 +527,10 @@ class Engine:
             progress.close()
             seen.close()
             done.close()
+        again = sum(tr.repeated.values())
+        if again and not opts.quiet:
+            print(f"gage-eval: {tr.name}: {again} more row(s) failed with an error shown above; every row's "
+                  f"error is in samples/{tr.name}.jsonl and events.jsonl", file=sys.stderr)
         result = tr.summary()
         if tr.failure:
             events.emit("task_failed", task=tr.name, message=tr.failure)
@@ -679,7 +684,12 @@ class Engine:
             if not self.options.quiet:
                 stop = next((f for f in self.fatal.values() if f in err["message"]), None)
                 if stop is None:
-                    progress.message(f"{it.locator}: {err.get('stage')} error: {err.get('message')}")
+                    key = (err.get("stage"), err.get("message"))
+                    if key not in tr.repeated:  # an error every row gets alike (a template's) is shown once
+                        tr.repeated[key] = 0
+                        progress.message(f"{it.locator}: {err.get('stage')} error: {err.get('message')}")
+                    else:
+                        tr.repeated[key] += 1
                 elif stop not in self._announced:  # one line for a backend that stopped, not one a row
                     self._announced.add(stop)
                     progress.message(f"{it.locator}: {err.get('stage')} error: {stop}; every row still "
