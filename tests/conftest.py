@@ -1,8 +1,11 @@
 """Shared fixtures: the shared benchmark data, the bundled SmolLM2, and the CLI."""
 from __future__ import annotations
 
+import atexit
 import importlib.util
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -10,6 +13,15 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+# One GGUF cache (gguf_cache.py) for the whole session, never the user's: the first test that
+# loads SmolLM2 converts the GGUF, every later load reads the cached safetensors.
+# GAGE_EVAL_TEST_CACHE=FOLDER keeps it from one session to the next.
+if os.environ.get("GAGE_EVAL_TEST_CACHE"):
+    os.environ["GAGE_EVAL_CACHE"] = os.environ["GAGE_EVAL_TEST_CACHE"]
+else:
+    os.environ["GAGE_EVAL_CACHE"] = tempfile.mkdtemp(prefix="gage-eval-test-cache-")
+    atexit.register(shutil.rmtree, os.environ["GAGE_EVAL_CACHE"], ignore_errors=True)
 
 ROOT = Path(__file__).resolve().parent.parent
 SHARED_DATA = ROOT.parent / "shared" / "data"

@@ -178,11 +178,13 @@ class TransformersBackend(Backend):
                  device: str = "cpu", batch_size: int | str = "auto", max_length: int | str | None = None,
                  seed: int = 1234, trust_remote_code: bool | str = False, max_new_tokens: int | str = 256,
                  add_bos_token: bool | str | None = None, revision: str | None = None,
-                 model_id: str | None = None, continuous_batching: bool | str = True, **unused: Any):
+                 model_id: str | None = None, continuous_batching: bool | str = True,
+                 gguf_cache: bool | str = True, **unused: Any):
         if unused:
             raise GageError(f"transformers backend: unknown argument(s) {', '.join(sorted(unused))} "
                             "(known: pretrained, gguf_file, dtype, device, batch_size, max_length, seed, "
-                            "trust_remote_code, max_new_tokens, add_bos_token, revision, continuous_batching)")
+                            "trust_remote_code, max_new_tokens, add_bos_token, revision, continuous_batching, "
+                            "gguf_cache)")
         if not pretrained:
             raise GageError("transformers backend: pretrained is required "
                             "(--model-args pretrained=FOLDER_OR_HUB_ID)")
@@ -222,6 +224,9 @@ class TransformersBackend(Backend):
         self.tokenizer = None
         # generation: None = continuous batching where the model allows it (decided on first use)
         self._continuous: bool | None = None if _bool(continuous_batching, "continuous_batching") else False
+        # a GGUF is converted once into the user's cache (gguf_cache.py); the folder loaded from, once open
+        self.gguf_cache = _bool(gguf_cache, "gguf_cache")
+        self.cached_folder: str | None = None
         caps = {GENERATE, LOGLIKELIHOOD}
         if self._has_chat_template():
             caps.add("chat")
@@ -268,25 +273,66 @@ class TransformersBackend(Backend):
             return bool(getattr(self.tokenizer, "chat_template", None))
         return False
 
-    def _load_tokenizer(self) -> None:
+    def _load_tokenizer(self, folder: str | None = None) -> None:
+        """The tokenizer of ``pretrained`` (read from the GGUF when there is one), or of ``folder``
+        (a GGUF cache entry)."""
         from transformers import AutoTokenizer
 
         try:
-            self.tokenizer = AutoTokenizer.from_pretrained(self.pretrained, **self._load_kwargs())
+            if folder is not None:
+                self.tokenizer = AutoTokenizer.from_pretrained(folder)
+            else:
+                self.tokenizer = AutoTokenizer.from_pretrained(self.pretrained, **self._load_kwargs())
         except (OSError, ValueError) as exc:
-            raise GageError(f"transformers backend: cannot load the tokenizer of {self.pretrained}: "
+            raise GageError(f"transformers backend: cannot load the tokenizer of {folder or self.pretrained}: "
                             f"{_first_line(exc)}") from None
         if self.tokenizer.pad_token_id is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
+
+    def _gguf_slot(self):
+        """The GGUF's cache slot (gguf_cache.py), or None when the cache is off or unusable."""
+        if not (self.gguf_file and self.gguf_cache):
+            return None
+        from gage_plugins_builtin.backends import gguf_cache
+
+        try:
+            slot = gguf_cache.lookup(Path(self.pretrained) / self.gguf_file)
+        except OSError as exc:
+            gguf_cache.warn(f"the GGUF cache cannot be used ({exc}); converting {self.gguf_file} directly")
+            return None
+        if slot.problem:
+            gguf_cache.warn(f"GGUF cache entry {slot.folder} is damaged ({slot.problem}); "
+                            f"converting {self.gguf_file} again to rebuild it")
+        return slot
+
+    def _load_cached(self, folder: Path, torch_dtype: Any):
+        """The model and tokenizer from a checked cache entry; None (with a warning) if that fails."""
+        from transformers import AutoModelForCausalLM
+        from transformers.utils import logging as hf_logging
+
+        from gage_plugins_builtin.backends import gguf_cache
+
+        bars = hf_logging.is_progress_bar_enabled()
+        hf_logging.disable_progress_bar()
+        try:
+            model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch_dtype)
+            self._load_tokenizer(str(folder))
+        except Exception as exc:  # noqa: BLE001 - any failure falls back to the GGUF itself
+            gguf_cache.warn(f"cannot load the GGUF cache entry {folder} ({_first_line(exc)}); "
+                            f"converting {self.gguf_file} directly")
+            self.tokenizer = None
+            return None
+        finally:
+            if bars:
+                hf_logging.enable_progress_bar()
+        self.cached_folder = str(folder)
+        return model
 
     def open(self) -> None:
         if self.model is not None:
             return
         import torch
         from transformers import AutoModelForCausalLM
-
-        if self.tokenizer is None:
-            self._load_tokenizer()
 
         if self.device_arg == "auto":
             self.device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -299,10 +345,23 @@ class TransformersBackend(Backend):
         else:
             torch_dtype = getattr(torch, self.dtype)
         torch.manual_seed(self.seed)
-        try:
-            model = AutoModelForCausalLM.from_pretrained(self.pretrained, dtype=torch_dtype, **self._load_kwargs())
-        except (OSError, ValueError) as exc:
-            raise GageError(f"transformers backend: cannot load {self.pretrained}: {_first_line(exc)}") from None
+        slot = self._gguf_slot()
+        model = self._load_cached(slot.folder, torch_dtype) if slot is not None and slot.ready else None
+        if model is None:
+            if self.tokenizer is None:
+                self._load_tokenizer()
+            try:
+                model = AutoModelForCausalLM.from_pretrained(self.pretrained, dtype=torch_dtype,
+                                                             **self._load_kwargs())
+            except (OSError, ValueError) as exc:
+                raise GageError(f"transformers backend: cannot load {self.pretrained}: {_first_line(exc)}") from None
+            # the cache holds float32 weights: only a float32 conversion is saved (any dtype loads from it)
+            if slot is not None and next(model.parameters()).dtype == torch.float32:
+                from gage_plugins_builtin.backends import gguf_cache
+
+                tokenizer = self.tokenizer
+                if slot.build(lambda tmp: gguf_cache.save_converted(model, tokenizer, tmp)) is not None:
+                    self.cached_folder = str(slot.folder)
         model.to(self.device)
         model.eval()
         self.model = model
@@ -342,6 +401,9 @@ class TransformersBackend(Backend):
                "max_length": self.max_length_arg, "seed": self.seed, "max_new_tokens": self.max_new_tokens,
                "add_bos_token": self.add_bos_token, "trust_remote_code": self.trust_remote_code,
                "continuous_batching": self._continuous is not False}
+        if self.gguf_file:
+            out["gguf_cache"] = self.gguf_cache
+            out["gguf_cache_folder"] = self.cached_folder
         if self.revision:
             out["revision"] = self.revision
         if self.model is not None:
