@@ -40,9 +40,10 @@ class Request:
     # images, audio etc. are carried inside messages; this lists the segment
     # types present so a backend can refuse what it cannot take.
     modalities: frozenset[str] = frozenset({"text"})
-    # loglikelihood only: a context whose log-likelihood of each choice (without the delimiter) is
-    # also wanted, for mutual-information scoring. The engine sends it as a second request to the
-    # backend and hands the result to metrics as ``unconditioned_loglikelihoods``; backends ignore it.
+    # loglikelihood only: a context after which the same continuations (delimiter included, as
+    # lm-eval >= 0.4.9 scores them) are also wanted, for mutual-information scoring. The engine sends
+    # it as a second request to the backend and hands the result to metrics as
+    # ``unconditioned_loglikelihoods``; backends ignore it.
     unconditioned: str | None = None
 
 

@@ -594,7 +594,7 @@ class Engine:
             if it.request.kind == LOGLIKELIHOOD and it.request.unconditioned is not None:
                 requests.append(Request(kind=LOGLIKELIHOOD, sample_id=it.request.sample_id,
                                         prompt=it.request.unconditioned,
-                                        continuations=tuple(it.rendered.get("choices") or ())))
+                                        continuations=it.request.continuations))
                 owners.append((it, True))
         waiting: dict[int, int] = {}
         for it, _ in owners:

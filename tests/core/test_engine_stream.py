@@ -105,10 +105,10 @@ def test_unconditioned_scores_come_from_a_second_request(monkeypatch, tmp_path):
     main = [r for r in backend.seen if r.unconditioned is not None]
     aux = [r for r in backend.seen if r.unconditioned is None]
     assert len(main) == len(aux) == 24
-    for m in main:  # the choices, without the delimiter, after the unconditioned context
+    for m in main:  # the same continuations (delimiter included) after the unconditioned context
         twin = next(a for a in aux if a.sample_id == m.sample_id)
         assert twin.kind == LOGLIKELIHOOD and twin.prompt == m.unconditioned == ""
-        assert twin.continuations == tuple(c[1:] for c in m.continuations)
+        assert twin.continuations == m.continuations and m.continuations[0].startswith(" ")
     for r in records:
         pred = r["predict_result"][0]
         assert len(pred["unconditioned_loglikelihoods"]) == 2
