@@ -99,7 +99,7 @@ def sample(**extra) -> dict:
 
 
 def test_no_unconditioned_request_unless_a_metric_needs_it(tmp_path):
-    builder = RequestBuilder(spec(tmp_path), [Accuracy(), NormalizedAccuracy()])
+    builder = RequestBuilder(spec(tmp_path), metrics=[Accuracy(), NormalizedAccuracy()])
     request, rendered = builder.build(sample(unconditioned_input="Answer:"))
     assert request.unconditioned is None
     assert request.continuations == (" x", " yy", " zzz")
@@ -113,7 +113,7 @@ def test_no_unconditioned_request_unless_a_metric_needs_it(tmp_path):
      "Pick one."),
 ])
 def test_unconditioned_context_from_the_sample(tmp_path, extra, expected):
-    builder = RequestBuilder(spec(tmp_path), [Accuracy(), MutualInfoAccuracy()])
+    builder = RequestBuilder(spec(tmp_path), metrics=[Accuracy(), MutualInfoAccuracy()])
     request, _ = builder.build(sample(**extra))
     assert request.unconditioned == expected
     assert request.prompt == "Question: Which?\nAnswer:"
@@ -138,3 +138,29 @@ def test_legacy_fills_unconditioned_input_from_a_field_or_a_constant():
         legacy(unconditioned="nope")(RECORD, row)
     with pytest.raises(ValueError, match="not both"):
         legacy(unconditioned="bare", unconditioned_text="")
+
+
+# --- against lm-evaluation-harness with the real model (heavy: minutes, needs its venv) ------------
+
+@pytest.mark.heavy
+@pytest.mark.slow
+def test_parity_with_lm_eval_on_piqa_rows(shared_data, smollm2_gguf, tmp_path, monkeypatch):
+    """acc, acc_norm and acc_mutual_info of gage-eval equal lm-eval 0.4.13's on the first 40 piqa
+    rows, row by row, with every log-likelihood (conditional and unconditioned) within 1e-3."""
+    import importlib.util as iu
+
+    script = Path(__file__).resolve().parents[2] / "benchmarks" / "mutual_info_parity.py"
+    mod_spec = iu.spec_from_file_location("mutual_info_parity", script)
+    parity = iu.module_from_spec(mod_spec)
+    mod_spec.loader.exec_module(parity)
+    if not (parity.LMEVAL_VENV / "bin" / "python").is_file():
+        pytest.skip(f"needs lm-eval 0.4.13 in a venv at {parity.LMEVAL_VENV} (or $LMEVAL_VENV)")
+    monkeypatch.setattr(parity, "OUT", tmp_path)
+    data = shared_data / "piqa" / "derived" / "validation.jsonl"
+    lm = parity.run_lm_eval(smollm2_gguf, data, 40, "16")
+    gage = parity.run_gage(data, 40)
+    diff = parity.compare(gage, lm)
+    assert all(r.get("error") is None for r in gage["rows"].values())
+    assert diff["rows_differing"] == {m: [] for m in parity.METRICS}
+    assert gage["metrics"] == pytest.approx(lm["metrics"], abs=1e-9)
+    assert diff["max_abs_ll_diff"] < 1e-3 and diff["max_abs_unconditioned_ll_diff"] < 1e-3
