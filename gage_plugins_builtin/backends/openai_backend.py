@@ -25,8 +25,8 @@ OPENAI_API_KEY; unset is fine for local servers), ``concurrency`` (requests in f
 default 32), ``max_tokens`` (when the task sets no max_new_tokens, default 256), ``stream``
 (true: stream replies and record time to first token), ``vision``, ``endpoint`` (auto or
 chat), ``loglikelihood``, ``batch_size`` (rows the engine hands over at once, default 16 x
-concurrency: requests stay in flight for 16 rounds before the window drains and is written;
-a crash loses at most this many answers in flight), and extra HTTP headers as
+concurrency: each window ends in a drain; ``stream()`` hands every answer over as it
+arrives, so an interrupt loses only the requests in flight), and extra HTTP headers as
 ``header_NAME=VALUE`` (e.g. ``header_X-Team=eval``) or a ``headers`` mapping in a run config.
 
 Failure bounds (openai_http.py; benchmarks/README.md "HTTP failure bounds"):
@@ -39,7 +39,7 @@ reply fails its row, unkept); ``max_consecutive_failures`` (default 5, 0 turns i
 ``breaker_seconds`` (default 10): that many failures in a row (connection errors, timeouts,
 5xx, broken replies; one prompt's own failures count once), over at least that long or
 until a request gives up, stop the run. A 401, 403, 404 or model-not-found answer stops it
-at once. Stopping is :class:`~gage_eval.errors.FatalBackendError` from ``run``.
+at once. Stopping is :class:`~gage_eval.errors.FatalBackendError` from ``run`` and ``stream``.
 
 Credentials: the key (sent as ``Authorization: Bearer``), user-info in ``base_url``
 (``http://user:PASS@host/v1``, sent as ``Authorization: Basic``), every header value and
@@ -55,10 +55,13 @@ import base64
 import concurrent.futures
 import json
 import os
+import queue
+import signal
+import threading
 import time
 import urllib.parse
 import urllib.request
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from gage_eval import loglikelihood
 from gage_eval.backend import GENERATE, LOGLIKELIHOOD, Backend, ModelOutput, Request
@@ -229,7 +232,7 @@ class OpenAIBackend(Backend):
         self.secrets: tuple[str, ...] = self.credentials.secrets
         self.concurrency = _number("concurrency", concurrency, int, 1)
         self.max_tokens = _number("max_tokens", max_tokens, int, 1)
-        self.stream = _flag("stream", stream)
+        self.stream_replies = _flag("stream", stream)  # not self.stream: that is Backend.stream
         self.vision = _flag("vision", vision)
         self.endpoint = str(endpoint)
         if self.endpoint not in ENDPOINTS:
@@ -239,9 +242,9 @@ class OpenAIBackend(Backend):
             ({"vision"} if self.vision else set())
         self.capabilities = frozenset(caps)
         if batch_size in (None, "", "auto"):
-            # each window ends in a drain (the last round's slots go idle) and a pause while its
-            # records are written: 4 x concurrency reached 89% of c / latency over 5000 rows at
-            # 64, 16 x 94% (benchmarks/README.md)
+            # each window ends in a drain (the last round's slots go idle): 4 x concurrency
+            # reached 89% of c / latency over 5000 rows at 64, 16 x 94% (benchmarks/README.md,
+            # measured when a window's records were written after it)
             self.max_batch = max(64, 16 * self.concurrency)
         else:
             self.max_batch = _number("batch_size", batch_size, int, 1)
@@ -266,8 +269,10 @@ class OpenAIBackend(Backend):
                    "not_found": "no such endpoint there: check base_url (it usually ends in /v1) and endpoint"})
         self.chat_url = f"{self.base_url}/chat/completions"
         self.completions_url = f"{self.base_url}/completions"
+        # requests run on an event loop of the backend's own, in a thread of its own (see _ensure_loop)
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._session: Any = None  # the aiohttp session of self._loop, kept across run() calls
+        self._thread: threading.Thread | None = None
+        self._session: Any = None  # the aiohttp session of self._loop, kept across calls
         self._no_echo: str | None = None
         self.tokenizer = None if tokenizer in (None, "") else str(tokenizer)
         self._encoder: tuple[Any, int | None] | None = None
@@ -354,52 +359,146 @@ class OpenAIBackend(Backend):
                 "read_timeout_s": p.read_timeout, "max_retries": p.max_retries, "backoff_s": p.backoff,
                 "backoff_max_s": p.backoff_max, "max_response_bytes": p.max_response_bytes,
                 "max_consecutive_failures": p.breaker.limit, "breaker_seconds": p.breaker.min_seconds,
-                "default_generation_length": self.max_tokens, "stream": self.stream, "vision": self.vision,
+                "default_generation_length": self.max_tokens, "stream": self.stream_replies, "vision": self.vision,
                 "endpoint": self.endpoint, "batch_size": self.max_batch, "seed": self.seed,
                 "tokenizer": self.tokenizer,
                 "extra_headers": self.header_names, "proxy": p.proxy is not None}
 
     def close(self) -> None:
-        loop, self._loop = self._loop, None
-        session, self._session = self._session, None
-        if loop is not None and not loop.is_closed():
+        """Cancel whatever is still in flight, close the connections and stop the loop's thread."""
+        loop, thread, session = self._loop, self._thread, self._session
+        self._loop = self._thread = self._session = None
+        if loop is None or loop.is_closed():
+            return
+
+        async def shutdown() -> None:
+            others = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for task in others:
+                task.cancel()
+            await asyncio.gather(*others, return_exceptions=True)
             if session is not None:
-                loop.run_until_complete(session.close())
-            loop.close()
+                await session.close()
+
+        try:
+            asyncio.run_coroutine_threadsafe(shutdown(), loop).result(timeout=30)
+        finally:
+            loop.call_soon_threadsafe(loop.stop)
+            if thread is not None:
+                thread.join(timeout=10)
+            if thread is None or not thread.is_alive():
+                loop.close()
 
     # -- running -------------------------------------------------------------------
     def run(self, requests: Sequence[Request]) -> list[ModelOutput]:
-        """One event loop for the whole run, so connections are reused between batches.
+        """:meth:`stream`'s outputs in the requests' order.
 
         Raises :class:`FatalBackendError` once no further request can succeed (then and on
         every later call): a 401/403/404 or model-not-found answer, or the circuit breaker.
         """
+        outputs: list = [None] * len(requests)
+        for i, out in self.stream(requests):
+            outputs[i] = out
+        return outputs
+
+    def stream(self, requests: Sequence[Request]) -> Iterator[tuple[int, ModelOutput]]:
+        """Each request's output the moment its reply is in (completion order), at most
+        ``concurrency`` requests in flight. The requests go on while the caller holds an
+        output (they run on the backend's own thread), and another call on this backend, a
+        judge's ``run`` say, may run meanwhile.
+
+        :class:`FatalBackendError` is raised once no request can succeed (the outputs given
+        before it stand); the requests still out are then cancelled, as they are when the
+        caller closes the generator early or is interrupted (Ctrl-C, SIGTERM): it ends only
+        when none of its requests is left running.
+        """
         if self.poster.fatal is not None:
             raise self.poster.fatal
-        return self._run_coro(self.arun(requests))
+        if self.model is None:
+            self.model = self._run_coro(self._find_model())
+            self._model_hint()
+        if not requests:
+            return
+
+        def start() -> list:
+            if self._session is None or self._session.closed:
+                self._session = self._new_session()
+            slots = Slots(self._session, self.concurrency)
+            return [self._one(slots, r) for r in requests]
+
+        tasks, arrived = self._submit(start)
+        try:
+            for _ in range(len(tasks)):
+                i = _take(arrived)
+                task = tasks[i]
+                if task.cancelled():  # close() from elsewhere
+                    raise FatalBackendError("openai backend: closed while requests were in flight")
+                if task.exception() is not None:
+                    raise task.exception()  # FatalBackendError: _one turns every other failure into an output
+                yield i, task.result()
+        finally:
+            self._cancel(tasks)
+
+    def _ensure_loop(self) -> asyncio.AbstractEventLoop:
+        """The backend's event loop, running in a daemon thread, started on first use.
+
+        The loop runs on while the caller works between two outputs of :meth:`stream` (writing
+        rows, asking a judge), so replies are read as they come and no deadline runs out
+        unattended. Connections are kept across calls. Ctrl-C and SIGTERM go to the main
+        thread, which cancels its requests (:meth:`_cancel`).
+        """
+        if self._loop is None or self._loop.is_closed():
+            loop = asyncio.new_event_loop()
+            eager_body_writes(loop)
+            started = threading.Event()
+
+            def serve() -> None:
+                if hasattr(signal, "pthread_sigmask"):
+                    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+                asyncio.set_event_loop(loop)
+                loop.call_soon(started.set)
+                loop.run_forever()
+
+            thread = threading.Thread(target=serve, name="gage-openai-loop", daemon=True)
+            thread.start()
+            started.wait()
+            self._loop, self._thread = loop, thread
+        return self._loop
+
+    def _submit(self, make: Callable[[], list]) -> tuple[list[asyncio.Task], queue.SimpleQueue]:
+        """Start the coroutines ``make()`` returns (called on the loop) as tasks of the backend's
+        loop; each task's position goes into the returned queue when it ends."""
+        arrived: queue.SimpleQueue = queue.SimpleQueue()
+
+        async def start() -> list[asyncio.Task]:
+            tasks = [asyncio.ensure_future(c) for c in make()]
+            for k, task in enumerate(tasks):
+                task.add_done_callback(lambda _, k=k: arrived.put(k))
+            return tasks
+
+        return _result(asyncio.run_coroutine_threadsafe(start(), self._ensure_loop())), arrived
+
+    def _cancel(self, tasks: Sequence[asyncio.Task]) -> None:
+        """Cancel the tasks not yet done and wait until each has ended (its connection released)."""
+        loop = self._loop
+        if loop is not None and not loop.is_closed() and not all(t.done() for t in tasks):
+            async def stop() -> None:
+                for task in tasks:
+                    task.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
+
+            _result(asyncio.run_coroutine_threadsafe(stop(), loop))
+        for task in tasks:  # a fatal error is raised once; the others that carry it count as seen
+            if task.done() and not task.cancelled():
+                task.exception()
 
     def _run_coro(self, coro: Any) -> Any:
+        """Run one coroutine on the backend's loop and wait for it; interrupted, it is cancelled."""
+        (task,), arrived = self._submit(lambda: [coro])
         try:
-            asyncio.get_running_loop()
-        except RuntimeError:
-            if self._loop is None or self._loop.is_closed():
-                self._loop = asyncio.new_event_loop()
-                eager_body_writes(self._loop)
-            try:
-                return self._loop.run_until_complete(coro)
-            except KeyboardInterrupt:  # Ctrl-C: let the requests in flight end cleanly, then stop
-                pending = asyncio.all_tasks(self._loop)
-                for task in pending:
-                    task.cancel()
-                self._loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
-                raise
-
-        async def in_thread() -> Any:  # called inside someone's event loop: run ours in a thread
-            eager_body_writes(asyncio.get_running_loop())
-            return await coro
-
-        with concurrent.futures.ThreadPoolExecutor(1) as pool:
-            return pool.submit(asyncio.run, in_thread()).result()  # its exception is raised here
+            _take(arrived)
+        finally:
+            self._cancel([task])
+        return task.result()
 
     def _new_session(self) -> Any:
         aiohttp = self.aiohttp
@@ -410,15 +509,14 @@ class OpenAIBackend(Backend):
                                      timeout=self.poster.client_timeout(aiohttp))
 
     async def arun(self, requests: Sequence[Request]) -> list[ModelOutput]:
+        """For callers with an event loop of their own: the requests run on it, with a session that
+        closes with the call (the engine uses :meth:`stream`, on the backend's own loop)."""
+        if self.poster.fatal is not None:
+            raise self.poster.fatal
         if self.model is None:
             self.model = await self._find_model()
             self._model_hint()
-        own = asyncio.get_running_loop() is self._loop
-        session = self._session if own else None
-        if session is None or session.closed:
-            session = self._new_session()
-            if own:  # a caller's own loop gets a session that closes with the call
-                self._session = session
+        session = self._new_session()
         slots = Slots(session, self.concurrency)
         tasks = [asyncio.ensure_future(self._one(slots, r)) for r in requests]
         try:
@@ -431,8 +529,7 @@ class OpenAIBackend(Backend):
             for t in tasks:  # after a fatal answer, the requests still out are dropped
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
-            if session is not self._session:
-                await session.close()
+            await session.close()
 
     async def _one(self, slots: Slots, req: Request) -> ModelOutput:
         try:
@@ -461,11 +558,11 @@ class OpenAIBackend(Backend):
         else:
             body = {"model": self.model, "prompt": req.prompt or "", **params}
             url = self.completions_url
-        if self.stream:
+        if self.stream_replies:
             body["stream"] = True
             body["stream_options"] = {"include_usage": True}  # OpenAI and vLLM then send usage last
         reply = await self.poster.post(slots, url, body, lambda data: (data, payload.reply_text(data, chat)),
-                                       stream=self.stream)
+                                       stream=self.stream_replies)
         data, text = reply.value
         i, o = payload.usage(data)
         choice = data["choices"][0]
@@ -531,6 +628,24 @@ class OpenAIBackend(Backend):
                             f"on it, or set loglikelihood=false to refuse them up front)"
             raise RequestFailed(self._no_echo) from None
         return (*reply.value, reply.attempts)
+
+
+def _take(arrived: queue.SimpleQueue) -> Any:
+    """The next item, waiting in short slices so Ctrl-C is seen on every platform."""
+    while True:
+        try:
+            return arrived.get(timeout=0.5)
+        except queue.Empty:
+            continue
+
+
+def _result(future: Any) -> Any:
+    """A concurrent future's result, waiting in short slices so Ctrl-C is seen on every platform."""
+    while True:
+        try:
+            return future.result(timeout=0.5)
+        except concurrent.futures.TimeoutError:
+            continue
 
 
 def openai_backend(**kwargs: Any) -> OpenAIBackend:

@@ -13,6 +13,7 @@ The fake model:
 
 Faults: a prompt holding ``[[faults:429,reset,garbage]]`` gets those faults on its
 first, second and third attempts and a normal reply after; ``500*3`` repeats one.
+A prompt holding ``[[delay:2.5]]`` is answered that many seconds late (after ``latency``).
 ``FakeServer(fault=KIND)`` gives every completion request that fault (a prompt's own
 directive still wins; ``fault_models=True`` gives it ``GET /models`` too).
 Kinds: 429 (with ``Retry-After``), 401, 403, any other status code (an error reply with
@@ -44,7 +45,7 @@ import time
 from typing import Any
 
 TOKEN = re.compile(r"\s*\S+|\s+$")
-DIRECTIVE = re.compile(r"\[\[(say|faults):([^\]]*)\]\]")
+DIRECTIVE = re.compile(r"\[\[(say|faults|delay):([^\]]*)\]\]")
 TOP_TOKEN, TOP_LOGPROB = " the", -0.5
 REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found",
            429: "Too Many Requests", 500: "Internal Server Error", 503: "Service Unavailable"}
@@ -250,6 +251,9 @@ class FakeServer:
         try:
             if self.latency:
                 await asyncio.sleep(self.latency)
+            delay = [float(m.group(2)) for m in DIRECTIVE.finditer(prompt) if m.group(1) == "delay"]
+            if delay:
+                await asyncio.sleep(delay[0])
             if fault is not None:
                 return await self._fault(fault, writer, headers)
             if chat:
