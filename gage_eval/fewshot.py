@@ -5,14 +5,16 @@ task's own dataset (``split``); its rows go through the task's preprocessor and 
 like the evaluated rows, and a row that fails them fails the task (a silently smaller pool
 would change which examples are drawn).
 
-Sampling follows lm-evaluation-harness, so the same pool, rows and seed give the same examples:
+Sampling follows lm-evaluation-harness (0.4.x), so the same pool, rows and seed give the same examples:
 
 - ``random`` (the default): one ``random.Random(seed)`` stream per task; the row at position
-  ``i`` of the data gets the ``i``-th draw of ``rnd.sample(pool, K)``. When the source is the
-  evaluated data itself, each draw takes ``K + 1`` and the evaluated sample is dropped from
-  it (compared by content: messages, options, references), keeping the first ``K``.
-- ``first_n``: the first ``K`` rows of the pool (without the evaluated sample when the
-  source is the evaluated data), the same for every row.
+  ``i`` of the data gets the ``i``-th draw of ``rnd.sample(pool, K + 1)``, from which the
+  evaluated sample is dropped (compared by content: messages, options, references) and the
+  first ``K`` are kept. lm-eval draws ``K + 1`` this way whenever a task's ``fewshot_split``
+  equals its ``test_split`` (piqa, hellaswag and most tasks evaluated on a validation split
+  set neither); for a task with a test split and another few-shot split it draws ``K``, so
+  such a task's examples differ from lm-eval's.
+- ``first_n``: the first ``K`` rows of the pool other than the evaluated sample.
 
 Draws depend only on the seed and the row's position, never on which rows were run before,
 so a resumed run gets the same examples (the stream is replayed up to the position asked).
@@ -65,57 +67,54 @@ class FewShotSampler:
     """Draws the examples of each evaluated row from a pool of samples (see the module docstring)."""
 
     def __init__(self, pool: Sequence[dict], k: int, *, sampler: str = "random", seed: int = 1234,
-                 same_source: bool = False, where: str = "the few-shot source"):
+                 where: str = "the few-shot source"):
         if sampler not in SAMPLERS:
             raise GageError(f"{where}: sampler {sampler!r} is not one of {', '.join(SAMPLERS)}")
-        need = k + 1 if same_source and sampler == "random" else k
+        need = k + 1 if sampler == "random" else k
         if need > len(pool):
-            extra = (f" ({k} + 1 are drawn because the source is the evaluated data itself, to leave the "
-                     f"evaluated sample out)") if need > k else ""
+            extra = " (K + 1 are drawn for each row, to leave the evaluated sample out)" if need > k else ""
             raise GageError(f"--num-fewshot {k}: {where} has only {len(pool)} rows{extra}; "
                             f"ask for fewer examples or give a larger source")
         self.pool = list(pool)
         self.k = k
         self.sampler = sampler
         self.seed = seed
-        self.same_source = same_source
-        self._keys = [content_key(s) for s in self.pool] if same_source else []
+        self._keys = [content_key(s) for s in self.pool]
         self._positions = list(range(len(self.pool)))
         self._rnd: random.Random | None = None
         self._next = 0  # the row position the stream's next draw belongs to
         self._last: tuple[int, list[int]] | None = None
 
     def examples(self, sample: Mapping[str, Any], index: int) -> list[dict]:
-        """The ``k`` example samples for the evaluated ``sample`` at data position ``index``."""
+        """The ``k`` example samples for the evaluated ``sample`` at data position ``index``.
+        Raises ValueError when leaving out copies of the sample leaves fewer than ``k``."""
         if self.k <= 0:
             return []
-        if self.sampler == "first_n":
-            chosen = self._positions
-        else:
-            chosen = self._draw(index)
-        if self.same_source:
-            own = content_key(sample)
-            chosen = [p for p in chosen if self._keys[p] != own]
-        return [self.pool[p] for p in chosen[:self.k]]
+        chosen = self._positions if self.sampler == "first_n" else self._draw(index)
+        own = content_key(sample)
+        chosen = [p for p in chosen if self._keys[p] != own][:self.k]
+        if len(chosen) < self.k:
+            raise ValueError(f"only {len(chosen)} few-shot examples are left once the copies of this sample "
+                             f"are left out, and {self.k} were asked for")
+        return [self.pool[p] for p in chosen]
 
     def _draw(self, index: int) -> list[int]:
         if self._last is not None and self._last[0] == index:
             return self._last[1]
         if self._rnd is None or index < self._next:
             self._rnd, self._next = random.Random(self.seed), 0
-        n = self.k + 1 if self.same_source else self.k
         while self._next < index:  # replay the draws of the rows before (a resumed or skipped-to row)
-            self._rnd.sample(self._positions, n)
+            self._rnd.sample(self._positions, self.k + 1)
             self._next += 1
-        drawn = self._rnd.sample(self._positions, n)
+        drawn = self._rnd.sample(self._positions, self.k + 1)
         self._next += 1
         self._last = (index, drawn)
         return drawn
 
 
-def load_pool(spec: TaskSpec, config: FewShotConfig, registry: Any) -> tuple[list[dict], bool, str]:
-    """The pool's samples, whether the source is the evaluated data itself, and a description of
-    the source for messages. Every failure is a GageError naming the task file's ``fewshot`` key."""
+def load_pool(spec: TaskSpec, config: FewShotConfig, registry: Any) -> tuple[list[dict], str]:
+    """The pool's samples and a description of the source for messages. Every failure is a
+    GageError naming the task file's ``fewshot`` key."""
     from gage_eval.rows import RowChecker
     from gage_eval.tasks import dataset_for_path
 
@@ -130,11 +129,9 @@ def load_pool(spec: TaskSpec, config: FewShotConfig, registry: Any) -> tuple[lis
             dataset = dataset_for_path(str(path))
         except GageError as exc:
             raise GageError(f"{where}.path: {exc}") from None
-        same = _same_file(dataset, spec)
         described = f"the few-shot file {path}"
     else:
         args = dict(raw_dataset.get("args") or {})
-        same = spec.dataset == raw_dataset and args.get("split", "train") == config.split
         args["split"] = config.split
         dataset = {"loader": raw_dataset.get("loader"), "args": args}
         described = f"split {config.split!r} of the task's dataset"
@@ -153,27 +150,7 @@ def load_pool(spec: TaskSpec, config: FewShotConfig, registry: Any) -> tuple[lis
             pool.append(row.sample)
     finally:
         checker.close()
-    return pool, same, described
-
-
-def _same_file(dataset: Mapping[str, Any], spec: TaskSpec) -> bool:
-    """Whether a few-shot file is the file the task evaluates (after any --data)."""
-    def files(section: Mapping[str, Any]) -> set[Path]:
-        args = section.get("args") or {}
-        found = [args["path"]] if section.get("loader") == "jsonl" and "path" in args else []
-        data_files = args.get("data_files")
-        if isinstance(data_files, str):
-            found.append(data_files)
-        elif isinstance(data_files, list):
-            found.extend(data_files)
-        out = set()
-        for f in found:
-            p = Path(str(f)).expanduser()
-            out.add((p if p.is_absolute() else spec.folder / p).resolve())
-        return out
-
-    mine = files(dataset)
-    return bool(mine) and mine == files(spec.dataset)
+    return pool, described
 
 
 def _build(registry: Any, kind: str, name: Any, where: str, **kwargs: Any) -> Any:

@@ -94,7 +94,7 @@ class RequestBuilder:
                 from gage_eval.plugins import load_plugins
 
                 registry = load_plugins()[1]
-            pool, same, described = load_pool(spec, config, registry)
+            pool, described = load_pool(spec, config, registry)
             if self.kind == LOGLIKELIHOOD:
                 for shot in pool:
                     if _gold_index(shot) is None:
@@ -102,7 +102,7 @@ class RequestBuilder:
                                         f"no answer among its options, so it cannot be a solved example")
             seed = config.seed if config.seed is not None else int(getattr(options, "seed", 1234))
             self.sampler = FewShotSampler(pool, self.num_fewshot, sampler=config.sampler, seed=seed,
-                                          same_source=same, where=f"task {spec.name!r}: {described}")
+                                          where=f"task {spec.name!r}: {described}")
         self._next_index = 0
 
     def variables(self, sample: Mapping[str, Any], messages: list[dict]) -> dict:
