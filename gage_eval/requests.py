@@ -24,7 +24,8 @@ its flags of the same names:
   model's chat template (:func:`gage_eval.loglikelihood.request_context`), and the choices
   follow without the target delimiter, as lm-eval does.
 - ``fewshot_as_multiturn`` (chat only): each example is a user turn and an assistant turn;
-  without it the examples and the question share one user turn.
+  without it the examples and the question share one user turn. ``None`` means "whenever the
+  chat template is applied", lm-eval 0.4.13's default.
 """
 from __future__ import annotations
 
@@ -74,7 +75,8 @@ class RequestBuilder:
         self.unconditioned = any(getattr(m, "needs_unconditioned", False) for m in metrics)
         self.gen_override: dict = normalized_gen(getattr(options, "gen_kwargs", None))
         self.system_prompt: str | None = getattr(options, "system_prompt", None) or None
-        self.multiturn = bool(getattr(options, "fewshot_as_multiturn", False))
+        multiturn = getattr(options, "fewshot_as_multiturn", False)  # None: with the chat template (lm-eval 0.4.13)
+        self.multiturn = self.chat if multiturn is None else bool(multiturn)
         if self.multiturn and not self.chat:
             raise GageError(f"task {spec.name!r} ({task_file}): --fewshot-as-multiturn puts each example in a "
                             f"chat turn of its own and needs the chat template: add --apply-chat-template "

@@ -122,6 +122,8 @@ def test_multiturn_few_shot_needs_the_chat_template():
     with pytest.raises(GageError, match="--fewshot-as-multiturn .*needs the chat template.*--apply-chat-template"):
         RequestBuilder(read_task_file(PIQA), options(fewshot_as_multiturn=True))
     RequestBuilder(read_task_file(PIQA), options(fewshot_as_multiturn=True, apply_chat_template=True))
+    assert not RequestBuilder(read_task_file(PIQA), options(fewshot_as_multiturn=None)).multiturn
+    assert RequestBuilder(read_task_file(PIQA), options(fewshot_as_multiturn=None, apply_chat_template=True)).multiturn
 
 
 class _Template:
