@@ -7,7 +7,7 @@ choice is also scored after the empty context, as lm-eval does); lm-eval runs a 
 with lm-eval's piqa prompt in its own venv (default /work/venv-lmeval, or $LMEVAL_VENV), offline.
 
     python benchmarks/mutual_info_parity.py [--data ../shared/data/piqa/derived/validation.jsonl]
-        [--limit 200] [--skip-lm-eval] [--skip-gage]
+        [--limit 200] [--skip-lm-eval] [--skip-gage | --gage-run RUN_FOLDER]
 
 Prints the three metrics of both harnesses, the largest per-row difference of the conditional and
 the unconditioned log-likelihoods, and the rows whose acc_mutual_info differs; writes
@@ -101,18 +101,23 @@ def run_gage(data: Path, limit: int) -> dict:
            "--include-path", str(ROOT / "tests" / "data" / "piqa_mi"), "--data", f"piqa_mi={data}",
            "--model", "smollm2", "--limit", str(limit), "-o", str(out), "--run-id", run_id, "--quiet"]
     wall = timed_run(cmd, cwd=ROOT)
-    run = out / run_id
+    return read_gage(out / run_id, wall)
+
+
+def read_gage(run: Path, wall: float | None = None) -> dict:
+    """A gage-eval run folder's metrics and rows (by row index)."""
     task = json.loads((run / "summary.json").read_text())["tasks"]["piqa_mi"]
     rows = {}
-    for i, line in enumerate((run / "samples" / "piqa_mi.jsonl").open()):
+    for line in (run / "samples" / "piqa_mi.jsonl").open():  # written as rows finish: any order
         rec = json.loads(line)
+        i = int(str(rec["id"]).rsplit("-", 1)[1])  # the legacy preprocessor's id: TASK-ROWINDEX
         pr = (rec.get("predict_result") or [{}])[0]
         got = (rec.get("eval_result") or {}).get("metrics") or {}
         rows[i] = {"lls": pr.get("loglikelihoods"), "uncond": pr.get("unconditioned_loglikelihoods"),
                    **{m: (got.get(m) or {}).get("value") for m in METRICS},
                    "error": (rec.get("eval_result") or {}).get("error")}
     return {"metrics": {m: (task["metrics"].get(m) or {}).get("value") for m in METRICS},
-            "wall_s": round(wall, 1), "rows": rows, "run_dir": str(run)}
+            "wall_s": None if wall is None else round(wall, 1), "rows": rows, "run_dir": str(run)}
 
 
 def compare(gage: dict, lm: dict) -> dict:
@@ -135,6 +140,7 @@ def main() -> None:
     ap.add_argument("--lm-eval-batch", default="16")
     ap.add_argument("--skip-lm-eval", action="store_true")
     ap.add_argument("--skip-gage", action="store_true")
+    ap.add_argument("--gage-run", type=Path, help="read this gage-eval run folder instead of running")
     args = ap.parse_args()
     data = args.data.resolve()
     if not data.is_file():
@@ -146,12 +152,15 @@ def main() -> None:
     gguf = smollm2_gguf()
     if not args.skip_lm_eval:
         report["lm_eval"] = run_lm_eval(gguf, data, args.limit, args.lm_eval_batch)
-    if not args.skip_gage:
+    if args.gage_run:
+        report["gage_eval"] = read_gage(args.gage_run.resolve())
+    elif not args.skip_gage:
         report["gage_eval"] = run_gage(data, args.limit)
     for who in ("lm_eval", "gage_eval"):
         if who in report:
             m, w = report[who]["metrics"], report[who]["wall_s"]
-            print(f"{who:9s} " + "  ".join(f"{k} {v}" for k, v in m.items()) + f"  wall {w}s")
+            print(f"{who:9s} " + "  ".join(f"{k} {v:.4f}" for k, v in m.items() if v is not None)
+                  + ("" if w is None else f"  wall {w}s"))
     if "lm_eval" in report and "gage_eval" in report:
         # json keys are strings once saved; compare on ints
         for who in ("lm_eval", "gage_eval"):

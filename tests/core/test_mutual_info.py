@@ -2,6 +2,7 @@
 context, and the legacy preprocessor's unconditioned_input arguments."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -138,6 +139,35 @@ def test_legacy_fills_unconditioned_input_from_a_field_or_a_constant():
         legacy(unconditioned="nope")(RECORD, row)
     with pytest.raises(ValueError, match="not both"):
         legacy(unconditioned="bare", unconditioned_text="")
+
+
+# --- through the engine (dummy backend) -----------------------------------------------------------
+
+TASKS = Path(__file__).resolve().parents[1] / "data"
+
+
+def _records(run: Path, task: str) -> list[dict]:
+    return [json.loads(line) for line in (run / "samples" / f"{task}.jsonl").read_text().splitlines()]
+
+
+def test_engine_run_scores_each_row_from_its_recorded_scores(tmp_path, run_cli):
+    result = run_cli("--tasks", "piqa_mi", "--include-path", TASKS, "--model", "dummy", "-o", tmp_path,
+                     "--run-id", "r", "--quiet")
+    assert result.exit_code == 0, result.output
+    records = _records(tmp_path / "r", "piqa_mi")
+    assert records
+    for rec in records:
+        pred = rec["predict_result"][0]
+        pmi = [c - u for c, u in zip(pred["loglikelihoods"], pred["unconditioned_loglikelihoods"])]
+        pick = rec["options"][max(range(len(pmi)), key=pmi.__getitem__)]["id"]
+        assert rec["eval_result"]["metrics"]["acc_mutual_info"]["value"] == float(pick == rec["label"])
+
+
+def test_a_task_without_the_metric_sends_no_unconditioned_request(tmp_path, run_cli):
+    result = run_cli("--tasks", "piqa", "--model", "dummy", "--limit", 5, "-o", tmp_path, "--run-id", "r", "--quiet")
+    assert result.exit_code == 0, result.output
+    assert all("unconditioned_loglikelihoods" not in rec["predict_result"][0]
+               for rec in _records(tmp_path / "r", "piqa"))
 
 
 # --- against lm-evaluation-harness with the real model (heavy: minutes, needs its venv) ------------
