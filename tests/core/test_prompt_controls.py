@@ -207,7 +207,7 @@ def test_chat_log_likelihoods_equal_lm_evals(tmp_path, smollm2, case, controls):
     outputs = smollm2.run(requests)
     for out, lm in zip(outputs, expected):
         assert out.error is None, out.error
-        assert out.loglikelihoods == pytest.approx(lm["loglikelihoods"], abs=2e-3)
+        assert out.loglikelihoods == pytest.approx(lm["loglikelihoods"], abs=1e-3)  # measured: 2e-5
     plain = smollm2.run([r for r, _ in built(_split_pool_task(tmp_path / "plain"), num_fewshot=2,
                                                 **controls if "system_prompt" in controls else {})[:1]])
     assert plain[0].loglikelihoods != pytest.approx(outputs[0].loglikelihoods, abs=0.5)  # the switch matters
