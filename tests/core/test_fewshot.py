@@ -9,7 +9,6 @@ import pytest
 
 from gage_eval import hookimpl
 from gage_eval.engine import Engine, RunOptions, TaskRun
-from gage_eval.errors import GageError
 from gage_eval.fewshot import FewShotSampler
 from gage_eval.plugins import load_plugins, register_plugin, reset_plugins
 from gage_eval.rows import RowChecker

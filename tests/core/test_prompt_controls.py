@@ -102,7 +102,8 @@ def test_gen_kwargs_leave_log_likelihood_requests_alone():
 def test_apply_chat_template_on_a_log_likelihood_task():
     request, rendered = RequestBuilder(read_task_file(PIQA), options(apply_chat_template=True)).build(PIQA_ROW)
     assert request.kind == LOGLIKELIHOOD and request.chat and request.prompt is None
-    assert request.messages == ({"role": "user", "content": [{"type": "text", "text": "Question: Open a jar.\nAnswer:"}]},)
+    assert request.messages == ({"role": "user",
+                                 "content": [{"type": "text", "text": "Question: Open a jar.\nAnswer:"}]},)
     assert request.continuations == ("Twist the lid.", "Freeze it.")  # no target delimiter, as lm-eval
     assert rendered["prompt"] == "Question: Open a jar.\nAnswer:"
     plain, _ = RequestBuilder(read_task_file(PIQA), options(apply_chat_template=False)).build(PIQA_ROW)
