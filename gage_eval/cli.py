@@ -151,7 +151,9 @@ class PluginGroup(click.Group):
                    "seed, do_sample, stop (stop=TEXT or stop=[\"A\",\"B\"]).")
 @click.option("--num-fewshot", type=click.IntRange(min=0), default=None,
               help="Few-shot examples per prompt, drawn (seeded) from the task's few-shot source.")
-@click.option("--fewshot-as-multiturn", is_flag=True, help="Few-shot examples as chat turns (with a chat template).")
+@click.option("--fewshot-as-multiturn/--no-fewshot-as-multiturn", default=None,
+              help="Few-shot examples as chat turns, or all in one user turn (default: chat turns whenever "
+                   "the chat template is on, as lm-eval does).")
 @click.option("--apply-chat-template/--no-apply-chat-template", default=None,
               help="Format prompts with the model's chat template, log-likelihood tasks too (default: the task's "
                    "request.chat).")

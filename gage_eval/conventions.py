@@ -161,8 +161,8 @@ def _switch(given: str, name: str, value: str | None, take, peek, commands) -> l
                 value = take()
     if value is None or value.lower() in TRUE_WORDS:
         return [name]
-    if value.lower() in FALSE_WORDS:  # off is --fewshot-as-multiturn's default
-        return ["--no-apply-chat-template"] if name == "--apply-chat-template" else []
+    if value.lower() in FALSE_WORDS:
+        return ["--no-" + name[2:]]
     if name == "--apply-chat-template":
         raise GageError(f"{given} {value}: named chat templates are not supported; --apply-chat-template uses "
                         f"the model's own chat template (its tokenizer's)")

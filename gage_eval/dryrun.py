@@ -38,7 +38,8 @@ def dry_run(options: RunOptions, rows: int = 3, echo: Callable[[str], Any] = cli
         backend = make_backend(registry, options.model, options.model_args, options.batch_size, options.seed)
         secrets = tuple(getattr(backend, "secrets", ()) or ())
         model_line = f"model: {options.model} ({backend.model_id})"
-        _check_capabilities([tr.spec for tr in runs if not tr.failure], backend, options.model)
+        _check_capabilities([tr.spec for tr in runs if not tr.failure], backend, options.model,
+                            chat=options.apply_chat_template)
     except GageError as exc:  # shown with the prompts, and the status says a run would stop here
         model_line = f"model: {options.model}: ERROR: {strip_credentials(mask(str(exc), secrets))}"
         status = 2

@@ -55,7 +55,7 @@ class RunOptions:
     system_prompt: str | None = None
     gen_kwargs: dict = field(default_factory=dict)  # merged over each task's request.generation
     num_fewshot: int | None = None
-    fewshot_as_multiturn: bool = False
+    fewshot_as_multiturn: bool | None = None  # None: multi-turn whenever the chat template is on (lm-eval)
     apply_chat_template: bool | None = None  # None: the task's request.chat
     strip_reasoning: bool = False  # score the text after the last </think>; the raw text stays in the record
     quiet: bool = False
@@ -275,12 +275,19 @@ class TaskRun:
         }
 
 
-def _check_capabilities(tasks: list[TaskSpec], backend: Backend, model: str, role: str = "model") -> None:
+def _check_capabilities(tasks: list[TaskSpec], backend: Backend, model: str, role: str = "model",
+                        chat: bool | None = None) -> None:
+    """Refuse, before anything loads, a task the backend cannot do; ``chat`` is --apply-chat-template
+    (True: every task's prompts go through the chat template; False: none do; None: as the task says)."""
     for spec in tasks:
-        missing = spec.capabilities_needed() - set(backend.capabilities)
+        needed = spec.capabilities_needed()
+        if chat is not None and role == "model":
+            needed = needed | {"chat"} if chat else needed - {"chat"}
+        missing = needed - set(backend.capabilities)
         if missing:
+            why = " (--apply-chat-template)" if chat and "chat" in missing else ""
             raise GageError(
-                f"task {spec.name!r} needs {', '.join(sorted(missing))}, which {role} {model!r} "
+                f"task {spec.name!r} needs {', '.join(sorted(missing))}{why}, which {role} {model!r} "
                 f"({backend.model_id}) does not support (it supports: "
                 f"{', '.join(sorted(backend.capabilities)) or 'nothing'}); pick another model or backend")
 
@@ -404,7 +411,7 @@ class Engine:
                                              opts.seed)
             _check_capabilities([tr.spec for tr in ready if tr.judge], judge_backend,
                                 opts.judge_model or opts.model, role="judge model")
-        _check_capabilities([tr.spec for tr in ready], backend, opts.model)
+        _check_capabilities([tr.spec for tr in ready], backend, opts.model, chat=opts.apply_chat_template)
         self.secrets = tuple(getattr(backend, "secrets", ()) or ()) + tuple(getattr(judge_backend, "secrets", ()) or ())
         self._check_inputs(ready)
         if not self.resume:

@@ -101,7 +101,7 @@ def _check_override(p: Path, where: str, task: dict) -> None:
 def build_options(*, tasks, model, model_args, judge_model, judge_args, batch_size, limit, output_dir, run_id,
                   include_paths, data, config_file, seed, fail_fast, quiet, command, max_error_rate=None,
                   allow_paths=(), allow_urls=False, device=None, system_prompt=None, gen_kwargs=None,
-                  num_fewshot=None, fewshot_as_multiturn=False, apply_chat_template=None,
+                  num_fewshot=None, fewshot_as_multiturn=None, apply_chat_template=None,
                   strip_reasoning=False) -> RunOptions:
     from gage_eval.cli import parse_kv, parse_value
 
@@ -161,7 +161,8 @@ def build_options(*, tasks, model, model_args, judge_model, judge_args, batch_si
         system_prompt=system_prompt if system_prompt is not None else cfg.get("system_prompt"),
         gen_kwargs={**(cfg.get("gen_kwargs") or {}), **parse_gen_kwargs(gen_kwargs)},
         num_fewshot=num_fewshot if num_fewshot is not None else cfg.get("num_fewshot"),
-        fewshot_as_multiturn=fewshot_as_multiturn or bool(cfg.get("fewshot_as_multiturn")),
+        fewshot_as_multiturn=(fewshot_as_multiturn if fewshot_as_multiturn is not None
+                              else cfg.get("fewshot_as_multiturn")),
         apply_chat_template=(apply_chat_template if apply_chat_template is not None
                              else cfg.get("apply_chat_template")),
         strip_reasoning=strip_reasoning or bool(cfg.get("strip_reasoning")),
@@ -310,7 +311,7 @@ def resumed_options(run_dir: Path, given: dict) -> RunOptions:
     stored = load_options(run_dir)
     flags = {k: v for k, v in given.items()  # (0 is a value given; False is an unset switch, but not
              if k not in ("command", "output_dir", "run_id") and v is not None  # --no-apply-chat-template)
-             and (v is not False or k == "apply_chat_template")
+             and (v is not False or k in ("apply_chat_template", "fewshot_as_multiturn"))
              and not (isinstance(v, (str, list, tuple)) and not v)}
     explicit = set(RESUME_CHECKED) if "config_file" in flags else set(flags)
     diffs, supplied = [], {}
@@ -349,7 +350,7 @@ def _unset() -> dict:
     return dict(tasks=None, model=None, model_args=None, judge_model=None, judge_args=None, batch_size=None,
                 limit=None, output_dir=None, run_id=None, include_paths=(), data=(), config_file=None, seed=None,
                 fail_fast=False, max_error_rate=None, allow_paths=(), allow_urls=False, device=None,
-                system_prompt=None, gen_kwargs=None, num_fewshot=None, fewshot_as_multiturn=False,
+                system_prompt=None, gen_kwargs=None, num_fewshot=None, fewshot_as_multiturn=None,
                 apply_chat_template=None, strip_reasoning=False)
 
 

@@ -46,7 +46,7 @@ def test_switches_in_lm_eval_form():
     assert tr("--apply_chat_template=false") == ["--no-apply-chat-template"]
     assert tr("--apply_chat_template", "tasks") == ["--apply-chat-template", "tasks"]  # a sub-command stays
     assert tr("--fewshot_as_multiturn", "true") == ["--fewshot-as-multiturn"]
-    assert tr("--fewshot_as_multiturn=false") == []
+    assert tr("--fewshot_as_multiturn=false") == ["--no-fewshot-as-multiturn"]
     with pytest.raises(GageError, match="named chat templates are not supported"):
         tr("--apply_chat_template", "chatml")
 
@@ -334,7 +334,7 @@ def stored_run(run_cli, tmp_path) -> Path:
     (["--system-prompt", "Hi"], "system_prompt: None -> 'Hi'"),
     (["--apply-chat-template"], "apply_chat_template: None -> True"),
     (["--no-apply-chat-template"], "apply_chat_template: None -> False"),
-    (["--fewshot-as-multiturn"], "fewshot_as_multiturn: False -> True"),
+    (["--fewshot-as-multiturn"], "fewshot_as_multiturn: None -> True"),
     (["--device", "cpu"], "model_args.device: None -> 'cpu'"),
 ])
 def test_resume_refuses_a_different_prompt_control(run_cli, stored_run, args, diff):

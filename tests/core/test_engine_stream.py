@@ -124,3 +124,19 @@ def test_an_unconditioned_request_that_fails_errors_its_row(monkeypatch, tmp_pat
     summary, records = run_with(monkeypatch, tmp_path, FailAux(), task="piqa_mi", include=[ROOT / "tests" / "data"])
     assert summary["tasks"]["piqa_mi"]["counts"]["errored"] == 24
     assert all("unconditioned scores: aux failed" in r["eval_result"]["error"]["message"] for r in records)
+
+
+def test_apply_chat_template_is_checked_against_the_model_before_anything_loads():
+    from gage_eval.engine import _check_capabilities
+    from gage_eval.errors import GageError
+    from gage_eval.tasks import read_task_file
+
+    class NoChat(Backend):
+        capabilities = frozenset({"loglikelihood", "generate"})
+        model_id = "plain-lm"
+
+    piqa = read_task_file(ROOT / "tasks" / "piqa")
+    _check_capabilities([piqa], NoChat(), "plain")  # the task's own setting: no chat needed
+    _check_capabilities([piqa], NoChat(), "plain", chat=False)
+    with pytest.raises(GageError, match=r"needs chat \(--apply-chat-template\), which model 'plain'"):
+        _check_capabilities([piqa], NoChat(), "plain", chat=True)
