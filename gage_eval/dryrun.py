@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, fields
+from pathlib import Path
 from typing import Any, Callable
 
 import click
@@ -21,7 +22,6 @@ from gage_eval.engine import (EXIT_ROW_ERRORS, EXIT_TASK_FAILED, RunOptions, Tas
 from gage_eval.errors import GageError
 from gage_eval.plugins import load_plugins
 from gage_eval.redact import mask, redact, strip_credentials
-from gage_eval.rows import RowChecker, field_message
 
 HIDDEN = ("quiet", "command", "run_id", "output_dir")  # not settings of what runs
 SHOWN_SEPARATELY = ("kind", "sample_id")
@@ -65,29 +65,29 @@ def _show_task(tr: TaskRun, options: RunOptions, rows: int, echo: Callable[[str]
     names = ", ".join(name for name, _ in tr.metrics)
     echo(f"{head}: {spec.request.get('kind')}, metrics {names}, limit {tr.limit if tr.limit is not None else 'none'}"
          f"; up to {rows} rows:")
-    checker = RowChecker(tr.name, tr.preprocess, base_dir=tr.data_dir, allow_urls=options.allow_urls,
-                         allowed_dirs=options.allow_paths)
+    allowed = tuple(Path(p).expanduser().resolve() for p in options.allow_paths)
     status, shown = 0, 0
     try:
-        for index, locator, record in tr.rows():
+        for item, warnings in tr.items(allowed, options.allow_urls):
             if shown >= rows:
                 break
             shown += 1
-            row = checker.check(locator, index, record)
-            for where, what in row.warnings:
-                echo(f"-- warning: {locator}: {field_message(where, what)}")
-            if not row.ok:
-                echo(f"-- row {index + 1} ({locator}): {row.stage} error: {mask(row.message, secrets)}")
+            index, locator = item.index, item.locator
+            for _, message in warnings:
+                echo(f"-- warning: {locator}: {message}")
+            stub = item.sample.get("eval_result")
+            if stub is not None:
+                err = stub["error"]
+                echo(f"-- row {index + 1} ({locator}): {err['stage']} error: {mask(err['message'], secrets)}")
                 status = EXIT_ROW_ERRORS
                 continue
-            try:
-                request, _ = tr.builder.build(row.sample, index)
-            except ValueError as exc:
-                echo(f"-- row {index + 1} ({locator}, id {row.sample['id']!r}): template error: {exc}")
+            if item.error is not None:
+                echo(f"-- row {index + 1} ({locator}, id {item.sample['id']!r}): template error: "
+                     f"{item.error['message']}")
                 status = EXIT_ROW_ERRORS
                 continue
-            echo(f"-- row {index + 1} ({locator}, id {row.sample['id']!r}): {request.kind} request")
-            _show_request(request, echo)
+            echo(f"-- row {index + 1} ({locator}, id {item.sample['id']!r}): {item.request.kind} request")
+            _show_request(item.request, echo)
     except GageError as exc:  # the data stopped being readable: the task would fail
         echo(f"-- cannot read the rows: {mask(str(exc), secrets)}")
         return EXIT_TASK_FAILED

@@ -165,16 +165,19 @@ class TaskRun:
         self.builder = RequestBuilder(spec, self.options, registry, metrics=[m for _, m in self.metrics])
 
     def data_files(self) -> list[Path]:
-        """The local files the loader reads (for the resume check); none for a hub dataset."""
+        """The local files the task reads besides its folder (for the resume check): the loader's,
+        and a few-shot file outside the folder; none for a hub dataset."""
+        shots = (self.spec.raw.get("fewshot") or {}).get("path") if isinstance(self.spec.raw, Mapping) else None
+        extra = [self.spec.folder / shots] if isinstance(shots, str) else []
         files = getattr(self.loader, "files", None)
         if callable(files):
-            return [Path(f) for f in files()]
+            return [Path(f) for f in files()] + [p for p in extra if p.is_file()]
         data_files = getattr(self.loader, "data_files", None)
         if isinstance(data_files, str):
             data_files = [data_files]
         elif isinstance(data_files, Mapping):
             data_files = [f for v in data_files.values() for f in ([v] if isinstance(v, str) else v)]
-        return [Path(f) for f in data_files or [] if Path(f).is_file()]
+        return [Path(f) for f in list(data_files or []) + extra if Path(f).is_file()]
 
     def available(self) -> int | None:
         """The dataset's row count when the loader knows it cheaply (``total()``), else None."""
@@ -215,6 +218,27 @@ class TaskRun:
             yield index, locator, record
             if limit is not None and index + 1 >= limit:
                 break
+
+    def items(self, allowed_dirs: tuple[Path, ...] = (), allow_urls: bool = False, seen: IdSet | None = None
+              ) -> Iterator[tuple[Item, list[tuple[str, str]]]]:
+        """Each row checked as ``gage-eval validate`` checks it (:mod:`gage_eval.rows`) and built
+        into its request, with its warnings as (field, message): an item with a request, an item
+        whose template failed (``error``), or an error stub for a row that is no valid Sample.
+        A run and ``--dry-run`` both read rows through here."""
+        checker = RowChecker(self.name, self.preprocess, base_dir=self.data_dir, allowed_dirs=allowed_dirs,
+                             allow_urls=allow_urls, seen=seen)
+        for index, locator, record in self.rows():
+            row = checker.check(locator, index, record)
+            warnings = [(where, field_message(where, what)) for where, what in row.warnings]
+            if not row.ok:
+                yield Item(index, locator, error_stub(self.name, index, locator, row.stage, row.message)), warnings
+                continue
+            item = Item(index, locator, row.sample)
+            try:
+                item.request, item.rendered = self.builder.build(row.sample, index)
+            except ValueError as exc:
+                item.error = {"stage": "template", "message": str(exc), "locator": locator}
+            yield item, warnings
 
     def account(self, record: Mapping[str, Any]) -> None:
         """Count one written record and add its metric values; used live and on resume."""
@@ -550,27 +574,15 @@ class Engine:
         """Rows of the dataset as items: a valid Sample with its request, or an error.
         Each row is checked as ``gage-eval validate`` checks it (gage_eval.rows); its warnings
         (unknown top-level keys) go to the events, and the first few to the console."""
-        checker = RowChecker(tr.name, tr.preprocess, base_dir=tr.data_dir, allowed_dirs=self.allowed_dirs,
-                             allow_urls=self.options.allow_urls, seen=seen)
         warned = 0
-        for index, locator, record in tr.rows():
-            row = checker.check(locator, index, record)
-            for where, what in row.warnings:
-                message = field_message(where, what)
-                events.emit("sample_warning", task=tr.name, locator=locator, path=where, message=message)
+        for item, warnings in tr.items(self.allowed_dirs, self.options.allow_urls, seen):
+            for where, message in warnings:
+                events.emit("sample_warning", task=tr.name, locator=item.locator, path=where, message=message)
                 warned += 1
                 if not self.options.quiet and warned <= MAX_WARNINGS_SHOWN:
-                    progress.message(f"warning: {locator}: {message}"
+                    progress.message(f"warning: {item.locator}: {message}"
                                      + (" (further warnings only in events.jsonl)" if warned == MAX_WARNINGS_SHOWN
                                         else ""))
-            if not row.ok:
-                yield Item(index, locator, error_stub(tr.name, index, locator, row.stage, row.message))
-                continue
-            item = Item(index, locator, row.sample)
-            try:
-                item.request, item.rendered = tr.builder.build(row.sample, index)
-            except ValueError as exc:
-                item.error = {"stage": "template", "message": str(exc), "locator": locator}
             yield item
 
     def _process(self, tr: TaskRun, window: list[Item], backend: Backend, judge_backend: Backend,
