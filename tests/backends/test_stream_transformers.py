@@ -5,6 +5,8 @@ every index exactly once, with what ``run()`` returns. The real SmolLM2 is loade
 from __future__ import annotations
 
 import functools
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -204,3 +206,47 @@ def test_decode_rows_closed_early_stops_decoding(tiny_llama, monkeypatch):
     next(rows)
     rows.close()
     assert len(steps) == 4 and not torch.is_inference_mode_enabled()
+
+
+# -- the vision backend: one generate batch at a time ------------------------------------------------
+
+@pytest.fixture(scope="module")
+def tiny_vision(smollm2_gguf, tmp_path_factory):
+    pytest.importorskip("PIL")
+    from gage_plugins_builtin.backends.hf_vision import VisionTransformersBackend
+
+    here = str(Path(__file__).resolve().parents[1] / "multimodal")
+    sys.path.insert(0, here)
+    try:
+        from tiny_vlm import build_tiny_llava
+    finally:
+        sys.path.remove(here)
+    folder = build_tiny_llava(smollm2_gguf, tmp_path_factory.mktemp("tiny_vlm"))
+    backend = VisionTransformersBackend(pretrained=str(folder), dtype="float32", device="cpu", batch_size=1)
+    backend.open()
+    yield backend
+    backend.close()
+
+
+def _vision(text: str) -> Request:
+    return Request(kind=GENERATE, sample_id=text, chat=True, gen={"max_new_tokens": 4},
+                   messages=({"role": "user", "content": [{"type": "text", "text": text}]},))
+
+
+@pytest.mark.slow
+def test_vision_backend_streams_one_batch_at_a_time(tiny_vision, monkeypatch):
+    reqs = [_vision("No image."), Request(kind=LOGLIKELIHOOD, sample_id="ll", prompt="Q", continuations=(" A",)),
+            _vision("Another, longer question here."),
+            Request(kind=GENERATE, sample_id="au", chat=True, modalities=frozenset({"audio_url"}),
+                    messages=({"role": "user", "content": [{"type": "audio_url", "audio_url": {"url": "a.wav"}}]},))]
+    ran = tiny_vision.run(reqs)
+    calls = []
+    batch = tiny_vision._generate
+    monkeypatch.setattr(tiny_vision, "_generate", lambda chunk: calls.append(len(chunk)) or batch(chunk))
+    got, seen = {}, []
+    for i, out in tiny_vision.stream(reqs):
+        assert i not in got
+        got[i] = out
+        seen.append(len(calls))
+    assert list(got) == [1, 3, 0, 2] and seen == [0, 0, 1, 2]  # refusals at once, then batch by batch
+    assert [(o.text, o.error) for o in ran] == [(got[i].text, got[i].error) for i in range(4)]

@@ -245,7 +245,8 @@ def real(tmp_path_factory, smollm2_gguf):
 
 REAL = [
     Request(kind=GENERATE, sample_id="long", prompt="The history of Rome begins", gen={"max_new_tokens": 48}),
-    Request(kind=LOGLIKELIHOOD, sample_id="paris", prompt="The capital of France is", continuations=(" Paris", " bread")),
+    Request(kind=LOGLIKELIHOOD, sample_id="paris", prompt="The capital of France is",
+            continuations=(" Paris", " bread")),
     Request(kind=GENERATE, sample_id="short", prompt="One, two, three,", gen={"max_new_tokens": 2}),
     Request(kind=LOGLIKELIHOOD, sample_id="q", prompt="Question: Is the sky blue?\nAnswer:\n",
             continuations=("Yes", "No, it is green today.")),
