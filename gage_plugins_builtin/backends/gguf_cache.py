@@ -293,6 +293,32 @@ def lookup(gguf: Path, root: Path | None = None) -> Slot:
                 problem=problem, exists=exists)
 
 
+def lookup_in_background(gguf: Path, root: Path | None = None) -> Callable[[], Slot]:
+    """Run :func:`lookup` on a daemon thread; the returned function waits for its slot (or raises
+    its error)."""
+    import threading
+
+    result: list = []
+
+    def work() -> None:
+        try:
+            result.append((lookup(gguf, root), None))
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller
+            result.append((None, exc))
+
+    thread = threading.Thread(target=work, name="gguf-cache-check", daemon=True)
+    thread.start()
+
+    def wait() -> Slot:
+        thread.join()
+        slot, exc = result[0]
+        if exc is not None:
+            raise exc
+        return slot
+
+    return wait
+
+
 def save_converted(model: Any, tokenizer: Any, folder: Path) -> None:
     """Save a model transformers converted from a GGUF (and its tokenizer) as a plain folder.
 

@@ -289,14 +289,24 @@ class TransformersBackend(Backend):
         if self.tokenizer.pad_token_id is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
 
-    def _gguf_slot(self):
-        """The GGUF's cache slot (gguf_cache.py), or None when the cache is off or unusable."""
+    def _gguf_lookup(self):
+        """Start checking the GGUF's cache entry (gguf_cache.py) on another thread; None when the
+        cache is off. Hashing releases the GIL, so the check overlaps torch's import."""
         if not (self.gguf_file and self.gguf_cache):
             return None
         from gage_plugins_builtin.backends import gguf_cache
 
+        return gguf_cache.lookup_in_background(Path(self.pretrained) / self.gguf_file)
+
+    def _gguf_slot(self, pending=None):
+        """The GGUF's cache slot, or None when the cache is off or unusable."""
+        pending = pending or self._gguf_lookup()
+        if pending is None:
+            return None
+        from gage_plugins_builtin.backends import gguf_cache
+
         try:
-            slot = gguf_cache.lookup(Path(self.pretrained) / self.gguf_file)
+            slot = pending()
         except OSError as exc:
             gguf_cache.warn(f"the GGUF cache cannot be used ({exc}); converting {self.gguf_file} directly")
             return None
@@ -331,6 +341,7 @@ class TransformersBackend(Backend):
     def open(self) -> None:
         if self.model is not None:
             return
+        pending = self._gguf_lookup()
         import torch
         from transformers import AutoModelForCausalLM
 
@@ -345,7 +356,7 @@ class TransformersBackend(Backend):
         else:
             torch_dtype = getattr(torch, self.dtype)
         torch.manual_seed(self.seed)
-        slot = self._gguf_slot()
+        slot = self._gguf_slot(pending)
         model = self._load_cached(slot.folder, torch_dtype) if slot is not None and slot.ready else None
         if model is None:
             if self.tokenizer is None:

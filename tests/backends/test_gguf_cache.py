@@ -115,6 +115,15 @@ def test_damaged_entry_is_detected_and_rebuilt(tmp_path, damage, expected):
     assert not list(folder.parent.glob(".trash-*")) and not list(folder.parent.glob(".tmp-*"))
 
 
+def test_lookup_in_background_gives_the_same_slot_or_its_error(tmp_path):
+    gguf, root = _fake_gguf(tmp_path), tmp_path / "cache"
+    gguf_cache.lookup(gguf, root).build(_writer())
+    slot = gguf_cache.lookup_in_background(gguf, root)()
+    assert slot.ready and slot == gguf_cache.lookup(gguf, root)
+    with pytest.raises(FileNotFoundError):
+        gguf_cache.lookup_in_background(tmp_path / "missing.gguf", root)()
+
+
 def test_publish_keeps_a_valid_entry_written_first(tmp_path):
     gguf, root = _fake_gguf(tmp_path), tmp_path / "cache"
     slot = gguf_cache.lookup(gguf, root)
