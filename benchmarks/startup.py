@@ -71,6 +71,8 @@ def child(argv: list[str]) -> None:
 
 
 def run_once(args: list[str], env: dict, wrapped: bool) -> dict:
+    runs = Path(args[args.index("-o") + 1])
+    seen = set(runs.rglob("summary.json"))
     with tempfile.TemporaryDirectory() as tmp:
         marks_path = Path(tmp) / "marks.json"
         env = dict(env, STARTUP_MARKS=str(marks_path))
@@ -86,6 +88,9 @@ def run_once(args: list[str], env: dict, wrapped: bool) -> dict:
             marks = json.loads(marks_path.read_text())
             out.update({k: round(v - t0, 2) for k, v in marks.items()})
             out["open_s"] = round(marks["open_end"] - marks["open_start"], 2)
+        summary = next(p for p in runs.rglob("summary.json") if p not in seen)
+        timings = json.loads(summary.read_text())["run"]["timings"]
+        out.update({k: round(timings[k], 2) for k in ("model_load_s", "inference_s")})
         warnings = [line for line in proc.stderr.splitlines() if "warning" in line]
         if warnings:
             out["warnings"] = warnings
@@ -132,9 +137,9 @@ def main() -> None:
     med = statistics.median
     summary = {
         "cold_first_forward_s": report["cold"]["first_forward"],
-        "warm_first_forward_s": med(r["first_forward"] for r in report["warm"]),
-        "warm_open_s": med(r["open_s"] for r in report["warm"]),
-        "warm_wall_s": med(r["wall_s"] for r in report["warm_plain"]),
+        "warm_first_forward_s": round(med(r["first_forward"] for r in report["warm"]), 2),
+        "warm_open_s": round(med(r["open_s"] for r in report["warm"]), 2),
+        "warm_wall_s": round(med(r["wall_s"] for r in report["warm_plain"]), 2),
     }
     if "no_cache" in report:
         summary["no_cache_first_forward_s"] = report["no_cache"]["first_forward"]
