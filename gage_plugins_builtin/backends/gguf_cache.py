@@ -21,10 +21,11 @@ Contract:
   Anything else (a missing, truncated, altered or extra file, a bad manifest) is reported
   as a warning and the entry is rebuilt; a wrong model is never loaded.
 - An entry is written in a temporary folder beside it and renamed into place whole, the
-  manifest last; a writer holds the entry's lock (``fcntl.flock``, released by the kernel
-  if the process dies), so two processes converting at once convert once: the second
-  waits and then loads what the first wrote. Without the lock (no ``fcntl``, or after
-  waiting too long) the first rename wins and a loser's folder is thrown away.
+  manifest last. The backend holds the entry's lock (``Slot.locked``: ``fcntl.flock``,
+  released by the kernel if the process dies) from before it converts until the entry is
+  written, so two runs starting together convert once: the second waits, then loads what
+  the first wrote. Without the lock (no ``fcntl``, or after waiting too long) the first
+  rename wins and a loser's folder is thrown away.
 - A cache folder that cannot be written degrades to loading the GGUF directly, with one
   warning; a valid entry in a read-only cache is still used.
 - The entry is keyed by the GGUF's content and the transformers and gguf versions that
@@ -186,31 +187,14 @@ def write_manifest(folder: Path, gguf: Path, sha256: str, versions: dict) -> Non
     (folder / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True))
 
 
-@contextmanager
-def _locked(lock_path: Path) -> Iterator[bool]:
-    """Hold an exclusive lock on ``lock_path`` (True), or go on without one (False) when this
-    platform has no ``fcntl`` or another holder keeps it past LOCK_WAIT_S."""
+def _fingerprint(folder: Path) -> tuple | None:
+    """What a re-check compares: the folder's and its files' identities (None: no folder)."""
     try:
-        import fcntl
-    except ImportError:  # pragma: no cover - not POSIX
-        yield False
-        return
-    fh = open(lock_path, "a+b")
-    try:
-        deadline = time.monotonic() + LOCK_WAIT_S
-        held = False
-        while True:
-            try:
-                fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-                held = True
-                break
-            except BlockingIOError:
-                if time.monotonic() > deadline:
-                    break
-                time.sleep(0.2)
-        yield held
-    finally:
-        fh.close()  # closing releases the lock
+        files = sorted((p.name, st.st_ino, st.st_size, st.st_mtime_ns)
+                       for p in folder.iterdir() for st in (p.stat(),))
+        return (folder.stat().st_ino, tuple(files))
+    except OSError:
+        return None
 
 
 def publish(tmp: Path, final: Path, sha256: str) -> Path:
@@ -246,32 +230,90 @@ class Slot:
     folder: Path
     problem: str | None  # why the existing folder cannot be used; None when it is absent or valid
     exists: bool
+    _checked: tuple | None = None  # the folder's fingerprint when problem/exists were found
+    _held: bool = False
 
     @property
     def ready(self) -> bool:
         return self.exists and self.problem is None
 
+    def refresh(self) -> bool:
+        """Check the folder again if it changed since the last check; whether it is ready now."""
+        fingerprint = _fingerprint(self.folder)
+        if fingerprint != self._checked:
+            self.exists = fingerprint is not None
+            self.problem = check_folder(self.folder, self.sha256) if self.exists else None
+            self._checked = fingerprint
+        return self.ready
+
+    @contextmanager
+    def locked(self) -> Iterator[bool]:
+        """Hold the entry's writer lock (True), waiting while another process holds it (it is
+        converting the same GGUF). Goes on without it (False) where the lock cannot be taken:
+        no ``fcntl``, a cache folder that cannot be written, a holder past LOCK_WAIT_S.
+        Re-entrant within this slot."""
+        if self._held:
+            yield True
+            return
+        try:
+            import fcntl
+        except ImportError:  # pragma: no cover - not POSIX
+            yield False
+            return
+        try:
+            (self.folder.parent / ".locks").mkdir(parents=True, exist_ok=True)
+            fh = open(self.folder.parent / ".locks" / f"{self.folder.name}.lock", "a+b")
+        except OSError:
+            yield False  # the write that follows fails and says why, once
+            return
+        try:
+            deadline = time.monotonic() + LOCK_WAIT_S
+            while True:
+                try:
+                    fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    self._held = True
+                    break
+                except BlockingIOError:
+                    if time.monotonic() > deadline:
+                        break
+                    time.sleep(0.2)
+            yield self._held
+        finally:
+            self._held = False
+            fh.close()  # closing releases the lock
+
+    def discard(self) -> None:
+        """Move the entry out of the way (it passed its check but would not load)."""
+        trash = self.folder.with_name(f".trash-{self.folder.name}-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+        try:
+            os.rename(self.folder, trash)
+        except OSError:
+            return
+        shutil.rmtree(trash, ignore_errors=True)
+        self.refresh()
+
     def build(self, write: Callable[[Path], None]) -> Path | None:
         """Fill the entry: under the entry's lock, ``write(tmp_folder)`` saves the model there,
         the manifest is added and the folder renamed into place. Returns the entry's folder,
         or None (after one warning) when the cache cannot be written; the caller's model is
-        then used as it is. When another process finished the entry while this one waited
-        for the lock, ``write`` is not called."""
+        then used as it is. When the entry is valid by then (another process filled it),
+        ``write`` is not called."""
         parent = self.folder.parent
         tmp = None
         try:
-            (parent / ".locks").mkdir(parents=True, exist_ok=True)
-            with _locked(parent / ".locks" / f"{self.folder.name}.lock") as held:
-                if self.folder.exists() and check_folder(self.folder, self.sha256) is None:
+            with self.locked() as held:
+                if self.refresh():
                     return self.folder
                 if held:
                     for old in parent.glob(f".tmp-{self.folder.name}-*"):
                         shutil.rmtree(old, ignore_errors=True)  # left by a writer that died
                 tmp = parent / f".tmp-{self.folder.name}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-                tmp.mkdir()
+                tmp.mkdir(parents=True)
                 write(tmp)
                 write_manifest(tmp, self.gguf, self.sha256, self.versions)
-                return publish(tmp, self.folder, self.sha256)
+                publish(tmp, self.folder, self.sha256)
+                self.refresh()
+                return self.folder
         except Exception as exc:  # noqa: BLE001 - any failure to write leaves the caller's model in use
             warn(f"could not write the GGUF cache in {parent} ({type(exc).__name__}: {exc}); the model "
                  f"is converted from the GGUF again next time (gguf_cache=false turns the cache off)")
@@ -286,11 +328,10 @@ def lookup(gguf: Path, root: Path | None = None) -> Slot:
     root = cache_root() if root is None else root
     sha = gguf_sha256(gguf, root)
     versions = _versions()
-    folder = root / "gguf" / entry_name(sha, versions)
-    exists = folder.exists()
-    problem = check_folder(folder, sha) if exists else None
-    return Slot(root=root, gguf=gguf.resolve(), sha256=sha, versions=versions, folder=folder,
-                problem=problem, exists=exists)
+    slot = Slot(root=root, gguf=gguf.resolve(), sha256=sha, versions=versions,
+                folder=root / "gguf" / entry_name(sha, versions), problem=None, exists=False)
+    slot.refresh()
+    return slot
 
 
 def lookup_in_background(gguf: Path, root: Path | None = None) -> Callable[[], Slot]:

@@ -338,12 +338,32 @@ class TransformersBackend(Backend):
         self.cached_folder = str(folder)
         return model
 
+    def _convert(self, torch_dtype: Any, slot):
+        """The model from ``pretrained`` (converting a GGUF); a float32 conversion fills ``slot``."""
+        import torch
+        from transformers import AutoModelForCausalLM
+
+        if self.tokenizer is None:
+            self._load_tokenizer()
+        try:
+            model = AutoModelForCausalLM.from_pretrained(self.pretrained, dtype=torch_dtype, **self._load_kwargs())
+        except (OSError, ValueError) as exc:
+            raise GageError(f"transformers backend: cannot load {self.pretrained}: {_first_line(exc)}") from None
+        # the cache holds float32 weights: only a float32 conversion is saved (any dtype loads from it)
+        if slot is not None and next(model.parameters()).dtype == torch.float32:
+            from gage_plugins_builtin.backends import gguf_cache
+
+            tokenizer = self.tokenizer
+            if slot.build(lambda tmp: gguf_cache.save_converted(model, tokenizer, tmp)) is not None:
+                self.cached_folder = str(slot.folder)
+        return model
+
     def open(self) -> None:
         if self.model is not None:
             return
         pending = self._gguf_lookup()
         import torch
-        from transformers import AutoModelForCausalLM
+        from transformers import AutoModelForCausalLM  # noqa: F401 - imported while the cache check runs
 
         if self.device_arg == "auto":
             self.device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -358,21 +378,17 @@ class TransformersBackend(Backend):
         torch.manual_seed(self.seed)
         slot = self._gguf_slot(pending)
         model = self._load_cached(slot.folder, torch_dtype) if slot is not None and slot.ready else None
-        if model is None:
-            if self.tokenizer is None:
-                self._load_tokenizer()
-            try:
-                model = AutoModelForCausalLM.from_pretrained(self.pretrained, dtype=torch_dtype,
-                                                             **self._load_kwargs())
-            except (OSError, ValueError) as exc:
-                raise GageError(f"transformers backend: cannot load {self.pretrained}: {_first_line(exc)}") from None
-            # the cache holds float32 weights: only a float32 conversion is saved (any dtype loads from it)
-            if slot is not None and next(model.parameters()).dtype == torch.float32:
-                from gage_plugins_builtin.backends import gguf_cache
-
-                tokenizer = self.tokenizer
-                if slot.build(lambda tmp: gguf_cache.save_converted(model, tokenizer, tmp)) is not None:
-                    self.cached_folder = str(slot.folder)
+        if model is None and slot is not None:
+            # one process converts a GGUF at a time; one that waited loads what the other wrote
+            with slot.locked():
+                if slot.ready:  # checked but would not load: never reused
+                    slot.discard()
+                elif slot.refresh():
+                    model = self._load_cached(slot.folder, torch_dtype)
+                if model is None:
+                    model = self._convert(torch_dtype, slot)
+        elif model is None:
+            model = self._convert(torch_dtype, None)
         model.to(self.device)
         model.eval()
         self.model = model

@@ -124,6 +124,20 @@ def test_lookup_in_background_gives_the_same_slot_or_its_error(tmp_path):
         gguf_cache.lookup_in_background(tmp_path / "missing.gguf", root)()
 
 
+def test_lock_is_reentrant_and_a_discarded_entry_is_rebuilt(tmp_path):
+    gguf, root = _fake_gguf(tmp_path), tmp_path / "cache"
+    slot = gguf_cache.lookup(gguf, root)
+    with slot.locked() as held:
+        assert held
+        with slot.locked() as again:  # build() inside open()'s lock must not wait for itself
+            assert again
+        assert slot.build(_writer()) == slot.folder and slot.ready
+    slot.discard()
+    assert not slot.folder.exists() and not slot.ready
+    calls: list = []
+    assert slot.build(_writer(calls)) == slot.folder and len(calls) == 1 and slot.ready
+
+
 def test_publish_keeps_a_valid_entry_written_first(tmp_path):
     gguf, root = _fake_gguf(tmp_path), tmp_path / "cache"
     slot = gguf_cache.lookup(gguf, root)
@@ -313,6 +327,31 @@ def test_unwritable_cache_folder_falls_back_with_one_warning(tmp_path, monkeypat
     assert err.count("gage-eval: warning") == 1 and "could not write the GGUF cache" in err
     assert backend.cached_folder is None
     _assert_close(_lls(backend), converted["lls"])
+
+
+@pytest.mark.slow
+def test_two_runs_starting_together_convert_once(smollm2_gguf, tmp_path):
+    _needs_transformers()
+    script = textwrap.dedent("""
+        import json
+        import transformers.modeling_gguf_pytorch_utils as gguf_utils
+        from gage_plugins_builtin.backends.hf import smollm2_backend
+        calls = []
+        real = gguf_utils.load_gguf_checkpoint
+        gguf_utils.load_gguf_checkpoint = lambda *a, **k: calls.append(1) or real(*a, **k)
+        backend = smollm2_backend()
+        backend.open()
+        print(json.dumps({"gguf_reads": len(calls), "folder": backend.cached_folder}))
+    """)
+    env = dict(os.environ, **{gguf_cache.ENV: str(tmp_path / "cache")})
+    procs = [subprocess.Popen([sys.executable, "-c", script], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    outs = [p.communicate(timeout=600) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [err[-2000:] for _, err in outs]
+    results = [json.loads(out.strip().splitlines()[-1]) for out, _ in outs]
+    assert sorted(r["gguf_reads"] > 0 for r in results) == [False, True], results
+    assert results[0]["folder"] == results[1]["folder"]
+    assert gguf_cache.lookup(smollm2_gguf, tmp_path / "cache").ready
 
 
 def test_gguf_cache_false_turns_the_cache_off(smollm2_gguf, tmp_path, monkeypatch):
