@@ -96,6 +96,8 @@ class Backend:
     capabilities: frozenset[str] = frozenset()
     max_batch: int = 64
     model_id: str = "unknown"
+    # a line for the person watching, printed after open() (e.g. a one-time conversion was cached)
+    open_note: str | None = None
 
     def open(self) -> None:
         """Load weights, start sessions. Called once, after the engine has checked

@@ -342,13 +342,19 @@ class TransformersBackend(Backend):
         """The model from ``pretrained`` (converting a GGUF); a float32 conversion fills ``slot``."""
         import torch
         from transformers import AutoModelForCausalLM
+        from transformers.utils import logging as hf_logging
 
         if self.tokenizer is None:
             self._load_tokenizer()
+        bars = hf_logging.is_progress_bar_enabled()
+        hf_logging.disable_progress_bar()  # the engine says what is loading; a bar per tensor file is noise
         try:
             model = AutoModelForCausalLM.from_pretrained(self.pretrained, dtype=torch_dtype, **self._load_kwargs())
         except (OSError, ValueError) as exc:
             raise GageError(f"transformers backend: cannot load {self.pretrained}: {_first_line(exc)}") from None
+        finally:
+            if bars:
+                hf_logging.enable_progress_bar()
         # the cache holds float32 weights: only a float32 conversion is saved (any dtype loads from it)
         if slot is not None and next(model.parameters()).dtype == torch.float32:
             from gage_plugins_builtin.backends import gguf_cache
@@ -356,6 +362,8 @@ class TransformersBackend(Backend):
             tokenizer = self.tokenizer
             if slot.build(lambda tmp: gguf_cache.save_converted(model, tokenizer, tmp)) is not None:
                 self.cached_folder = str(slot.folder)
+                self.open_note = (f"{self.gguf_file} converted once and cached in {slot.folder}; "
+                                  f"later runs load it in seconds")
         return model
 
     def open(self) -> None:
