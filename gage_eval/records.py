@@ -221,7 +221,11 @@ class TaskWriter:
         """Records already written by an interrupted run, each with ``keep(record)``. Records not
         kept (to be run again) are removed from the samples file; the instance file is rebuilt."""
         truncate_partial_line(self.samples_path)
-        self.instances_path.parent.mkdir(parents=True, exist_ok=True)
+        try:  # (a run stopped before its first row has neither folder yet)
+            self.samples_path.parent.mkdir(parents=True, exist_ok=True)
+            self.instances_path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise output_error(self.samples_path, exc) from None
         tmp_instances = self.instances_path.with_suffix(".jsonl.tmp")
         tmp_samples = self.samples_path.with_suffix(".jsonl.tmp")
         dropped = 0
