@@ -193,7 +193,7 @@ def _split_pool_task(tmp_path: Path) -> Path:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("case, controls", [
-    ("chat_system_single_turn", {"system_prompt": "Be brief."}),
+    ("chat_system_single_turn", {"system_prompt": "Be brief.", "fewshot_as_multiturn": False}),
     ("chat_multiturn", {"fewshot_as_multiturn": True}),
 ])
 def test_chat_log_likelihoods_equal_lm_evals(tmp_path, smollm2, case, controls):
