@@ -193,3 +193,16 @@ def test_ctrl_c_while_the_model_loads_writes_a_summary(tmp_path, smollm2_gguf):
     summary = json.loads((tmp_path / "r" / "summary.json").read_text())
     assert summary["run"]["interrupted"] and summary["run"]["exit_status"] == 130
     resume_and_check(tmp_path / "r", 4)
+
+
+def test_the_resume_command_asks_for_secrets_again_without_showing_them():
+    from gage_eval.engine import RunOptions
+    from gage_eval.run import resume_command
+
+    options = RunOptions(tasks=["a"], model="openai", judge_args={"api_key": "sk-live-123", "model": "j"},
+                         model_args={"base_url": "http://h/v1", "header_Authorization": "Bearer tok-9"})
+    line = resume_command(Path("runs/my run"), options)
+    assert line.startswith("gage-eval --resume 'runs/my run' --model-args base_url=http://h/v1,")
+    assert "header_Authorization=<header_Authorization>" in line and "api_key=<api_key>,model=j" in line
+    assert "sk-live-123" not in line and "tok-9" not in line
+    assert resume_command(Path("r"), RunOptions(tasks=["a"], model="dummy")) == "gage-eval --resume r"
