@@ -14,6 +14,7 @@ from typing import Any, Iterable, Iterator, Mapping
 
 from gage_eval import __version__
 from gage_eval.backend import LOGLIKELIHOOD, Backend, ModelOutput, Request
+from gage_eval.defaults import DEFAULT_MODEL, DEFAULT_OUTPUT_DIR, DEFAULT_SEED
 from gage_eval.errors import FailFast, FatalBackendError, GageError, OutputError
 from gage_eval.idset import IdSet
 from gage_eval.events import RunEnd, RunStart, SampleDone, TaskDone
@@ -36,15 +37,15 @@ class RunOptions:
     """Everything that decides what a run does; saved as config.json for --resume."""
 
     tasks: list[str]
-    model: str = "smollm2"
+    model: str = DEFAULT_MODEL
     model_args: dict = field(default_factory=dict)
     judge_model: str | None = None
     judge_args: dict = field(default_factory=dict)
     batch_size: int | str | None = None
     limit: int | float | None = None  # a row count, or a fraction in (0, 1] of each task's rows
-    output_dir: str = "runs"
+    output_dir: str = DEFAULT_OUTPUT_DIR
     run_id: str | None = None
-    seed: int = 1234
+    seed: int = DEFAULT_SEED
     include_paths: list[str] = field(default_factory=list)
     data: dict = field(default_factory=dict)
     task_overrides: dict = field(default_factory=dict)

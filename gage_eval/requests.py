@@ -32,6 +32,7 @@ from __future__ import annotations
 from typing import Any, Mapping, Sequence
 
 from gage_eval.backend import GENERATE, LOGLIKELIHOOD, Request
+from gage_eval.defaults import DEFAULT_SEED
 from gage_eval.errors import GageError
 from gage_eval.fewshot import DEFAULT_DELIMITER, FewShotConfig, FewShotSampler, load_pool
 from gage_eval.sample import (LETTERS, content_text, label_text, last_user_text, messages_text, reference_texts,
@@ -102,7 +103,7 @@ class RequestBuilder:
                     if _gold_index(shot) is None:
                         raise GageError(f"{task_file}: key 'fewshot': {described}: sample {shot.get('id')!r} has "
                                         f"no answer among its options, so it cannot be a solved example")
-            seed = config.seed if config.seed is not None else int(getattr(options, "seed", 1234))
+            seed = config.seed if config.seed is not None else int(getattr(options, "seed", DEFAULT_SEED))
             self.sampler = FewShotSampler(pool, self.num_fewshot, sampler=config.sampler, seed=seed,
                                           where=f"task {spec.name!r}: {described}")
         self._next_index = 0

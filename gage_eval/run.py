@@ -9,13 +9,13 @@ from typing import Any
 import click
 
 from gage_eval.conventions import check_gen_kwargs, parse_gen_kwargs, parse_limit
+from gage_eval.defaults import DEFAULT_MODEL, DEFAULT_OUTPUT_DIR, DEFAULT_SEED
 from gage_eval.engine import Engine, RunOptions, load_options, new_run_id, sigterm_interrupts
 from gage_eval.errors import GageError
 from gage_eval.redact import redact
 from gage_eval.rundir import LOCK_FILE, RunLock, masked_keys, matches_stored, remove_unused_run_dir
 from gage_eval.tasks import parse_data_overrides
 
-DEFAULT_MODEL = "smollm2"
 RUN_ID = re.compile(r"[A-Za-z0-9._-]{1,200}")
 CONFIG_KEYS = {"models", "tasks", "limit", "batch_size", "seed", "output_dir", "fail_fast", "include_paths", "data",
                "max_error_rate", "allow_paths", "allow_urls", "system_prompt", "gen_kwargs", "num_fewshot",
@@ -148,9 +148,9 @@ def build_options(*, tasks, model, model_args, judge_model, judge_args, batch_si
                     else dict(judge.get("args") or {}) if judge_name == judge.get("backend") else {}),
         batch_size=_batch_size(batch_size) if batch_size is not None else cfg.get("batch_size"),
         limit=parse_limit(limit) if limit is not None else cfg.get("limit"),
-        output_dir=output_dir or cfg.get("output_dir") or "runs",
+        output_dir=output_dir or cfg.get("output_dir") or DEFAULT_OUTPUT_DIR,
         run_id=run_id,
-        seed=seed if seed is not None else cfg.get("seed", 1234),
+        seed=seed if seed is not None else cfg.get("seed", DEFAULT_SEED),
         include_paths=[_absolute(p) for p in list(include_paths) or list(cfg.get("include_paths") or [])],
         data=data_map,
         task_overrides=overrides,
