@@ -9,7 +9,7 @@ import importlib
 from pathlib import Path
 from typing import Any, Callable
 
-from gage_eval import hookimpl
+from gage_eval.api import hookimpl
 
 __version__ = "0.1.0"
 

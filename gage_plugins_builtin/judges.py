@@ -14,11 +14,8 @@ from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from gage_eval.backend import GENERATE, ModelOutput, Request
-from gage_eval.errors import GageError
-from gage_eval.judge import Judge, Verdict
-from gage_eval.sample import content_text, last_user_text, reference_texts, text_segment
-from gage_eval.tasks import Template
+from gage_eval.api import (GENERATE, GageError, Judge, ModelOutput, Request, Template, Verdict, content_text,
+                           last_user_text, reference_texts, text_segment)
 
 REASONING_TAGS = re.compile(r"<(think|thinking|reasoning|reflection)>.*?</\1>\s*", re.S | re.I)
 SCORE_LINE = re.compile(r"\bscore\s*[:=]\s*\**\s*(-?\d+(?:\.\d+)?)\s*(?:(/)\s*(\d+(?:\.\d+)?)|(%))?", re.I)

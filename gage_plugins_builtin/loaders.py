@@ -4,8 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Iterator
 
-from gage_eval.errors import GageError, RowError
-from gage_eval.jsonio import check_data_file, iter_json_rows, json_type
+from gage_eval.api import GageError, RowError, check_data_file, iter_json_rows, json_type
 
 
 def _resolve(path: str, base_dir: str | None) -> Path:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from gage_eval.errors import GageError
+from gage_eval.api import GageError
 
 KINDS = ("generate", "loglikelihood")
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")

@@ -3,9 +3,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from gage_eval.rows import field_message
-from gage_eval.sample import RowContext, from_legacy, normalize_references
-from gage_eval.schema_checks import sample_v1_required_errors
+from gage_eval.api import (RowContext, field_message, from_legacy, normalize_references,
+                           sample_v1_required_errors)
 
 
 def _sample_id(record: Mapping[str, Any], ctx: RowContext, id_field: str | None) -> str:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gage_eval.errors import GageError
+from gage_eval.api import GageError
 
 
 def as_bool(value: Any, key: str, backend: str) -> bool:

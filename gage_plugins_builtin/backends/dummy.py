@@ -9,9 +9,7 @@ import hashlib
 import time
 from typing import Iterator, Sequence
 
-from gage_eval.backend import GENERATE, LOGLIKELIHOOD, Backend, ModelOutput, Request
-from gage_eval.errors import GageError
-from gage_eval.sample import messages_text
+from gage_eval.api import GENERATE, LOGLIKELIHOOD, Backend, GageError, ModelOutput, Request, messages_text
 
 MODES = ("letter", "echo", "fixed")
 

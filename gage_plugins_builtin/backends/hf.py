@@ -19,10 +19,8 @@ import time
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
-from gage_eval import loglikelihood
-from gage_eval.backend import GENERATE, LOGLIKELIHOOD, Backend, ModelOutput, Request, cut_at_stop
-from gage_eval.errors import GageError
-from gage_eval.sample import messages_text, text_chat
+from gage_eval.api import (GENERATE, LOGLIKELIHOOD, Backend, GageError, ModelOutput, Request, cut_at_stop,
+                           loglikelihood, messages_text, text_chat)
 from gage_plugins_builtin.backends import hf_decode
 from gage_plugins_builtin.backends.args import as_bool, as_number
 

@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Sequence
 
-from gage_eval.backend import cut_at_stop
+from gage_eval.api import cut_at_stop
 
 # a common beginning shorter than this is not worth a pass of its own
 MIN_SHARED_PREFIX = 4

@@ -9,9 +9,8 @@ from __future__ import annotations
 import time
 from typing import Any, Iterator, Mapping, Sequence
 
-from gage_eval.backend import GENERATE, Backend, ModelOutput, Request, cut_at_stop
-from gage_eval.errors import GageError
-from gage_eval.sample import text_segment, user_message
+from gage_eval.api import (GENERATE, Backend, GageError, ModelOutput, Request, cut_at_stop, text_segment,
+                           user_message)
 
 from gage_plugins_builtin.backends.hf import generate_kwargs, generation_settings
 

@@ -63,10 +63,8 @@ import urllib.parse
 import urllib.request
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
-from gage_eval import loglikelihood
-from gage_eval.backend import GENERATE, LOGLIKELIHOOD, Backend, ModelOutput, Request
-from gage_eval.errors import FatalBackendError, GageError
-from gage_eval.redact import REDACTED, strip_credentials, url_credentials
+from gage_eval.api import (GENERATE, LOGLIKELIHOOD, REDACTED, Backend, FatalBackendError, GageError,
+                           ModelOutput, Request, loglikelihood, strip_credentials, url_credentials)
 from gage_plugins_builtin.backends import openai_payload as payload
 from gage_plugins_builtin.backends.args import as_bool, as_number
 from gage_plugins_builtin.backends.openai_http import (

@@ -31,8 +31,7 @@ import types
 from dataclasses import dataclass
 from typing import Any, AsyncIterator, Callable
 
-from gage_eval.errors import FatalBackendError
-from gage_eval.redact import mask
+from gage_eval.api import FatalBackendError, mask
 from gage_plugins_builtin.backends.openai_payload import BadReply, Unscorable, Unsupported
 
 RETRY_STATUS = frozenset({408, 429})

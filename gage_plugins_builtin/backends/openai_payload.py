@@ -6,8 +6,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from gage_eval import backend
-from gage_eval.sample import MEDIA_SEGMENTS, content_text
+from gage_eval.api import MEDIA_SEGMENTS, content_text, cut_at_stop as _cut_at_stop
 
 _MEDIA = frozenset(MEDIA_SEGMENTS)
 
@@ -57,7 +56,7 @@ def sampling_params(gen: Mapping[str, Any], default_max_tokens: int, run_seed: i
 
 def cut_at_stop(text: str, stop: Sequence[str] | None) -> str:
     """Servers stop at ``stop`` strings themselves; some include them in the text."""
-    return backend.cut_at_stop(text, stop)[0]
+    return _cut_at_stop(text, stop)[0]
 
 
 # -- messages ------------------------------------------------------------------

@@ -19,10 +19,8 @@ import re
 import time
 from typing import Any, Iterator, Mapping, Sequence
 
-from gage_eval import loglikelihood
-from gage_eval.backend import GENERATE, LOGLIKELIHOOD, Backend, ModelOutput, Request
-from gage_eval.errors import GageError
-from gage_eval.sample import text_chat
+from gage_eval.api import (GENERATE, LOGLIKELIHOOD, Backend, GageError, ModelOutput, Request, loglikelihood,
+                           text_chat)
 
 from gage_plugins_builtin.backends.hf_vision import TEXT_AND_IMAGES, to_processor_messages
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import re
 from typing import Any, Sequence
 
-from gage_eval.metric import Metric, MetricContext
+from gage_eval.api import Metric, MetricContext
 
 from gage_plugins_builtin.judges import _json_objects, strip_reasoning
 

@@ -4,10 +4,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping
 
-from gage_eval.paths import base_folder, data_path
-from gage_eval.sample import SCHEMA_VERSION, RowContext, normalize_references, text_segment
+from gage_eval.api import (SCHEMA_VERSION, RowContext, base_folder, data_path, normalize_references,
+                           text_segment, validation_errors)
 from gage_eval.schema_checks import LEGAL_TOP_LEVEL
-from gage_eval.schemas import validation_errors
 
 from gage_plugins_builtin.legal.documents import attachment_text
 

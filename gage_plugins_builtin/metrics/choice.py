@@ -1,7 +1,7 @@
 """Log-likelihood multiple choice: acc and acc_norm, as lm-evaluation-harness defines them."""
 from __future__ import annotations
 
-from gage_eval.metric import Metric, MetricContext
+from gage_eval.api import Metric, MetricContext
 
 
 class Accuracy(Metric):

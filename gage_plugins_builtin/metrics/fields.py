@@ -3,8 +3,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gage_eval.metric import MetricContext
-from gage_eval.sample import content_text, reference_text
+from gage_eval.api import MetricContext, content_text, reference_text
 
 DEFAULT_PREDICTION = "model_output.text"
 DEFAULT_REFERENCE = "sample.references"

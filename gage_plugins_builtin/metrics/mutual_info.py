@@ -11,7 +11,7 @@ engine hands the result to metrics as ``model_output.unconditioned_loglikelihood
 """
 from __future__ import annotations
 
-from gage_eval.metric import MetricContext
+from gage_eval.api import MetricContext
 from gage_plugins_builtin.metrics.choice import Accuracy
 
 UNCONDITIONED = "model_output.unconditioned_loglikelihoods"

@@ -1,7 +1,7 @@
 """Descriptive per-sample values: latency and text length."""
 from __future__ import annotations
 
-from gage_eval.metric import Metric, MetricContext
+from gage_eval.api import Metric, MetricContext
 from gage_plugins_builtin.metrics.fields import DEFAULT_PREDICTION, prediction
 
 

@@ -5,7 +5,7 @@ import math
 import re
 import string
 
-from gage_eval.metric import Metric, MetricContext
+from gage_eval.api import Metric, MetricContext
 from gage_plugins_builtin.metrics.fields import DEFAULT_PREDICTION, DEFAULT_REFERENCE, prediction, references
 
 _PUNCT = str.maketrans("", "", string.punctuation)

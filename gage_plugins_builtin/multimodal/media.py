@@ -16,8 +16,7 @@ from pathlib import Path
 from typing import Any, Mapping
 from urllib.parse import unquote, urlparse
 
-from gage_eval.paths import REMOTE_SCHEMES, checked_url, context_for
-from gage_eval.sample import RowContext
+from gage_eval.api import REMOTE_SCHEMES, RowContext, checked_url, context_for
 _MAGIC = (
     (b"\x89PNG\r\n\x1a\n", "image/png"),
     (b"\xff\xd8\xff", "image/jpeg"),

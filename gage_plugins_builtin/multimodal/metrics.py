@@ -19,8 +19,7 @@ import random
 import re
 from typing import Any, Mapping, Sequence
 
-from gage_eval.metric import Metric, MetricContext
-from gage_eval.sample import reference_texts
+from gage_eval.api import Metric, MetricContext, reference_texts
 
 _EDGE_PUNCT = [",", ".", "!", "?", ";", ":", "'"]
 

@@ -11,7 +11,7 @@ import ast
 import re
 from typing import Any, Mapping
 
-from gage_eval.sample import LETTERS, SCHEMA_VERSION, RowContext, normalize_references, text_segment
+from gage_eval.api import LETTERS, SCHEMA_VERSION, RowContext, normalize_references, text_segment
 
 from gage_plugins_builtin.multimodal.media import image_segment, to_image_url
 

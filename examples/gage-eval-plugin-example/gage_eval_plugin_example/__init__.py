@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gage_eval import hookimpl
+from gage_eval.api import hookimpl
 
 __version__ = "0.1.0"
 

@@ -15,9 +15,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Sequence
 
-from gage_eval.backend import GENERATE, Backend, ModelOutput, Request
-from gage_eval.errors import GageError
-from gage_eval.sample import messages_text
+from gage_eval.api import GENERATE, Backend, GageError, ModelOutput, Request, messages_text
 
 UNKNOWN = "I don't know."
 _WORD = re.compile(r"[a-z0-9]+")

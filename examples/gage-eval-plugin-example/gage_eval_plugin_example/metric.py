@@ -6,8 +6,7 @@ import string
 from collections import Counter
 from typing import Any
 
-from gage_eval.metric import Metric, MetricContext
-from gage_eval.sample import content_text, reference_text
+from gage_eval.api import Metric, MetricContext, content_text, reference_text
 
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
 _PUNCT = str.maketrans("", "", string.punctuation)

@@ -1,0 +1,88 @@
+"""The stable plugin API of gage-eval: everything a plugin implements and calls, in one place.
+
+A plugin (the builtin one included, and ``examples/gage-eval-plugin-example``) imports from
+``gage_eval.api`` alone; the other ``gage_eval`` modules are the core's internals and may
+change between releases without notice. ``tests/core/test_layering.py`` holds every builtin
+module to this (an import-linter contract in pyproject.toml and an ``ast`` check), so a
+name missing here is a name to add here, not a reason to reach into the core.
+
+What is here, by what a plugin does with it:
+
+- register: :data:`hookimpl` decorates the ``gage_register_*`` and event hooks
+  (``gage_eval.hookspecs`` documents them).
+- backends: :class:`Backend` (with its declared attributes ``name``, ``capabilities``,
+  ``max_batch``, ``model_id``, ``open_note``), :class:`Request`, :class:`ModelOutput`, the
+  request kinds :data:`GENERATE` and :data:`LOGLIKELIHOOD`, :func:`cut_at_stop`, and the
+  log-likelihood helpers every scoring backend shares (:func:`encode_pair`,
+  :func:`encode_choices`, :func:`tokenizer_encoder`, :func:`prefix_token_id`,
+  :func:`request_context`, :class:`TokenPair`, ``Encode``; also reachable as the namespace
+  :mod:`loglikelihood`, as in ``loglikelihood.encode_pair(...)``).
+- judges: :class:`Judge`, :class:`Verdict`, and :class:`Template` (the sandboxed Jinja
+  template tasks use; a judge's prompt template renders through it).
+- metrics: :class:`Metric`, :class:`MetricContext` (dotted field paths into the sample, the
+  model output and the verdict) and :func:`metric_value` (the number a result counts as).
+  ``compute`` returns a number/bool, or a dict with ``value`` plus details kept in the
+  sample's ``eval_result``.
+- loaders and preprocessors: :class:`RowContext` and the Sample helpers (building messages
+  and references, reading their text), the strict JSON row reader (:func:`iter_json_rows`,
+  :func:`check_data_file`, :func:`json_type`), file and URL checks for paths in data
+  (:func:`data_path`, :func:`checked_url`, :func:`base_folder`, :func:`context_for`),
+  schema validation (:func:`validation_errors`, :func:`sample_v1_required_errors`) and
+  :func:`field_message` for a row error's wording.
+- errors: :class:`GageError` (a one-line error the CLI prints without a traceback),
+  :class:`InputError`, :class:`OutputError`, :class:`FatalBackendError` (no further request
+  can succeed) and :class:`RowError` (one row's problem).
+- events: :class:`RunStart`, :class:`SampleDone`, :class:`TaskDone`, :class:`RunEnd`, the
+  frozen objects the event hooks receive.
+- secrets: :func:`redact` (a settings mapping with secret values masked),
+  :func:`scrub`/:func:`mask` (secrets removed from a message), :func:`is_secret_key`,
+  :func:`strip_credentials`, :func:`url_credentials` and the placeholder :data:`REDACTED`.
+"""
+from __future__ import annotations
+
+from gage_eval import loglikelihood
+from gage_eval.backend import GENERATE, LOGLIKELIHOOD, Backend, ModelOutput, Request, cut_at_stop
+from gage_eval.errors import FatalBackendError, GageError, OutputError, RowError
+from gage_eval.events import RunEnd, RunStart, SampleDone, TaskDone
+from gage_eval.hookspecs import hookimpl
+from gage_eval.jsonio import InputError, check_data_file, iter_json_rows, json_type
+from gage_eval.judge import Judge, Verdict
+from gage_eval.loglikelihood import (Encode, TokenPair, encode_choices, encode_pair, prefix_token_id,
+                                     request_context, tokenizer_encoder)
+from gage_eval.metric import Metric, MetricContext, metric_value
+from gage_eval.paths import REMOTE_SCHEMES, base_folder, checked_url, context_for, data_path
+from gage_eval.redact import REDACTED, is_secret_key, mask, redact, scrub, strip_credentials, url_credentials
+from gage_eval.rows import field_message
+from gage_eval.sample import (LETTERS, MEDIA_SEGMENTS, SCHEMA_VERSION, RowContext, content_text, from_legacy,
+                              label_text, last_user_text, messages_text, normalize_references, reference_text,
+                              reference_texts, text_chat, text_segment, user_message)
+from gage_eval.schema_checks import sample_v1_required_errors
+from gage_eval.schemas import validation_errors
+from gage_eval.tasks import Template
+
+__all__ = [
+    # registering
+    "hookimpl",
+    # backends
+    "Backend", "Request", "ModelOutput", "GENERATE", "LOGLIKELIHOOD", "cut_at_stop",
+    # log-likelihood helpers
+    "loglikelihood", "Encode", "TokenPair", "encode_pair", "encode_choices", "tokenizer_encoder",
+    "prefix_token_id", "request_context",
+    # judges and templates
+    "Judge", "Verdict", "Template",
+    # metrics
+    "Metric", "MetricContext", "metric_value",
+    # rows: context, Sample helpers, reading, paths, validation
+    "RowContext", "SCHEMA_VERSION", "MEDIA_SEGMENTS", "LETTERS", "text_segment", "user_message",
+    "content_text", "messages_text", "text_chat", "last_user_text", "reference_text", "reference_texts",
+    "label_text", "normalize_references", "from_legacy",
+    "iter_json_rows", "check_data_file", "json_type",
+    "REMOTE_SCHEMES", "base_folder", "data_path", "checked_url", "context_for",
+    "validation_errors", "sample_v1_required_errors", "field_message",
+    # errors
+    "GageError", "InputError", "OutputError", "FatalBackendError", "RowError",
+    # events
+    "RunStart", "SampleDone", "TaskDone", "RunEnd",
+    # secrets
+    "REDACTED", "redact", "scrub", "mask", "is_secret_key", "strip_credentials", "url_credentials",
+]
