@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from gage_eval import __version__
-from gage_eval.errors import GageError
+from gage_eval.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OUTPUT, GageError
 from gage_eval.redact import strip_credentials
 
 
@@ -103,7 +103,7 @@ class PluginGroup(click.Group):
             sys.exit(exc.exit_code)
         except click.exceptions.Abort:
             click.echo("gage-eval: aborted", err=True)
-            sys.exit(130)
+            sys.exit(EXIT_INTERRUPTED)
         except click.ClickException as exc:
             exc.show()
             sys.exit(exc.exit_code)
@@ -111,19 +111,19 @@ class PluginGroup(click.Group):
             sys.exit(exc.exit_code)
         except KeyboardInterrupt as exc:
             click.echo(f"gage-eval: {exc or 'interrupted'}", err=True)
-            sys.exit(130)
+            sys.exit(EXIT_INTERRUPTED)
         except OSError as exc:
             if debug:
                 raise
             where = f"{exc.filename}: " if exc.filename else ""
             click.echo(f"gage-eval: error: {where}{exc.strerror or exc}", err=True)
-            sys.exit(4)
+            sys.exit(EXIT_OUTPUT)
         except Exception as exc:  # a bug (ours or a plugin's): one line, the traceback only with --debug
             if debug:
                 raise
             click.echo(f"gage-eval: internal error: {type(exc).__name__}: {str(exc)[:500]} "
                        f"(run again with --debug for the traceback, and please report it)", err=True)
-            sys.exit(5)
+            sys.exit(EXIT_INTERNAL)
 
 
 @click.group(cls=PluginGroup, invoke_without_command=True,

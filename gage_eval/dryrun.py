@@ -17,9 +17,8 @@ from typing import Any, Callable
 
 import click
 
-from gage_eval.engine import (EXIT_ROW_ERRORS, EXIT_TASK_FAILED, RunOptions, TaskRun, _check_capabilities,
-                              make_backend, resolve_tasks)
-from gage_eval.errors import GageError
+from gage_eval.engine import RunOptions, TaskRun, _check_capabilities, make_backend, resolve_tasks
+from gage_eval.errors import EXIT_ROW_ERRORS, EXIT_TASK_FAILED, GageError
 from gage_eval.plugins import load_plugins
 from gage_eval.redact import mask, redact, strip_credentials
 

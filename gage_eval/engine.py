@@ -15,7 +15,9 @@ from typing import Any, Iterable, Iterator, Mapping
 from gage_eval import __version__
 from gage_eval.backend import LOGLIKELIHOOD, Backend, ModelOutput, Request
 from gage_eval.defaults import DEFAULT_MODEL, DEFAULT_OUTPUT_DIR, DEFAULT_SEED
-from gage_eval.errors import FailFast, FatalBackendError, GageError, OutputError
+from gage_eval.errors import (EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, EXIT_OUTPUT, EXIT_ROW_ERRORS,  # noqa: F401
+                              EXIT_TASK_FAILED, EXIT_TERMINATED, FailFast, FatalBackendError, GageError,
+                              OutputError)
 from gage_eval.idset import IdSet
 from gage_eval.events import RunEnd, RunStart, SampleDone, TaskDone
 from gage_eval.metric import MetricContext, TaskAggregate, metric_value
@@ -843,9 +845,6 @@ class Engine:
         return redact(summary, self.secrets)
 
 
-# the exit statuses (README, "Exit status"); GageError subclasses carry theirs as exit_code
-EXIT_OK, EXIT_ROW_ERRORS, EXIT_TASK_FAILED, EXIT_OUTPUT, EXIT_INTERNAL, EXIT_INTERRUPTED = 0, 1, 3, 4, 5, 130
-EXIT_TERMINATED = 143  # 128 + SIGTERM
 
 
 class Interrupted(KeyboardInterrupt):

@@ -3,6 +3,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+# The exit statuses of ``gage-eval`` (README, "Exit status"), with the words the console uses.
+EXIT_OK, EXIT_ROW_ERRORS, EXIT_USAGE, EXIT_TASK_FAILED, EXIT_OUTPUT, EXIT_INTERNAL = 0, 1, 2, 3, 4, 5
+EXIT_INTERRUPTED, EXIT_TERMINATED = 130, 143  # Ctrl-C; SIGTERM (128 + 15)
+EXIT_MEANING = {
+    EXIT_OK: "every task scored, no row errored",
+    EXIT_ROW_ERRORS: "some rows errored",
+    EXIT_USAGE: "usage or configuration error",
+    EXIT_TASK_FAILED: "a task could not run or scored no row",
+    EXIT_OUTPUT: "outputs could not be written",
+    EXIT_INTERNAL: "internal error",
+    EXIT_INTERRUPTED: "interrupted",
+    EXIT_TERMINATED: "terminated",
+}
+
 
 class GageError(Exception):
     """An expected error: bad input, bad configuration, a missing dependency.
@@ -10,13 +24,13 @@ class GageError(Exception):
     The message says which file, line or key is wrong and what to do about it.
     """
 
-    exit_code = 2  # a usage or configuration error: nothing ran
+    exit_code = EXIT_USAGE  # nothing ran
 
 
 class OutputError(GageError):
     """The run cannot write its outputs: a full disk, a read-only or missing folder, a file in the way."""
 
-    exit_code = 4
+    exit_code = EXIT_OUTPUT
 
 
 class FatalBackendError(GageError):
@@ -24,13 +38,13 @@ class FatalBackendError(GageError):
     found, a server that stopped answering). The engine writes the batch's rows and every row
     still to come as errored with this message, and the run exits non-zero."""
 
-    exit_code = 3
+    exit_code = EXIT_TASK_FAILED
 
 
 class FailFast(GageError):
     """``--fail-fast``: the run stopped at the first row that errored (written, as every row is)."""
 
-    exit_code = 1
+    exit_code = EXIT_ROW_ERRORS
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ import click
 from gage_eval.conventions import check_gen_kwargs, parse_gen_kwargs, parse_limit
 from gage_eval.defaults import DEFAULT_MODEL, DEFAULT_OUTPUT_DIR, DEFAULT_SEED
 from gage_eval.engine import Engine, RunOptions, load_options, new_run_id, sigterm_interrupts
-from gage_eval.errors import GageError
+from gage_eval.errors import EXIT_INTERRUPTED, EXIT_MEANING, GageError
 from gage_eval.redact import redact
 from gage_eval.rundir import LOCK_FILE, RunLock, masked_keys, matches_stored, remove_unused_run_dir
 from gage_eval.tasks import parse_data_overrides
@@ -273,7 +273,7 @@ def run_from_cli(*, resume: str | None, quiet: bool, dry_run: int | None = None,
             else:
                 click.echo(f"\ngage-eval: {why}; the rows finished so far and their summary are in {run_dir}; "
                            f"run only what is missing with: {resume_command(run_dir, options)}", err=True)
-            raise SystemExit(getattr(exc, "exit_status", 130)) from None
+            raise SystemExit(getattr(exc, "exit_status", EXIT_INTERRUPTED)) from None
         except GageError:
             if fresh:  # refused before anything was written: leave no empty run folder behind
                 remove_unused_run_dir(run_dir)
@@ -380,7 +380,3 @@ def print_results(summary: dict, run_dir: Path) -> None:
     click.echo(f"wall time {t['wall_runtime_s']:.1f}s; outputs in {run_dir}"
                + (f"; exit status {status} ({EXIT_MEANING.get(status, '')})" if status else ""))
 
-
-EXIT_MEANING = {0: "every task scored, no row errored", 1: "some rows errored", 2: "usage or configuration error",
-                3: "a task could not run or scored no row", 4: "outputs could not be written", 130: "interrupted",
-                143: "terminated"}
