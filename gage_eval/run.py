@@ -12,6 +12,7 @@ from gage_eval.conventions import check_gen_kwargs, parse_gen_kwargs, parse_limi
 from gage_eval.defaults import DEFAULT_MODEL, DEFAULT_OUTPUT_DIR, DEFAULT_SEED
 from gage_eval.engine import Engine, RunOptions, load_options, new_run_id, sigterm_interrupts
 from gage_eval.errors import EXIT_INTERRUPTED, EXIT_MEANING, GageError
+from gage_eval.kv import parse_kv, parse_value
 from gage_eval.redact import redact
 from gage_eval.rundir import LOCK_FILE, RunLock, masked_keys, matches_stored, remove_unused_run_dir
 from gage_eval.tasks import parse_data_overrides
@@ -103,7 +104,6 @@ def build_options(*, tasks, model, model_args, judge_model, judge_args, batch_si
                   allow_paths=(), allow_urls=False, device=None, system_prompt=None, gen_kwargs=None,
                   num_fewshot=None, fewshot_as_multiturn=None, apply_chat_template=None,
                   strip_reasoning=False) -> RunOptions:
-    from gage_eval.cli import parse_kv, parse_value
 
     cfg = read_run_config(config_file) if config_file else {}
     models = cfg.get("models") or {}
@@ -207,7 +207,6 @@ def _with_device(model: str, args: dict, device: str, explicit: bool) -> dict:
 
 
 def _batch_size(text: str) -> int | str:
-    from gage_eval.cli import parse_value
 
     value = parse_value(text)
     if value == "auto" or (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
