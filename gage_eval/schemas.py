@@ -13,6 +13,7 @@ SCHEMA_FILES = {
     "instance": "instance_level_eval_0.2.0.schema.json",
     "task": "task.schema.json",
     "legal_eval_v1": "legal_eval_v1.schema.json",
+    "summary": "summary.schema.json",  # a run folder's summary.json: one JSON object, not rows
 }
 
 # Rules JSON Schema cannot say (uniqueness, membership) are checked in code by

@@ -73,14 +73,15 @@ def plugins_command(as_json):
 @click.command("validate")
 @click.argument("file", type=click.Path(exists=True, dir_okay=False))
 @click.option("--schema", "schema", required=True,
-              type=click.Choice(["sample", "instance", "task", "legal_eval_v1"]),
+              type=click.Choice(["sample", "instance", "task", "legal_eval_v1", "summary"]),
               help="Which schema to check against.")
 @click.option("--max-errors", type=int, default=0, help="Stop printing after this many errors (0: all).")
 @click.option("--allow-path", "allow_paths", multiple=True, metavar="DIR",
               help="Data paths may also point into DIR (repeatable), as in a run.")
 @click.option("--allow-urls", is_flag=True, help="Accept http(s) URLs in data, as a run with --allow-urls does.")
 def validate_command(file, schema, max_errors, allow_paths, allow_urls):
-    """Check every row of FILE (jsonl, json or a task.yaml) against a schema.
+    """Check every row of FILE (jsonl, json or a task.yaml) against a schema (``summary``: a
+    run folder's summary.json, one JSON object).
 
     Rows of a dataset (``sample``, ``legal_eval_v1``) go through the same checks as in a
     run (gage_eval.rows): duplicate ids, empty references, and the files and URLs they name,
@@ -90,6 +91,8 @@ def validate_command(file, schema, max_errors, allow_paths, allow_urls):
     from gage_eval.schemas import validation_errors, validation_warnings
 
     path = Path(file)
+    if schema == "summary":
+        sys.exit(_validate_object(path, schema, max_errors))
     rows = valid = warnings = printed = 0
     invalid_rows = 0
     if schema == "task" or path.suffix in (".yaml", ".yml"):
@@ -128,6 +131,31 @@ def validate_command(file, schema, max_errors, allow_paths, allow_urls):
                f"(schema {schema})")
     if invalid_rows or rows == 0:
         sys.exit(1)
+
+
+def _validate_object(path: Path, schema: str, max_errors: int) -> int:
+    """Check a file holding one JSON object (a summary.json); prints each problem as file: JSON
+    path: message, then a report; returns the exit status (1 if invalid)."""
+    from gage_eval.schemas import validation_errors
+
+    try:
+        value = json.loads(path.read_bytes().decode("utf-8-sig"))
+    except UnicodeDecodeError as exc:
+        problems = [("", f"not UTF-8 text (byte {exc.start})")]
+    except json.JSONDecodeError as exc:
+        problems = [("", f"line {exc.lineno}: invalid JSON ({exc.msg}); a {schema} file is one JSON object")]
+    else:
+        if isinstance(value, dict):
+            problems = validation_errors(value, schema)
+        else:
+            what = "an array" if isinstance(value, list) else f"a JSON {type(value).__name__}"
+            problems = [("$", f"expected one JSON object (a run folder's summary.json), got {what}")]
+    for i, (where, msg) in enumerate(problems, 1):
+        if not max_errors or i <= max_errors:
+            click.echo(f"{path}: {where}: {msg}" if where else f"{path}: {msg}")
+    verdict = f"invalid, {len(problems)} problem(s)" if problems else "valid"
+    click.echo(f"{path}: {verdict} (schema {schema})")
+    return 1 if problems else 0
 
 
 def _row_checker(schema: str, path: Path, allow_paths, allow_urls: bool):

@@ -33,6 +33,7 @@ def test_piqa_dummy_writes_four_valid_outputs(tmp_path, run_cli):
     samples = read_jsonl(run / "samples" / "piqa.jsonl")
     assert all(validation_errors(s, "sample") == [] for s in samples)
     summary = json.loads((run / "summary.json").read_text())
+    assert validation_errors(summary, "summary") == []
     task = summary["tasks"]["piqa"]
     assert task["counts"] == {"total": 20, "scored": 20, "errored": 0, "skipped": 0, "judge_errors": 0}
     assert set(task["metrics"]) == {"acc", "acc_norm"}
