@@ -23,6 +23,31 @@ EXTRA_CHECKS: dict[str, Callable[[Any], list[tuple[str, str]]]] = {}
 WARNING_CHECKS: dict[str, Callable[[Any], list[tuple[str, str]]]] = {}
 
 
+def _summary_checks(summary: Any) -> list[tuple[str, str]]:
+    """What summary.schema.json cannot say: each task under its own name, counts that add up."""
+    problems = []
+    tasks = summary.get("tasks") if isinstance(summary, dict) else None
+    for name, task in (tasks or {}).items() if isinstance(tasks, dict) else ():
+        if not isinstance(task, dict) or not isinstance(task.get("counts"), dict):
+            continue
+        where, c = f"$.tasks.{name}", task["counts"]
+        if task.get("task") != name:
+            problems.append((f"{where}.task", f"{task.get('task')!r} differs from its key {name!r}"))
+        if all(isinstance(c.get(k), int) for k in ("total", "scored", "errored", "skipped")) and \
+                c["total"] != c["scored"] + c["errored"] + c["skipped"]:
+            problems.append((f"{where}.counts", f"total {c['total']} is not scored + errored + skipped "
+                                                f"({c['scored']} + {c['errored']} + {c['skipped']})"))
+        stages = task.get("errors_by_stage")
+        if isinstance(stages, dict) and isinstance(c.get("errored"), int) and \
+                all(isinstance(v, int) for v in stages.values()) and sum(stages.values()) != c["errored"]:
+            problems.append((f"{where}.errors_by_stage", f"adds up to {sum(stages.values())}, "
+                                                         f"not errored ({c['errored']})"))
+    return problems
+
+
+EXTRA_CHECKS["summary"] = _summary_checks
+
+
 def schemas_dir() -> Path:
     here = Path(__file__).resolve().parent
     for candidate in (here / "schemas", here.parent / "schemas"):

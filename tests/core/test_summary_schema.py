@@ -143,6 +143,18 @@ def test_broken_summary_names_the_key(piqa_summary, where, change, words):
     assert all(w in text for w in words), text
 
 
+@pytest.mark.parametrize("change, words", [
+    (lambda t: t["counts"].__setitem__("total", 6), "$.tasks.piqa.counts: total 6 is not scored + errored + skipped"),
+    (lambda t: t.__setitem__("task", "other"), "$.tasks.piqa.task: 'other' differs from its key 'piqa'"),
+    (lambda t: t.__setitem__("errors_by_stage", {"inference": 1}), "$.tasks.piqa.errors_by_stage: adds up to 1"),
+])
+def test_counts_that_do_not_add_up_are_named(piqa_summary, change, words):
+    broken = copy.deepcopy(piqa_summary)
+    change(broken["tasks"]["piqa"])
+    text = "\n".join(f"{path}: {message}" for path, message in validation_errors(broken, "summary"))
+    assert words in text, text
+
+
 def test_open_where_plugins_add_keys(piqa_summary):
     extended = copy.deepcopy(piqa_summary)
     extended["run"]["model"]["settings"]["anything"] = {"a": 1}
