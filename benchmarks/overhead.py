@@ -11,6 +11,12 @@ at the largest size must stay within ``--rss-ratio`` (1.2x) of the smallest.
 
     python benchmarks/overhead.py                      # 10,000 and 100,000 rows
     python benchmarks/overhead.py --sizes 1000,10000 --profile
+    python benchmarks/overhead.py --baseline /tmp/oldmain   # old code vs this checkout
+
+``--baseline DIR`` runs the same rows a second time with ``PYTHONPATH=DIR`` (an
+extracted older commit, e.g. ``git archive <rev> | tar -x -C DIR``) in the same
+venv, from a neutral working directory so that DIR's ``gage_eval`` wins, and
+prints the speed-up of this checkout over it.
 
 ``--profile`` also runs the smallest size under cProfile and prints the top
 entries by cumulative time. Exit status 1 when the RSS ratio is exceeded.
@@ -58,14 +64,14 @@ def gage_eval_command() -> list[str]:
     return [str(exe)] if exe.exists() else [sys.executable, "-m", "gage_eval.cli"]
 
 
-def measure(cmd: list[str], env: dict | None = None, poll_s: float = 0.02) -> dict:
+def measure(cmd: list[str], env: dict | None = None, poll_s: float = 0.02, cwd: Path | None = None) -> dict:
     """Run ``cmd``; return wall seconds, peak RSS in MiB and the exit status."""
     try:
         import psutil
     except ImportError:
         psutil = None
     t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True, cwd=cwd)
     peak = 0
     if psutil is not None:
         p = psutil.Process(proc.pid)
@@ -84,13 +90,23 @@ def measure(cmd: list[str], env: dict | None = None, poll_s: float = 0.02) -> di
             "source": "psutil" if peak else "ru_maxrss", "stdout": out, "stderr": err}
 
 
-def run_size(n: int, work: Path, extra: list[str]) -> dict:
-    data = make_rows(n, work / f"piqa_{n}.jsonl")
-    out = work / f"run_{n}"
+def code_env(pythonpath: str | None = None) -> dict:
+    env = dict(os.environ, HF_HUB_OFFLINE="1")
+    env.pop("PYTHONPATH", None)
+    if pythonpath:
+        env["PYTHONPATH"] = str(Path(pythonpath).resolve())
+    return env
+
+
+def run_size(n: int, work: Path, extra: list[str], pythonpath: str | None = None, tag: str = "new") -> dict:
+    data = work / f"piqa_{n}.jsonl"
+    if not data.exists():
+        make_rows(n, data)
+    out = work / f"run_{tag}_{n}"
+    shutil.rmtree(out, ignore_errors=True)
     cmd = gage_eval_command() + ["--tasks", "piqa", "--model", "dummy", "--data", f"piqa={data}", "-q",
                                  "-o", str(out), "--run-id", "bench"] + extra
-    env = dict(os.environ, HF_HUB_OFFLINE="1")
-    res = measure(cmd, env=env)
+    res = measure(cmd, env=code_env(pythonpath), cwd=work)
     if res["rc"] != 0:
         raise SystemExit(f"gage-eval failed on {n} rows (exit {res['rc']}):\n{res['stderr'][-3000:]}")
     summary = json.loads((out / "bench" / "summary.json").read_text())
@@ -98,32 +114,39 @@ def run_size(n: int, work: Path, extra: list[str]) -> dict:
     if task["counts"]["total"] != n or task["counts"]["errored"]:
         raise SystemExit(f"{n} rows: unexpected counts {task['counts']}")
     timings = summary["run"]["timings"]
-    res.update(rows=n, samples_per_s=n / res["wall_s"], engine_wall_s=timings["wall_runtime_s"],
+    res.update(code=tag, rows=n, samples_per_s=n / res["wall_s"], engine_wall_s=timings["wall_runtime_s"],
                engine_samples_per_s=timings.get("throughput_total_samples_per_s"),
                stage_s={k: round(task["timings"][k], 2) for k in
                         ("dataset_materialization_s", "inference_s", "evaluation_s", "writing_s")})
     return res
 
 
-def profile(n: int, work: Path, top: int) -> str:
+def profile(n: int, work: Path, top: int, pythonpath: str | None = None) -> str:
     data = work / f"piqa_{n}.jsonl"
     if not data.exists():
         make_rows(n, data)
     stats_file = work / "profile.pstats"
     cmd = [sys.executable, "-m", "cProfile", "-o", str(stats_file), "-m", "gage_eval.cli", "--tasks", "piqa", "--model",
            "dummy", "--data", f"piqa={data}", "-q", "-o", str(work / "profile_run"), "--run-id", "prof"]
-    subprocess.run(cmd, check=False, capture_output=True, env=dict(os.environ, HF_HUB_OFFLINE="1"))
+    subprocess.run(cmd, check=False, capture_output=True, env=code_env(pythonpath), cwd=work)
     import io
     import pstats
 
     buf = io.StringIO()
-    pstats.Stats(str(stats_file), stream=buf).sort_stats("cumulative").print_stats(top)
+    stats = pstats.Stats(str(stats_file), stream=buf)
+    stats.sort_stats("cumulative").print_stats(top)
+    stats.sort_stats("tottime").print_stats(top)
     return buf.getvalue()
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="10000,100000", help="comma-separated row counts")
+    ap.add_argument("--rows", type=int, help="one size only (same as --sizes N)")
+    ap.add_argument("--baseline", metavar="DIR",
+                    help="also run the code in DIR (PYTHONPATH=DIR, same venv) and compare")
+    ap.add_argument("--code", metavar="DIR", help="run the code in DIR (PYTHONPATH=DIR) instead of this checkout")
+    ap.add_argument("--profile-rows", type=int, help="rows for --profile (default: the smallest size)")
     ap.add_argument("--rss-ratio", type=float, default=1.2, help="allowed peak RSS, largest / smallest")
     ap.add_argument("--profile", action="store_true", help="cProfile the smallest size, top entries")
     ap.add_argument("--top", type=int, default=25)
@@ -131,27 +154,32 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", action="store_true", help="print the figures as JSON")
     ap.add_argument("extra", nargs="*", help="extra gage-eval arguments after --")
     args = ap.parse_args(argv)
-    sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
+    sizes = [args.rows] if args.rows else [int(s) for s in args.sizes.split(",") if s.strip()]
     work = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="gage-overhead-"))
     work.mkdir(parents=True, exist_ok=True)
     try:
-        results = [run_size(n, work, args.extra) for n in sizes]
+        base = [run_size(n, work, args.extra, args.baseline, "old") for n in sizes] if args.baseline else []
+        results = [run_size(n, work, args.extra, args.code) for n in sizes]
         if not args.json:
-            print(f"{'rows':>8}  {'wall s':>7}  {'samples/s':>9}  {'engine/s':>8}  {'peak RSS MiB':>12}  stages (s)")
-        for r in results:
+            print(f"{'code':>4}  {'rows':>8}  {'wall s':>7}  {'samples/s':>9}  {'engine/s':>8}  {'peak RSS MiB':>12}  "
+                  "stages (s)")
+        for r in base + results:
             if not args.json:
-                print(f"{r['rows']:>8}  {r['wall_s']:>7.1f}  {r['samples_per_s']:>9.0f}  "
+                print(f"{r['code']:>4}  {r['rows']:>8}  {r['wall_s']:>7.1f}  {r['samples_per_s']:>9.0f}  "
                       f"{r['engine_samples_per_s'] or 0:>8.0f}  {r['peak_rss_mib']:>12.1f}  {r['stage_s']}")
+        for b, r in zip(base, results):
+            if not args.json:
+                print(f"{r['rows']:>8} rows: new/old samples/s {r['samples_per_s'] / b['samples_per_s']:.2f}x")
         ratio = results[-1]["peak_rss_mib"] / results[0]["peak_rss_mib"]
         ok = ratio <= args.rss_ratio
         if args.json:
             print(json.dumps({"results": [{k: v for k, v in r.items() if k not in ("stdout", "stderr")}
-                                          for r in results], "rss_ratio": ratio, "ok": ok}, indent=2))
+                                          for r in base + results], "rss_ratio": ratio, "ok": ok}, indent=2))
         else:
             print(f"peak RSS {results[-1]['rows']} / {results[0]['rows']} rows: {ratio:.2f}x "
                   f"(limit {args.rss_ratio}x): {'ok' if ok else 'EXCEEDED'} [{results[0]['source']}]")
         if args.profile:
-            print(profile(sizes[0], work, args.top))
+            print(profile(args.profile_rows or sizes[0], work, args.top, args.code))
         return 0 if ok else 1
     finally:
         if not args.keep:

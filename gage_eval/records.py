@@ -16,8 +16,33 @@ from gage_eval.sample import content_text, label_text, messages_text
 INSTANCE_SCHEMA_VERSION = "instance_level_eval_0.2.0"
 
 
+try:  # a fast encoder when installed (a core dependency; the standard library otherwise)
+    import orjson as _orjson
+except ImportError:  # pragma: no cover - exercised by the fallback test
+    _orjson = None
+
+# orjson writes only what the standard library writes the same way: datetimes, dataclasses and
+# subclasses of str/int/dict/list go to _refuse (then json writes them, str() as before), a
+# non-str key, an int past 64 bits or a lone surrogate make it raise, and so the line is
+# written by json. NaN and infinities come out as null, as finite() makes them below.
+_ORJSON_OPTS = ((_orjson.OPT_PASSTHROUGH_DATETIME | _orjson.OPT_PASSTHROUGH_DATACLASS |
+                 _orjson.OPT_PASSTHROUGH_SUBCLASS) if _orjson is not None else 0)
+
+
+def _refuse(obj: Any) -> Any:
+    raise TypeError
+
+
 def dumps(obj: Any, **kwargs: Any) -> str:
-    """Strict JSON: a NaN or infinite number (a -inf log-likelihood, a metric's nan) is written as null."""
+    """Strict JSON: a NaN or infinite number (a -inf log-likelihood, a metric's nan) is written as null.
+
+    Without ``kwargs`` orjson writes it when it can (compact, UTF-8 as is, the same parsed
+    value as the standard library's); whatever it cannot write exactly goes to ``json``."""
+    if _orjson is not None and not kwargs:
+        try:
+            return _orjson.dumps(obj, default=_refuse, option=_ORJSON_OPTS).decode("utf-8")
+        except TypeError:  # orjson.JSONEncodeError is a TypeError
+            pass
     opts = {"ensure_ascii": False, "separators": (",", ":"), "default": str, "allow_nan": False, **kwargs}
     try:
         return json.dumps(obj, **opts)

@@ -235,32 +235,62 @@ INLINE_MEDIA_KEEP = 256  # data: URLs up to this many characters are written as 
 def elide_inline_media(record: Any, keep: int = INLINE_MEDIA_KEEP) -> Any:
     """A copy of ``record`` with each long ``data:`` URL (a ``url`` value) replaced by a short
     placeholder ``data:<mime>;elided,sha256=<hex>;chars=<n>``, so inline images do not bloat
-    the written samples. The input is not changed; parts without such URLs are shared."""
+    the written samples. The input is not changed; parts without such URLs are shared.
+
+    Per row (every written record passes here): plain dicts, lists and JSON scalars are told
+    apart by their exact type, so a text-only record costs one walk with no ``typing.Mapping``
+    checks; anything else goes through the general checks below, with the same result."""
+    t = type(record)
+    if t is dict:
+        return _elide_mapping(record, keep)
+    if t is list:
+        return _elide_list(record, keep)
+    if t in _LEAVES:
+        return record
     if isinstance(record, Mapping):
-        out = None
-        for key, value in record.items():
-            if key == "url" and isinstance(value, str) and value.startswith("data:") and len(value) > keep:
+        return _elide_mapping(record, keep)
+    if isinstance(record, list):
+        return _elide_list(record, keep)
+    return record
+
+
+_LEAVES = frozenset({str, int, float, bool, type(None)})  # never hold a url; a str is checked by its key
+
+
+def _container(value: Any) -> bool:
+    """Whether ``value`` may hold a url (the general case of a value that is no plain dict, list or leaf)."""
+    return isinstance(value, (dict, list)) or (not isinstance(value, (str, int, float)) and isinstance(value, Mapping))
+
+
+def _elide_mapping(record: Any, keep: int) -> Any:
+    out = None
+    for key, value in record.items():
+        tv = type(value)
+        if tv is str or (tv not in _LEAVES and tv is not dict and tv is not list and isinstance(value, str)):
+            if key == "url" and len(value) > keep and value.startswith("data:"):
                 new = _elided(value)
-            elif isinstance(value, (dict, list)) or (not isinstance(value, (str, int, float)) and
-                                                     isinstance(value, Mapping)):
-                new = elide_inline_media(value, keep)  # only containers can hold a url (a per-row path)
             else:
                 continue
+        elif tv is dict or tv is list or (tv not in _LEAVES and _container(value)):
+            new = elide_inline_media(value, keep)  # only containers can hold a url (a per-row path)
+        else:
+            continue
+        if new is not value:
+            out = dict(record) if out is None else out
+            out[key] = new
+    return record if out is None else out
+
+
+def _elide_list(record: list, keep: int) -> list:
+    items = None  # copied on the first change only
+    for i, value in enumerate(record):
+        tv = type(value)
+        if tv is dict or tv is list or (tv not in _LEAVES and _container(value)):
+            new = elide_inline_media(value, keep)
             if new is not value:
-                out = dict(record) if out is None else out
-                out[key] = new
-        return record if out is None else out
-    if isinstance(record, list):
-        items = None  # copied on the first change only
-        for i, value in enumerate(record):
-            if isinstance(value, (dict, list)) or (not isinstance(value, (str, int, float)) and
-                                                   isinstance(value, Mapping)):
-                new = elide_inline_media(value, keep)
-                if new is not value:
-                    items = list(record) if items is None else items
-                    items[i] = new
-        return record if items is None else items
-    return record
+                items = list(record) if items is None else items
+                items[i] = new
+    return record if items is None else items
 
 
 def _elided(url: str) -> str:

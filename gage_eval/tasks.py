@@ -135,6 +135,40 @@ def template_env():
     return _env
 
 
+_MISSING = object()
+_DICT_ATTRS = frozenset(dir(dict))
+
+
+def _max_size() -> int:
+    from gage_eval.sandbox import MAX_SIZE
+
+    return MAX_SIZE
+
+
+def _plain_field(ast: Any) -> tuple[str, str | None] | None:
+    """``(name, key)`` when the whole template is one ``{{ name }}``, ``{{ name.key }}`` or
+    ``{{ name['key'] }}`` and nothing else (a trailing newline is dropped by the lexer), else None.
+
+    For such a template, when the variable is there and the value found is a ``str`` (a plain
+    ``dict`` looked into by a key that is no dict attribute), Jinja's output is that very
+    string: the sandbox's finalize passes a string through and ``str()`` of a str is itself.
+    Every other case (a missing name or key, None, a number, a subclass) still renders through
+    Jinja, so undefined errors, ``'None'`` and number formatting stay Jinja's own."""
+    from jinja2 import nodes
+
+    if len(ast.body) != 1 or not isinstance(ast.body[0], nodes.Output) or len(ast.body[0].nodes) != 1:
+        return None
+    expr = ast.body[0].nodes[0]
+    if type(expr) is nodes.Name and expr.ctx == "load":
+        return expr.name, None
+    if type(expr) is nodes.Getattr and type(expr.node) is nodes.Name and expr.node.ctx == "load":
+        return expr.node.name, expr.attr
+    if (type(expr) is nodes.Getitem and type(expr.node) is nodes.Name and expr.node.ctx == "load"
+            and type(expr.arg) is nodes.Const and type(expr.arg.value) is str):
+        return expr.node.name, expr.arg.value
+    return None
+
+
 class Template:
     """A compiled template that names its file and line in every error.
 
@@ -165,6 +199,8 @@ class Template:
         except (RecursionError, SyntaxError, MemoryError):
             raise GageError(f"{where}: the template is nested too deeply to compile") from None
         self._template = env.template_class.from_code(env, code, env.make_globals(None), None)
+        self._field = _plain_field(ast)
+
 
     @classmethod
     def from_file(cls, path: Path) -> "Template":
@@ -185,6 +221,15 @@ class Template:
         return f"{self.where} (line {line})" if self._multiline else self.where
 
     def render(self, **variables: Any) -> str:
+        if self._field is not None:  # {{ name }} / {{ name.key }}: Jinja's answer without running it
+            name, key = self._field
+            value = variables.get(name, _MISSING)
+            if key is not None and type(value) is dict and key not in _DICT_ATTRS:
+                value = value.get(key, _MISSING)
+            elif key is not None:
+                value = _MISSING
+            if type(value) is str and len(value) <= _max_size():
+                return value
         from gage_eval.sandbox import MAX_SIZE, TemplateLimit
 
         try:

@@ -1,0 +1,172 @@
+"""The per-row fast paths (issue 13, point 4) give exactly what the general code gives:
+a plain-field template's output, eliding inline media, and the JSON written per record."""
+from __future__ import annotations
+
+import json
+import math
+import types
+from collections import OrderedDict
+
+import pytest
+
+from gage_eval import records
+from gage_eval.records import dumps
+from gage_eval.sample import elide_inline_media
+from gage_eval.tasks import Template
+
+LONG = "data:image/png;base64," + "A" * 400
+
+
+class Text(str):
+    pass
+
+
+VALUES = ["plain", "", "é ünïcode\n", None, 0, 1.5, True, [1, "a"], {"k": "v"}, Text("sub"), float("nan"),
+          "x" * 300]
+
+
+def _both(template: Template, **variables):
+    """(fast-path result, Jinja's result); each a str or the error message."""
+    def one(t):
+        try:
+            return t.render(**variables)
+        except ValueError as exc:
+            return f"error: {exc}"
+
+    assert template._field is not None
+    jinja = Template.__new__(Template)
+    jinja.__dict__.update(template.__dict__, _field=None)
+    return one(template), one(jinja)
+
+
+@pytest.mark.parametrize("source", ["{{ option.content }}", "{{option.content}}\n", "{{ option['content'] }}",
+                                    "{{ question }}"])
+@pytest.mark.parametrize("value", VALUES, ids=repr)
+def test_plain_field_template_matches_jinja(source, value):
+    t = Template(source, "task.yaml: request.choice")
+    option = {"content": value}
+    fast, jinja = _both(t, option=option, question=value, index=0)
+    assert fast == jinja
+    assert type(fast) is str
+
+
+@pytest.mark.parametrize("variables", [
+    {}, {"option": {}}, {"option": None}, {"option": "text"}, {"option": {"contents": "x"}},
+    {"option": OrderedDict(content="x")}, {"option": types.SimpleNamespace(content="x")},
+], ids=repr)
+def test_plain_field_template_missing_or_odd_values_match_jinja(variables):
+    fast, jinja = _both(Template("{{ option.content }}", "choice"), **variables)
+    assert fast == jinja
+
+
+def test_dict_attribute_names_are_left_to_jinja():
+    t = Template("{{ option.items }}", "choice")
+    fast, jinja = _both(t, option={"items": "x"})
+    assert fast == jinja and fast != "x"  # Jinja finds the dict's method first
+
+
+def test_only_a_lone_field_takes_the_fast_path():
+    for source in ("Q: {{ question }}", "{{ question }}{{ question }}", "{{ question | upper }}",
+                   "{% if x %}{{ x }}{% endif %}", "{{ a.b.c }}", "{{ option[0] }}"):
+        assert Template(source, "t")._field is None, source
+    assert Template("{{ a }}", "t")._field == ("a", None)
+
+
+def _elide_reference(record, keep=256):
+    """elide_inline_media as it was before the fast paths (the general isinstance walk)."""
+    from typing import Mapping
+
+    from gage_eval.sample import _elided
+
+    if isinstance(record, Mapping):
+        out = None
+        for key, value in record.items():
+            if key == "url" and isinstance(value, str) and value.startswith("data:") and len(value) > keep:
+                new = _elided(value)
+            elif isinstance(value, (dict, list)) or (not isinstance(value, (str, int, float)) and
+                                                     isinstance(value, Mapping)):
+                new = _elide_reference(value, keep)
+            else:
+                continue
+            if new is not value:
+                out = dict(record) if out is None else out
+                out[key] = new
+        return record if out is None else out
+    if isinstance(record, list):
+        items = None
+        for i, value in enumerate(record):
+            if isinstance(value, (dict, list)) or (not isinstance(value, (str, int, float)) and
+                                                   isinstance(value, Mapping)):
+                new = _elide_reference(value, keep)
+                if new is not value:
+                    items = list(record) if items is None else items
+                    items[i] = new
+        return record if items is None else items
+    return record
+
+
+class Listish(list):
+    pass
+
+
+RECORDS = [
+    {"id": "a", "messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}], "n": None, "b": True},
+    {"messages": [{"content": [{"type": "image_url", "image_url": {"url": LONG}}]}], "url": LONG},
+    {"url": "data:short"}, {"url": Text(LONG)}, {"url": 5}, {"other": LONG},
+    {"m": types.MappingProxyType({"url": LONG})}, {"l": Listish([{"url": LONG}])}, {"t": ({"url": LONG},)},
+    [{"url": LONG}, "x", [{"url": LONG}]], LONG, 3, None, types.MappingProxyType({"x": {"url": LONG}}),
+    OrderedDict(url=LONG),
+]
+
+
+@pytest.mark.parametrize("record", RECORDS, ids=range(len(RECORDS)))
+def test_elide_inline_media_matches_the_general_walk(record):
+    got, want = elide_inline_media(record), _elide_reference(record)
+    assert got == want
+    assert (got is record) == (want is record)  # shared when nothing changed
+
+
+def test_text_only_record_is_returned_as_is():
+    record = RECORDS[0]
+    assert elide_inline_media(record) is record
+
+
+def _json_dumps(obj):
+    opts = {"ensure_ascii": False, "separators": (",", ":"), "default": str, "allow_nan": False}
+    try:
+        return json.dumps(obj, **opts)
+    except ValueError:
+        return json.dumps(records.finite(obj), **opts)
+
+
+class Number(int):
+    pass
+
+
+class Real(float):
+    pass
+
+
+DUMPED = [
+    {"a": 1.5, "b": [float("nan"), -math.inf, math.inf, 1e300, 1e-7, 0.1, -0.0], "c": "é\u2028\x00\"\\ \U0001F600"},
+    {1: 2, True: 3, None: 4}, {"x": 2**70, "y": -2**63}, {"s": "\ud800"}, {"t": (1, 2)}, {"set": {1}},
+    {"bytes": b"x"}, {"s": Text("x"), "i": Number(4), "f": Real(math.nan)}, OrderedDict(a=[{"b": None}]),
+    [], {}, "text", None,
+]
+
+
+@pytest.mark.parametrize("obj", DUMPED, ids=range(len(DUMPED)))
+def test_dumps_parses_to_what_json_writes(obj):
+    line = dumps(obj)
+    assert "\n" not in line and "NaN" not in line and "Infinity" not in line
+    assert json.loads(line) == json.loads(_json_dumps(obj))
+
+
+def test_dumps_without_orjson_is_the_json_encoder(monkeypatch):
+    monkeypatch.setattr(records, "_orjson", None)
+    for obj in DUMPED:
+        assert dumps(obj) == _json_dumps(obj)
+
+
+def test_dumps_with_options_uses_json():
+    assert dumps({"b": 1, "a": float("nan")}, sort_keys=True) == '{"a":null,"b":1}'
