@@ -1,8 +1,8 @@
 """``--dry-run``: the resolved settings and the first requests of each task, printed without
 loading a model or making a run folder.
 
-Tasks, rows and requests come from the engine's own pieces (:func:`~gage_eval.engine.resolve_tasks`,
-:class:`~gage_eval.engine.TaskRun`, :class:`~gage_eval.rows.RowChecker` and the task's
+Tasks, rows and requests come from the engine's own pieces (:func:`~gage_eval.taskrun.resolve_tasks`,
+:class:`~gage_eval.taskrun.TaskRun`, :class:`~gage_eval.rows.RowChecker` and the task's
 request builder), so what is shown is what a run would send. The backend is built, which
 checks its arguments, but never opened. The exit status is a run's: 0 when every row shown
 became a request, 1 when a row shown errored, 2 for a bad setting (an unknown task, bad
@@ -17,7 +17,8 @@ from typing import Any, Callable
 
 import click
 
-from gage_eval.engine import RunOptions, TaskRun, _check_capabilities, make_backend, resolve_tasks
+from gage_eval.options import RunOptions
+from gage_eval.taskrun import TaskRun, _check_capabilities, make_backend, resolve_tasks
 from gage_eval.errors import EXIT_ROW_ERRORS, EXIT_TASK_FAILED, GageError
 from gage_eval.plugins import load_plugins
 from gage_eval.redact import mask, redact, strip_credentials

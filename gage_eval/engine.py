@@ -1,405 +1,38 @@
-"""The streaming run loop: read lazily, batch, infer, judge, score, write each sample at once."""
+"""The streaming run loop: read lazily, batch, infer, judge, score, write each sample at once.
+
+The pieces it drives live beside it: :mod:`gage_eval.options` (the settings), :mod:`gage_eval.taskrun`
+(a task's components, rows and counts), :mod:`gage_eval.scoring` (a finished row's record),
+:mod:`gage_eval.summary` (timings and the exit status), :mod:`gage_eval.interrupts`.
+"""
 from __future__ import annotations
 
 import gc
-import json
-import math
 import platform
 import sys
 import time
-import uuid
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping
 
 from gage_eval import __version__
 from gage_eval.backend import LOGLIKELIHOOD, Backend, ModelOutput, Request
-from gage_eval.defaults import DEFAULT_MODEL, DEFAULT_OUTPUT_DIR, DEFAULT_SEED
-from gage_eval.errors import (EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, EXIT_OUTPUT, EXIT_ROW_ERRORS,  # noqa: F401
-                              EXIT_TASK_FAILED, EXIT_TERMINATED, FailFast, FatalBackendError, GageError,
+from gage_eval.errors import (EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OUTPUT, FailFast, FatalBackendError, GageError,
                               OutputError)
-from gage_eval.idset import IdSet
 from gage_eval.events import RunEnd, RunStart, SampleDone, TaskDone
-from gage_eval.metric import MetricContext, TaskAggregate, metric_value
-from gage_eval.plugins import Registry, load_plugins, plugin_versions
+from gage_eval.idset import IdSet
+from gage_eval.interrupts import Interrupted
+from gage_eval.options import RunOptions
+from gage_eval.plugins import load_plugins, plugin_versions
 from gage_eval.progress import Progress, status
 from gage_eval.records import EventLog, TaskWriter, read_jsonl, write_json_atomic
 from gage_eval.redact import mask, redact, strip_credentials
 from gage_eval.rundir import INPUTS_FILE, changed_inputs, fingerprint, read_inputs
-from gage_eval.reasoning import strip_output
-from gage_eval.requests import RequestBuilder
-from gage_eval.rows import RowChecker, field_message
-from gage_eval.sample import SCHEMA_VERSION, elide_inline_media
-from gage_eval.schemas import validation_errors
-from gage_eval.tasks import TaskSpec, dataset_for_path, discover, read_task_file, with_dataset
+from gage_eval.sample import elide_inline_media
+from gage_eval.scoring import finish_record, model_output
+from gage_eval.summary import STAGES, derived_timings, exit_status
+from gage_eval.taskrun import MAX_WARNINGS_SHOWN, Item, TaskRun, _check_capabilities, make_backend, resolve_tasks
 
-
-@dataclass
-class RunOptions:
-    """Everything that decides what a run does; saved as config.json for --resume."""
-
-    tasks: list[str]
-    model: str = DEFAULT_MODEL
-    model_args: dict = field(default_factory=dict)
-    judge_model: str | None = None
-    judge_args: dict = field(default_factory=dict)
-    batch_size: int | str | None = None
-    limit: int | float | None = None  # a row count, or a fraction in (0, 1] of each task's rows
-    output_dir: str = DEFAULT_OUTPUT_DIR
-    run_id: str | None = None
-    seed: int = DEFAULT_SEED
-    include_paths: list[str] = field(default_factory=list)
-    data: dict = field(default_factory=dict)
-    task_overrides: dict = field(default_factory=dict)
-    fail_fast: bool = False
-    max_error_rate: float = 0.0
-    allow_paths: list[str] = field(default_factory=list)
-    allow_urls: bool = False
-    # prompt controls (issue 12): None / empty means "as the task file says"
-    system_prompt: str | None = None
-    gen_kwargs: dict = field(default_factory=dict)  # merged over each task's request.generation
-    num_fewshot: int | None = None
-    fewshot_as_multiturn: bool | None = None  # None: multi-turn whenever the chat template is on (lm-eval)
-    apply_chat_template: bool | None = None  # None: the task's request.chat
-    strip_reasoning: bool = False  # score the text after the last </think>; the raw text stays in the record
-    quiet: bool = False
-    command: str = ""
-    config_file: str | None = None
-
-
-@dataclass
-class Item:
-    """One row in flight."""
-
-    index: int
-    locator: str
-    sample: dict
-    error: dict | None = None
-    request: Any = None
-    rendered: dict = field(default_factory=dict)
-    output: ModelOutput | None = None
-    aux_output: ModelOutput | None = None  # the unconditioned scores (Request.unconditioned)
-    model_output: dict = field(default_factory=dict)  # output + rendered prompt pieces, for judges and metrics
-    verdict: Any = None
-
-
-MAX_WARNINGS_SHOWN = 20  # per task, on the console; events.jsonl has all of them
-STAGES = ("dataset_materialization_s", "inference_s", "judge_s", "evaluation_s", "writing_s")
-
-
-def derived_timings(stages: Mapping[str, float], n: int, wall: float | None = None) -> dict[str, float]:
-    """Stage times plus the totals, throughputs and per-sample latencies of spec 004 section 9."""
-    t = {k: float(stages.get(k, 0.0)) for k in STAGES}
-    t["execution_runtime_s"] = t["inference_s"] + t["evaluation_s"]
-    t["total_runtime_s"] = t["dataset_materialization_s"] + t["execution_runtime_s"] + t["writing_s"]
-    if wall is not None:
-        t["wall_runtime_s"] = wall
-    if n:
-        if wall:
-            t["throughput_total_samples_per_s"] = n / wall
-            t["latency_total_ms_per_sample"] = 1000 * wall / n
-        if t["inference_s"] > 0:
-            t["throughput_inference_samples_per_s"] = n / t["inference_s"]
-            t["latency_inference_ms_per_sample"] = 1000 * t["inference_s"] / n
-        if t["evaluation_s"] > 0:
-            t["throughput_auto_eval_samples_per_s"] = n / t["evaluation_s"]
-    return t
-
-
-def new_run_id() -> str:
-    return time.strftime("%Y%m%d-%H%M%S") + "-" + uuid.uuid4().hex[:6]
-
-
-def error_stub(task: str, index: int, locator: str, stage: str, message: str, sample_id: str | None = None) -> dict:
-    """The record written for a row that never became a valid Sample."""
-    return {
-        "schema_version": SCHEMA_VERSION,
-        "id": sample_id or f"{task}-row-{index}",
-        "messages": [],
-        "references": [],
-        "metadata": {"locator": locator},
-        "eval_result": {"error": {"stage": stage, "message": message, "locator": locator}},
-    }
-
-
-class TaskRun:
-    """The per-task state: components built from the task file, counters, timings."""
-
-    def __init__(self, spec: TaskSpec, registry: Registry, options: RunOptions, failure: str | None = None):
-        self.spec = spec
-        self.name = spec.name
-        self.repeated: dict[tuple, int] = {}  # console: each distinct row error -> rows not shown again
-        self.failure = failure  # why the task could not run (or stopped), when it did not
-        self.options = options
-        self.limit = (options.task_overrides.get(spec.name) or {}).get("limit", options.limit)
-        self._counted: int | None = None
-        self.aggregate = TaskAggregate()
-        self.counts = {"total": 0, "scored": 0, "errored": 0, "skipped": 0, "judge_errors": 0}
-        self.errors_by_stage: dict[str, int] = {}
-        self.timings = dict.fromkeys(STAGES, 0.0)
-        self.extra_counts: dict[str, int] = {}
-        self.metrics: list = []
-        self.judge = None
-        self.primary = spec.primary_metric
-        if failure is None:
-            try:
-                self._build(registry)
-            except GageError as exc:
-                self.failure = str(exc)
-
-    def _build(self, registry: Registry) -> None:
-        spec = self.spec
-        where = f"task {spec.name!r} ({spec.folder / 'task.yaml'})"
-        ds = spec.dataset
-        self.loader = _component(registry, "loaders", ds["loader"], where, "dataset.loader",
-                                 **(ds.get("args") or {}), base_dir=str(spec.folder))
-        self.data_dir = Path(getattr(self.loader, "data_dir", None) or spec.folder)
-        pre = spec.preprocessor
-        self.preprocess = _component(registry, "preprocessors", pre["name"], where, "preprocessor",
-                                     **(pre.get("args") or {}))
-        for i, entry in enumerate(spec.metrics):
-            entry = {"name": entry} if isinstance(entry, str) else entry
-            metric = _component(registry, "metrics", entry["name"], where, f"metrics.{i}",
-                                **(entry.get("args") or {}))
-            self.metrics.append((entry.get("as", entry["name"]), metric))
-        self.primary = spec.primary_metric or self.metrics[0][0]
-        if spec.judge:
-            self.judge = _component(registry, "judges", spec.judge["name"], where, "judge",
-                                    **(spec.judge.get("args") or {}), base_dir=str(spec.folder))
-        self.builder = RequestBuilder(spec, self.options, registry, metrics=[m for _, m in self.metrics])
-
-    def data_files(self) -> list[Path]:
-        """The local files the task reads besides its folder (for the resume check): the loader's,
-        and a few-shot file outside the folder; none for a hub dataset."""
-        shots = (self.spec.raw.get("fewshot") or {}).get("path") if isinstance(self.spec.raw, Mapping) else None
-        extra = [self.spec.folder / shots] if isinstance(shots, str) else []
-        files = getattr(self.loader, "files", None)
-        if callable(files):
-            return [Path(f) for f in files()] + [p for p in extra if p.is_file()]
-        data_files = getattr(self.loader, "data_files", None)
-        if isinstance(data_files, str):
-            data_files = [data_files]
-        elif isinstance(data_files, Mapping):
-            data_files = [f for v in data_files.values() for f in ([v] if isinstance(v, str) else v)]
-        return [Path(f) for f in list(data_files or []) + extra if Path(f).is_file()]
-
-    def available(self) -> int | None:
-        """The dataset's row count when the loader knows it cheaply (``total()``), else None."""
-        total = getattr(self.loader, "total", None)
-        if not callable(total):
-            return None
-        try:
-            n = total()
-        except GageError:
-            raise
-        except Exception:  # a count is a nicety; the rows themselves report what is wrong
-            return None
-        return n if isinstance(n, int) and not isinstance(n, bool) and n >= 0 else None
-
-    def row_limit(self) -> int | None:
-        """``limit`` as a row count: a fraction in (0, 1] of the task's rows is rounded up
-        (lm-eval's rule); the rows are counted when the loader cannot say."""
-        limit = self.limit
-        if limit is None or isinstance(limit, int):
-            return limit
-        if self._counted is None:
-            n = self.available()
-            self._counted = n if n is not None else sum(1 for _ in self.loader)
-        return self._counted if limit >= 1 else math.ceil(self._counted * limit)
-
-    def expected(self) -> int | None:
-        """How many rows this run of the task will see, for the progress bar (None: unknown)."""
-        n, limit = self.available(), self.row_limit()
-        if n is None:
-            return limit
-        return n if limit is None else min(n, limit)
-
-    def rows(self) -> Iterator[tuple[int, str, Any]]:
-        limit = self.row_limit()
-        if limit is not None and limit <= 0:
-            return
-        for index, (locator, record) in enumerate(self.loader):
-            yield index, locator, record
-            if limit is not None and index + 1 >= limit:
-                break
-
-    def items(self, allowed_dirs: tuple[Path, ...] = (), allow_urls: bool = False, seen: IdSet | None = None
-              ) -> Iterator[tuple[Item, list[tuple[str, str]]]]:
-        """Each row checked as ``gage-eval validate`` checks it (:mod:`gage_eval.rows`) and built
-        into its request, with its warnings as (field, message): an item with a request, an item
-        whose template failed (``error``), or an error stub for a row that is no valid Sample.
-        A run and ``--dry-run`` both read rows through here."""
-        checker = RowChecker(self.name, self.preprocess, base_dir=self.data_dir, allowed_dirs=allowed_dirs,
-                             allow_urls=allow_urls, seen=seen)
-        for index, locator, record in self.rows():
-            row = checker.check(locator, index, record)
-            warnings = [(where, field_message(where, what)) for where, what in row.warnings]
-            if not row.ok:
-                yield Item(index, locator, error_stub(self.name, index, locator, row.stage, row.message)), warnings
-                continue
-            item = Item(index, locator, row.sample)
-            try:
-                item.request, item.rendered = self.builder.build(row.sample, index)
-            except ValueError as exc:
-                item.error = {"stage": "template", "message": str(exc), "locator": locator}
-            yield item, warnings
-
-    def account(self, record: Mapping[str, Any]) -> None:
-        """Count one written record and add its metric values; used live and on resume."""
-        result = record.get("eval_result") or {}
-        self.counts["total"] += 1
-        err = result.get("error")
-        if err:
-            self.counts["errored"] += 1
-            stage = err.get("stage", "unknown")
-            self.errors_by_stage[stage] = self.errors_by_stage.get(stage, 0) + 1
-            if stage == "judge":
-                self.counts["judge_errors"] += 1
-            return
-        for key, value in (result.get("counters") or {}).items():
-            if value:
-                self.extra_counts[key] = self.extra_counts.get(key, 0) + 1
-        values = {name: metric_value(v) for name, v in (result.get("metrics") or {}).items()}
-        if all(v is None for v in values.values()):
-            self.counts["skipped"] += 1
-            return
-        self.counts["scored"] += 1
-        self.aggregate.add(values, record.get("data_tag"))
-
-    def status(self, max_error_rate: float = 0.0) -> tuple[str, str | None]:
-        """``ok``, ``errors`` (rows errored, more than ``max_error_rate`` of them) or ``failed``
-        (the task could not run, or no row was scored), with the reason."""
-        c = self.counts
-        if self.failure:
-            return "failed", self.failure
-        if c["total"] == 0:
-            return "failed", "no rows: the dataset is empty (or --limit 0)"
-        if c["scored"] == 0:
-            why = (f"all {c['total']} rows errored" if c["errored"] == c["total"]
-                   else f"no row was scored ({c['errored']} errored, {c['skipped']} had no metric value)")
-            return "failed", why
-        if c["errored"] and c["errored"] / c["total"] > max_error_rate:
-            return "errors", f"{c['errored']} of {c['total']} rows errored"
-        return "ok", None
-
-    def summary(self, max_error_rate: float = 0.0) -> dict:
-        agg = self.aggregate.result()
-        higher = {name: getattr(m, "higher_is_better", True) for name, m in self.metrics}
-        for name, entry in agg["metrics"].items():
-            entry["higher_is_better"] = higher.get(name, True)
-        t = derived_timings(self.timings, self.counts["total"])
-        status, reason = self.status(max_error_rate)
-        return {
-            "task": self.name,
-            "status": status,
-            "failure": reason,
-            "source": {"folder": str(self.spec.folder), "origin": self.spec.origin},
-            "primary_metric": self.primary,
-            "metrics": agg["metrics"],
-            "slices": agg["slices"],
-            "counts": dict(self.counts, **({"by_counter": self.extra_counts} if self.extra_counts else {})),
-            "errors_by_stage": self.errors_by_stage,
-            "timings": {k: round(v, 6) for k, v in t.items()},
-        }
-
-
-def _check_capabilities(tasks: list[TaskSpec], backend: Backend, model: str, role: str = "model",
-                        chat: bool | None = None) -> None:
-    """Refuse, before anything loads, a task the backend cannot do; ``chat`` is --apply-chat-template
-    (True: every task's prompts go through the chat template; False: none do; None: as the task says)."""
-    for spec in tasks:
-        needed = spec.capabilities_needed()
-        if chat is not None and role == "model":
-            needed = needed | {"chat"} if chat else needed - {"chat"}
-        missing = needed - set(backend.capabilities)
-        if missing:
-            why = " (--apply-chat-template)" if chat and "chat" in missing else ""
-            raise GageError(
-                f"task {spec.name!r} needs {', '.join(sorted(missing))}{why}, which {role} {model!r} "
-                f"({backend.model_id}) does not support (it supports: "
-                f"{', '.join(sorted(backend.capabilities)) or 'nothing'}); pick another model or backend")
-
-
-def resolve_tasks(options: RunOptions, registry: Registry) -> list[tuple[TaskSpec, str | None]]:
-    """Each task's validated spec, or a placeholder and the reason its folder cannot run. Unknown
-    names are a usage error; a broken task folder fails that task only."""
-    found = discover(registry.task_paths, options.include_paths)
-    unknown = [t for t in options.tasks if t not in found]
-    if unknown:
-        raise GageError(f"unknown task(s): {', '.join(unknown)}; available: {', '.join(sorted(found)) or 'none'} "
-                        f"(see `gage-eval tasks`)")
-    extra = set(options.data) - set(options.tasks)
-    if extra:
-        raise GageError(f"--data names task(s) not in --tasks: {', '.join(sorted(extra))}")
-    specs = []
-    for name in options.tasks:
-        src = found[name]
-        try:
-            spec = read_task_file(src.folder, src.origin)
-            if name in options.data:
-                split = (spec.dataset.get("args") or {}).get("split")
-                spec = with_dataset(spec, dataset_for_path(options.data[name], split))
-            if options.task_overrides.get(name):
-                spec = _with_overrides(spec, options.task_overrides[name], options.config_file)
-        except GageError as exc:
-            specs.append((TaskSpec(name=name, folder=src.folder, origin=src.origin, description="", dataset={},
-                                   preprocessor={}, request={"kind": "unknown"}, metrics=[]), str(exc)))
-            continue
-        specs.append((spec, None))
-    return specs
-
-
-def _with_overrides(spec: TaskSpec, overrides: Mapping[str, Any], source: str | None) -> TaskSpec:
-    """The run config's per-task ``metrics`` (replace the list) and ``generation`` (merged into the
-    task's), checked against the task schema; ``limit`` is applied by :class:`TaskRun`."""
-    from dataclasses import replace
-
-    where = f"{source or 'run config'}: task {spec.name!r}"
-    raw = dict(spec.raw)
-    request = dict(spec.request)
-    if overrides.get("generation") is not None:
-        if not isinstance(overrides["generation"], Mapping):
-            raise GageError(f"{where}: 'generation' must be a mapping of generation settings")
-        request["generation"] = {**(request.get("generation") or {}), **overrides["generation"]}
-        raw["request"] = request
-    if overrides.get("metrics") is not None:
-        raw["metrics"] = overrides["metrics"]
-    problems = validation_errors(raw, "task")
-    if problems:
-        raise GageError(f"{where}: overrides make an invalid task: "
-                        + "; ".join(f"key '{k or '<top>'}': {m}" for k, m in problems))
-    primary = spec.primary_metric
-    if overrides.get("metrics") is not None:
-        names = [m if isinstance(m, str) else m.get("as", m["name"]) for m in raw["metrics"]]
-        primary = primary if primary in names else None
-    return replace(spec, request=request, metrics=list(raw["metrics"]), primary_metric=primary, raw=raw)
-
-
-def _component(registry: Registry, kind: str, name: str, where: str, key: str, **kwargs: Any) -> Any:
-    """A task's loader, preprocessor, metric or judge built from its registered factory; an unknown
-    name or bad arguments name the task, its file and the key."""
-    try:
-        factory = registry.get(kind, name).factory
-    except GageError as exc:
-        raise GageError(f"{where}: key '{key}': {exc}") from None
-    try:
-        return factory(**kwargs)
-    except GageError as exc:  # the component's own message names what is wrong (a missing data file, ...)
-        raise GageError(f"{where}: {exc}") from None
-    except (TypeError, ValueError) as exc:
-        raise GageError(f"{where}: key '{key}' ({name!r}): {exc}") from None
-
-
-def make_backend(registry: Registry, name: str, args: Mapping[str, Any], batch_size: Any, seed: int) -> Backend:
-    factory = registry.get("backends", name).factory
-    kwargs = dict(args)
-    if batch_size is not None:
-        kwargs.setdefault("batch_size", batch_size)
-    kwargs.setdefault("seed", seed)
-    try:
-        return factory(**kwargs)
-    except TypeError as exc:
-        raise GageError(f"backend {name!r}: bad arguments: {exc}") from None
+__all__ = ["Engine", "RunOptions", "TaskRun"]
 
 
 class Engine:
@@ -537,7 +170,11 @@ class Engine:
             events.emit("task_resume", task=tr.name, already_done=len(done), retried=retried)
         events.emit("task_start", task=tr.name)
         window_size = max(1, int(getattr(backend, "max_batch", 64) or 64))
-        progress = Progress(tr.name, total=tr.expected(), quiet=opts.quiet, start=len(done))
+        try:
+            expected = tr.expected()
+        except (GageError, OSError):  # unreadable data: reading the rows below fails the task with it
+            expected = None
+        progress = Progress(tr.name, total=expected, quiet=opts.quiet, start=len(done))
         seen = IdSet()
         window: list[Item] = []
         t_load = time.perf_counter()
@@ -638,7 +275,7 @@ class Engine:
             waiting[id(it)] -= 1
             if waiting[id(it)]:
                 return
-            it.model_output = _model_output(it, self.options.strip_reasoning)
+            it.model_output = model_output(it, self.options.strip_reasoning)
             bad = it.output.error if it.output is not None and it.output.error else (
                 f"unconditioned scores: {it.aux_output.error}" if it.aux_output is not None and it.aux_output.error
                 else None)
@@ -696,7 +333,7 @@ class Engine:
     def _write(self, tr: TaskRun, it: Item, writer: TaskWriter, events: EventLog, progress: Progress) -> None:
         """Score one finished row, write it, count it, tell the observers; --fail-fast stops here."""
         t_eval = time.perf_counter()
-        record = elide_inline_media(self._finish(tr, it))
+        record = elide_inline_media(finish_record(tr, it))
         err = (record.get("eval_result") or {}).get("error")
         if err:
             err["message"] = self._clean(str(err.get("message")))
@@ -764,55 +401,6 @@ class Engine:
             if verdict.error:
                 it.error = {"stage": "judge", "message": verdict.error, "locator": it.locator}
 
-    def _finish(self, tr: TaskRun, it: Item) -> dict:
-        if "eval_result" in it.sample:  # an error stub
-            return it.sample
-        record = dict(it.sample)
-        model_output = it.model_output
-        if it.output is not None:
-            record["predict_result"] = [_predict_entry(model_output)]
-        result: dict[str, Any] = {}
-        if it.verdict is not None:
-            result["judge"] = it.verdict.to_dict()
-        if it.error is not None:
-            result["error"] = it.error
-            record["eval_result"] = result
-            return record
-        ctx = MetricContext(sample=it.sample, model_output=model_output,
-                            judge_output=it.verdict.to_dict() if it.verdict is not None else None)
-        metrics: dict[str, Any] = {}
-        counters: dict[str, bool] = {}
-        try:
-            for name, metric in tr.metrics:
-                value = metric.compute(ctx)
-                metric_value(value)  # refuses a non-numeric value here, where the sample is known
-                metrics[name] = value
-                if isinstance(value, Mapping):
-                    for key in value.get("counters", ()):
-                        counters[f"{name}.{key}"] = True
-        except Exception as exc:  # a metric bug must not lose the row
-            result["error"] = {"stage": "metric", "message": f"{name}: {type(exc).__name__}: {exc}",
-                               "locator": it.locator}
-            record["eval_result"] = result
-            return record
-        result["metrics"] = metrics
-        if counters:
-            result["counters"] = counters
-        primary = metrics.get(tr.primary)
-        pv = metric_value(primary)
-        overall: dict[str, Any] = {"score": pv, "metric": tr.primary}
-        if isinstance(primary, Mapping):
-            overall["passed"] = bool(primary.get("correct", pv is not None and pv >= 1.0 - 1e-9))
-            for key in ("extracted", "method", "source"):
-                if key in primary:
-                    overall[key] = primary[key]
-        else:
-            overall["passed"] = pv is not None and pv >= 1.0 - 1e-9
-        overall.setdefault("method", tr.primary)
-        result["overall"] = overall
-        record["eval_result"] = result
-        return record
-
     def _summary(self, runs: list[TaskRun], backend: Backend, judge_backend: Backend, wall0: float,
                  load_s: float, interrupted: str | None, stopped: int | None = None) -> dict:
         opts = self.options
@@ -847,46 +435,6 @@ class Engine:
 
 
 
-class Interrupted(KeyboardInterrupt):
-    """Ctrl-C (SIGINT) or SIGTERM: raised where the run was, handled like Ctrl-C everywhere;
-    ``exit_status`` is what the process exits with."""
-
-    def __init__(self, message: str, exit_status: int = EXIT_INTERRUPTED):
-        super().__init__(message)
-        self.exit_status = exit_status
-
-
-def _on_sigterm(signum: int, frame: Any) -> None:
-    raise Interrupted("terminated (SIGTERM)", EXIT_TERMINATED)
-
-
-class sigterm_interrupts:
-    """Within the block, SIGTERM interrupts the run as Ctrl-C does (the summary of what finished
-    is written), instead of killing the process where it stands. Main thread only."""
-
-    def __enter__(self):
-        import signal
-        import threading
-
-        self._old = None
-        if threading.current_thread() is threading.main_thread():
-            self._old = signal.signal(signal.SIGTERM, _on_sigterm)
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        import signal
-
-        if self._old is not None:
-            signal.signal(signal.SIGTERM, self._old)
-
-
-def exit_status(tasks: Mapping[str, Mapping[str, Any]]) -> int:
-    """The run's exit status from its tasks' statuses: a failed task outranks errored rows."""
-    statuses = {t["status"] for t in tasks.values()}
-    if "failed" in statuses or not tasks:
-        return EXIT_TASK_FAILED
-    return EXIT_ROW_ERRORS if "errors" in statuses else EXIT_OK
-
 
 def _finished(record: Mapping[str, Any]) -> bool:
     """On resume, a written row counts as done unless a backend failed it (inference or judge):
@@ -894,36 +442,6 @@ def _finished(record: Mapping[str, Any]) -> bool:
     err = (record.get("eval_result") or {}).get("error")
     return not err or err.get("stage") not in ("inference", "judge")
 
-
-def _model_output(it: Item, strip_reasoning: bool = False) -> dict:
-    """The backend's output with the rendered prompt pieces; for log-likelihood requests the
-    chosen continuation (highest log-likelihood) is its text. ``strip_reasoning``: the text after
-    the model's reasoning block, the original kept as ``raw_text`` (:mod:`gage_eval.reasoning`)."""
-    out = it.output.to_dict() if it.output else {}
-    if strip_reasoning:
-        strip_output(out)
-    out.update({k: v for k, v in it.rendered.items() if k not in out})
-    if it.aux_output is not None and it.aux_output.loglikelihoods is not None:
-        out["unconditioned_loglikelihoods"] = it.aux_output.loglikelihoods
-    if it.request is not None and it.request.kind == LOGLIKELIHOOD and out.get("loglikelihoods"):
-        lls = out["loglikelihoods"]
-        best = max(range(len(lls)), key=lls.__getitem__)
-        out.setdefault("text", it.rendered["choices"][best])
-    return out
-
-
-def _predict_entry(model_output: Mapping[str, Any]) -> dict:
-    entry: dict[str, Any] = {"index": 0, "message": {"role": "assistant", "content": [
-        {"type": "text", "text": model_output.get("text") or ""}]}}
-    for key in ("prompt", "formatted_prompt", "raw_text", "choices", "continuations", "loglikelihoods",
-                "unconditioned_loglikelihoods", "is_greedy",
-                "finish_reason", "latency_ms", "time_to_first_token_ms", "raw"):
-        if model_output.get(key) is not None:
-            entry[key] = model_output[key]
-    if model_output.get("input_tokens") is not None or model_output.get("output_tokens") is not None:
-        i, o = model_output.get("input_tokens") or 0, model_output.get("output_tokens") or 0
-        entry["usage"] = {"input_tokens": i, "output_tokens": o, "total_tokens": i + o}
-    return entry
 
 
 def _stream(backend: Backend, requests: list) -> Iterator[tuple[int, ModelOutput]]:
@@ -957,19 +475,3 @@ def _safe_run(backend: Backend, requests: list) -> list[ModelOutput]:
         msg = f"backend returned {len(outputs)} outputs for {len(requests)} requests"
         return [ModelOutput(error=msg) for _ in requests]
     return list(outputs)
-
-
-def load_options(run_dir: Path) -> RunOptions:
-    path = run_dir / "config.json"
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise GageError(f"--resume {run_dir}: no config.json there; is it a gage-eval run folder?") from None
-    except (OSError, ValueError) as exc:
-        raise GageError(f"--resume {run_dir}: {path} is unreadable ({exc}); the run cannot be resumed") from None
-    known = {f.name for f in fields(RunOptions)}
-    if not isinstance(data, dict) or not {"tasks"} <= set(data) <= known:
-        extra = sorted(set(data) - known) if isinstance(data, dict) else []
-        raise GageError(f"--resume {run_dir}: {path} is not a gage-eval run config"
-                        + (f" (unknown keys: {', '.join(extra)})" if extra else ""))
-    return RunOptions(**data)

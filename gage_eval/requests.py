@@ -1,6 +1,6 @@
 """Turning a Sample into a backend Request with the task's templates and the run's prompt controls.
 
-The run's prompt controls (:class:`gage_eval.engine.RunOptions`), as lm-evaluation-harness applies
+The run's prompt controls (:class:`gage_eval.options.RunOptions`), as lm-evaluation-harness applies
 its flags of the same names:
 
 - ``system_prompt``: a system message in a chat prompt (merged with a system message the sample
@@ -54,7 +54,7 @@ def normalized_gen(gen: Mapping[str, Any] | None) -> dict:
 class RequestBuilder:
     """Renders a task's templates for each sample; one instance per task per run.
 
-    ``options`` is the run's :class:`~gage_eval.engine.RunOptions` (None: the task file alone);
+    ``options`` is the run's :class:`~gage_eval.options.RunOptions` (None: the task file alone);
     ``registry`` the plugin registry the few-shot source's loader and preprocessor come from
     (loaded when needed and not given). Raises GageError, naming the task file, for prompt
     controls the task cannot take (``--num-fewshot`` without a ``fewshot:`` source, more

@@ -10,7 +10,9 @@ import click
 
 from gage_eval.conventions import check_gen_kwargs, parse_gen_kwargs, parse_limit
 from gage_eval.defaults import DEFAULT_MODEL, DEFAULT_OUTPUT_DIR, DEFAULT_SEED
-from gage_eval.engine import Engine, RunOptions, load_options, new_run_id, sigterm_interrupts
+from gage_eval.engine import Engine
+from gage_eval.interrupts import sigterm_interrupts
+from gage_eval.options import RunOptions, load_options, new_run_id
 from gage_eval.errors import EXIT_INTERRUPTED, EXIT_MEANING, GageError
 from gage_eval.kv import parse_kv, parse_value
 from gage_eval.redact import redact

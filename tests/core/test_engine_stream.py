@@ -127,7 +127,7 @@ def test_an_unconditioned_request_that_fails_errors_its_row(monkeypatch, tmp_pat
 
 
 def test_apply_chat_template_is_checked_against_the_model_before_anything_loads():
-    from gage_eval.engine import _check_capabilities
+    from gage_eval.taskrun import _check_capabilities
     from gage_eval.errors import GageError
     from gage_eval.tasks import read_task_file
 
@@ -140,3 +140,18 @@ def test_apply_chat_template_is_checked_against_the_model_before_anything_loads(
     _check_capabilities([piqa], NoChat(), "plain", chat=False)
     with pytest.raises(GageError, match=r"needs chat \(--apply-chat-template\), which model 'plain'"):
         _check_capabilities([piqa], NoChat(), "plain", chat=True)
+
+
+def test_a_hub_task_offline_fails_alone_with_the_loaders_reason(tmp_path, run_cli, monkeypatch):
+    """docvqa's hf loader takes an argument called ``name`` (the dataset config), and the loader is
+    asked for its row count before the rows are read: neither may turn into a crash or a usage
+    error; the task fails with the loader's own reason and piqa still runs."""
+    pytest.importorskip("datasets")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    result = run_cli("--tasks", "docvqa,piqa", "--model", "dummy", "-o", tmp_path, "--run-id", "r")
+    assert result.exit_code == 3, result.output
+    summary = json.loads((tmp_path / "r" / "summary.json").read_text())
+    assert summary["tasks"]["docvqa"]["status"] == "failed"
+    assert "hf loader: cannot load 'lmms-lab/DocVQA'" in summary["tasks"]["docvqa"]["failure"]
+    assert summary["tasks"]["piqa"]["status"] == "ok"

@@ -1,0 +1,66 @@
+"""A run's settings (saved as config.json, reloaded by --resume) and its id."""
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+
+from gage_eval.defaults import DEFAULT_MODEL, DEFAULT_OUTPUT_DIR, DEFAULT_SEED
+from gage_eval.errors import GageError
+
+@dataclass
+class RunOptions:
+    """Everything that decides what a run does; saved as config.json for --resume."""
+
+    tasks: list[str]
+    model: str = DEFAULT_MODEL
+    model_args: dict = field(default_factory=dict)
+    judge_model: str | None = None
+    judge_args: dict = field(default_factory=dict)
+    batch_size: int | str | None = None
+    limit: int | float | None = None  # a row count, or a fraction in (0, 1] of each task's rows
+    output_dir: str = DEFAULT_OUTPUT_DIR
+    run_id: str | None = None
+    seed: int = DEFAULT_SEED
+    include_paths: list[str] = field(default_factory=list)
+    data: dict = field(default_factory=dict)
+    task_overrides: dict = field(default_factory=dict)
+    fail_fast: bool = False
+    max_error_rate: float = 0.0
+    allow_paths: list[str] = field(default_factory=list)
+    allow_urls: bool = False
+    # prompt controls (issue 12): None / empty means "as the task file says"
+    system_prompt: str | None = None
+    gen_kwargs: dict = field(default_factory=dict)  # merged over each task's request.generation
+    num_fewshot: int | None = None
+    fewshot_as_multiturn: bool | None = None  # None: multi-turn whenever the chat template is on (lm-eval)
+    apply_chat_template: bool | None = None  # None: the task's request.chat
+    strip_reasoning: bool = False  # score the text after the last </think>; the raw text stays in the record
+    quiet: bool = False
+    command: str = ""
+    config_file: str | None = None
+
+
+
+
+def new_run_id() -> str:
+    return time.strftime("%Y%m%d-%H%M%S") + "-" + uuid.uuid4().hex[:6]
+
+
+
+def load_options(run_dir: Path) -> RunOptions:
+    path = run_dir / "config.json"
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise GageError(f"--resume {run_dir}: no config.json there; is it a gage-eval run folder?") from None
+    except (OSError, ValueError) as exc:
+        raise GageError(f"--resume {run_dir}: {path} is unreadable ({exc}); the run cannot be resumed") from None
+    known = {f.name for f in fields(RunOptions)}
+    if not isinstance(data, dict) or not {"tasks"} <= set(data) <= known:
+        extra = sorted(set(data) - known) if isinstance(data, dict) else []
+        raise GageError(f"--resume {run_dir}: {path} is not a gage-eval run config"
+                        + (f" (unknown keys: {', '.join(extra)})" if extra else ""))
+    return RunOptions(**data)

@@ -1,0 +1,93 @@
+"""A finished row's written record: the model's output as predict_result, the metrics, the
+overall verdict (eval_result). The record shape lives here; the engine only calls it."""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from gage_eval.backend import LOGLIKELIHOOD
+from gage_eval.metric import MetricContext, metric_value
+from gage_eval.reasoning import strip_output
+
+def finish_record(tr: Any, it: Any) -> dict:
+    """The record of one finished row (an error stub as it is): predict_result, the metrics of
+    every task metric (a metric that raises errors the row, never loses it), the overall score."""
+    if "eval_result" in it.sample:  # an error stub
+        return it.sample
+    record = dict(it.sample)
+    model_output = it.model_output
+    if it.output is not None:
+        record["predict_result"] = [predict_entry(model_output)]
+    result: dict[str, Any] = {}
+    if it.verdict is not None:
+        result["judge"] = it.verdict.to_dict()
+    if it.error is not None:
+        result["error"] = it.error
+        record["eval_result"] = result
+        return record
+    ctx = MetricContext(sample=it.sample, model_output=model_output,
+                        judge_output=it.verdict.to_dict() if it.verdict is not None else None)
+    metrics: dict[str, Any] = {}
+    counters: dict[str, bool] = {}
+    try:
+        for name, metric in tr.metrics:
+            value = metric.compute(ctx)
+            metric_value(value)  # refuses a non-numeric value here, where the sample is known
+            metrics[name] = value
+            if isinstance(value, Mapping):
+                for key in value.get("counters", ()):
+                    counters[f"{name}.{key}"] = True
+    except Exception as exc:  # a metric bug must not lose the row
+        result["error"] = {"stage": "metric", "message": f"{name}: {type(exc).__name__}: {exc}",
+                           "locator": it.locator}
+        record["eval_result"] = result
+        return record
+    result["metrics"] = metrics
+    if counters:
+        result["counters"] = counters
+    primary = metrics.get(tr.primary)
+    pv = metric_value(primary)
+    overall: dict[str, Any] = {"score": pv, "metric": tr.primary}
+    if isinstance(primary, Mapping):
+        overall["passed"] = bool(primary.get("correct", pv is not None and pv >= 1.0 - 1e-9))
+        for key in ("extracted", "method", "source"):
+            if key in primary:
+                overall[key] = primary[key]
+    else:
+        overall["passed"] = pv is not None and pv >= 1.0 - 1e-9
+    overall.setdefault("method", tr.primary)
+    result["overall"] = overall
+    record["eval_result"] = result
+    return record
+
+
+
+def model_output(it: Any, strip_reasoning: bool = False) -> dict:
+    """The backend's output with the rendered prompt pieces; for log-likelihood requests the
+    chosen continuation (highest log-likelihood) is its text. ``strip_reasoning``: the text after
+    the model's reasoning block, the original kept as ``raw_text`` (:mod:`gage_eval.reasoning`)."""
+    out = it.output.to_dict() if it.output else {}
+    if strip_reasoning:
+        strip_output(out)
+    out.update({k: v for k, v in it.rendered.items() if k not in out})
+    if it.aux_output is not None and it.aux_output.loglikelihoods is not None:
+        out["unconditioned_loglikelihoods"] = it.aux_output.loglikelihoods
+    if it.request is not None and it.request.kind == LOGLIKELIHOOD and out.get("loglikelihoods"):
+        lls = out["loglikelihoods"]
+        best = max(range(len(lls)), key=lls.__getitem__)
+        out.setdefault("text", it.rendered["choices"][best])
+    return out
+
+
+def predict_entry(model_output: Mapping[str, Any]) -> dict:
+    entry: dict[str, Any] = {"index": 0, "message": {"role": "assistant", "content": [
+        {"type": "text", "text": model_output.get("text") or ""}]}}
+    for key in ("prompt", "formatted_prompt", "raw_text", "choices", "continuations", "loglikelihoods",
+                "unconditioned_loglikelihoods", "is_greedy",
+                "finish_reason", "latency_ms", "time_to_first_token_ms", "raw"):
+        if model_output.get(key) is not None:
+            entry[key] = model_output[key]
+    if model_output.get("input_tokens") is not None or model_output.get("output_tokens") is not None:
+        i, o = model_output.get("input_tokens") or 0, model_output.get("output_tokens") or 0
+        entry["usage"] = {"input_tokens": i, "output_tokens": o, "total_tokens": i + o}
+    return entry
+

@@ -1,0 +1,38 @@
+"""Summary arithmetic: stage timings with their totals and rates, and the exit status of a run
+from its tasks' statuses."""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from gage_eval.errors import EXIT_OK, EXIT_ROW_ERRORS, EXIT_TASK_FAILED
+
+STAGES = ("dataset_materialization_s", "inference_s", "judge_s", "evaluation_s", "writing_s")
+
+
+def derived_timings(stages: Mapping[str, float], n: int, wall: float | None = None) -> dict[str, float]:
+    """Stage times plus the totals, throughputs and per-sample latencies of spec 004 section 9."""
+    t = {k: float(stages.get(k, 0.0)) for k in STAGES}
+    t["execution_runtime_s"] = t["inference_s"] + t["evaluation_s"]
+    t["total_runtime_s"] = t["dataset_materialization_s"] + t["execution_runtime_s"] + t["writing_s"]
+    if wall is not None:
+        t["wall_runtime_s"] = wall
+    if n:
+        if wall:
+            t["throughput_total_samples_per_s"] = n / wall
+            t["latency_total_ms_per_sample"] = 1000 * wall / n
+        if t["inference_s"] > 0:
+            t["throughput_inference_samples_per_s"] = n / t["inference_s"]
+            t["latency_inference_ms_per_sample"] = 1000 * t["inference_s"] / n
+        if t["evaluation_s"] > 0:
+            t["throughput_auto_eval_samples_per_s"] = n / t["evaluation_s"]
+    return t
+
+
+
+def exit_status(tasks: Mapping[str, Mapping[str, Any]]) -> int:
+    """The run's exit status from its tasks' statuses: a failed task outranks errored rows."""
+    statuses = {t["status"] for t in tasks.values()}
+    if "failed" in statuses or not tasks:
+        return EXIT_TASK_FAILED
+    return EXIT_ROW_ERRORS if "errors" in statuses else EXIT_OK
+

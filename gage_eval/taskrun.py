@@ -1,0 +1,332 @@
+"""A task in a run: its components built from task.yaml, its rows as items, its counts, timings
+and summary; resolving task names to specs; building backends."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator, Mapping
+
+from gage_eval.backend import Backend, ModelOutput
+from gage_eval.errors import GageError
+from gage_eval.idset import IdSet
+from gage_eval.metric import TaskAggregate, metric_value
+from gage_eval.options import RunOptions
+from gage_eval.plugins import Registry
+from gage_eval.requests import RequestBuilder
+from gage_eval.rows import RowChecker, field_message
+from gage_eval.sample import SCHEMA_VERSION
+from gage_eval.schemas import validation_errors
+from gage_eval.summary import STAGES, derived_timings
+from gage_eval.tasks import TaskSpec, dataset_for_path, discover, read_task_file, with_dataset
+
+@dataclass
+class Item:
+    """One row in flight."""
+
+    index: int
+    locator: str
+    sample: dict
+    error: dict | None = None
+    request: Any = None
+    rendered: dict = field(default_factory=dict)
+    output: ModelOutput | None = None
+    aux_output: ModelOutput | None = None  # the unconditioned scores (Request.unconditioned)
+    model_output: dict = field(default_factory=dict)  # output + rendered prompt pieces, for judges and metrics
+    verdict: Any = None
+
+
+MAX_WARNINGS_SHOWN = 20  # per task, on the console; events.jsonl has all of them
+
+
+def error_stub(task: str, index: int, locator: str, stage: str, message: str, sample_id: str | None = None) -> dict:
+    """The record written for a row that never became a valid Sample."""
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "id": sample_id or f"{task}-row-{index}",
+        "messages": [],
+        "references": [],
+        "metadata": {"locator": locator},
+        "eval_result": {"error": {"stage": stage, "message": message, "locator": locator}},
+    }
+
+
+
+class TaskRun:
+    """The per-task state: components built from the task file, counters, timings."""
+
+    def __init__(self, spec: TaskSpec, registry: Registry, options: RunOptions, failure: str | None = None):
+        self.spec = spec
+        self.name = spec.name
+        self.repeated: dict[tuple, int] = {}  # console: each distinct row error -> rows not shown again
+        self.failure = failure  # why the task could not run (or stopped), when it did not
+        self.options = options
+        self.limit = (options.task_overrides.get(spec.name) or {}).get("limit", options.limit)
+        self._counted: int | None = None
+        self.aggregate = TaskAggregate()
+        self.counts = {"total": 0, "scored": 0, "errored": 0, "skipped": 0, "judge_errors": 0}
+        self.errors_by_stage: dict[str, int] = {}
+        self.timings = dict.fromkeys(STAGES, 0.0)
+        self.extra_counts: dict[str, int] = {}
+        self.metrics: list = []
+        self.judge = None
+        self.primary = spec.primary_metric
+        if failure is None:
+            try:
+                self._build(registry)
+            except GageError as exc:
+                self.failure = str(exc)
+
+    def _build(self, registry: Registry) -> None:
+        spec = self.spec
+        where = f"task {spec.name!r} ({spec.folder / 'task.yaml'})"
+        ds = spec.dataset
+        self.loader = _component(registry, "loaders", ds["loader"], where, "dataset.loader",
+                                 **(ds.get("args") or {}), base_dir=str(spec.folder))
+        self.data_dir = Path(getattr(self.loader, "data_dir", None) or spec.folder)
+        pre = spec.preprocessor
+        self.preprocess = _component(registry, "preprocessors", pre["name"], where, "preprocessor",
+                                     **(pre.get("args") or {}))
+        for i, entry in enumerate(spec.metrics):
+            entry = {"name": entry} if isinstance(entry, str) else entry
+            metric = _component(registry, "metrics", entry["name"], where, f"metrics.{i}",
+                                **(entry.get("args") or {}))
+            self.metrics.append((entry.get("as", entry["name"]), metric))
+        self.primary = spec.primary_metric or self.metrics[0][0]
+        if spec.judge:
+            self.judge = _component(registry, "judges", spec.judge["name"], where, "judge",
+                                    **(spec.judge.get("args") or {}), base_dir=str(spec.folder))
+        self.builder = RequestBuilder(spec, self.options, registry, metrics=[m for _, m in self.metrics])
+
+    def data_files(self) -> list[Path]:
+        """The local files the task reads besides its folder (for the resume check): the loader's,
+        and a few-shot file outside the folder; none for a hub dataset."""
+        shots = (self.spec.raw.get("fewshot") or {}).get("path") if isinstance(self.spec.raw, Mapping) else None
+        extra = [self.spec.folder / shots] if isinstance(shots, str) else []
+        files = getattr(self.loader, "files", None)
+        if callable(files):
+            return [Path(f) for f in files()] + [p for p in extra if p.is_file()]
+        data_files = getattr(self.loader, "data_files", None)
+        if isinstance(data_files, str):
+            data_files = [data_files]
+        elif isinstance(data_files, Mapping):
+            data_files = [f for v in data_files.values() for f in ([v] if isinstance(v, str) else v)]
+        return [Path(f) for f in list(data_files or []) + extra if Path(f).is_file()]
+
+    def available(self) -> int | None:
+        """The dataset's row count when the loader knows it cheaply (``total()``), else None."""
+        total = getattr(self.loader, "total", None)
+        if not callable(total):
+            return None
+        try:
+            n = total()
+        except Exception:  # a count is a nicety; reading the rows reports what is wrong, failing the task
+            return None
+        return n if isinstance(n, int) and not isinstance(n, bool) and n >= 0 else None
+
+    def row_limit(self) -> int | None:
+        """``limit`` as a row count: a fraction in (0, 1] of the task's rows is rounded up
+        (lm-eval's rule); the rows are counted when the loader cannot say."""
+        limit = self.limit
+        if limit is None or isinstance(limit, int):
+            return limit
+        if self._counted is None:
+            n = self.available()
+            self._counted = n if n is not None else sum(1 for _ in self.loader)
+        return self._counted if limit >= 1 else math.ceil(self._counted * limit)
+
+    def expected(self) -> int | None:
+        """How many rows this run of the task will see, for the progress bar (None: unknown)."""
+        n, limit = self.available(), self.row_limit()
+        if n is None:
+            return limit
+        return n if limit is None else min(n, limit)
+
+    def rows(self) -> Iterator[tuple[int, str, Any]]:
+        limit = self.row_limit()
+        if limit is not None and limit <= 0:
+            return
+        for index, (locator, record) in enumerate(self.loader):
+            yield index, locator, record
+            if limit is not None and index + 1 >= limit:
+                break
+
+    def items(self, allowed_dirs: tuple[Path, ...] = (), allow_urls: bool = False, seen: IdSet | None = None
+              ) -> Iterator[tuple[Item, list[tuple[str, str]]]]:
+        """Each row checked as ``gage-eval validate`` checks it (:mod:`gage_eval.rows`) and built
+        into its request, with its warnings as (field, message): an item with a request, an item
+        whose template failed (``error``), or an error stub for a row that is no valid Sample.
+        A run and ``--dry-run`` both read rows through here."""
+        checker = RowChecker(self.name, self.preprocess, base_dir=self.data_dir, allowed_dirs=allowed_dirs,
+                             allow_urls=allow_urls, seen=seen)
+        for index, locator, record in self.rows():
+            row = checker.check(locator, index, record)
+            warnings = [(where, field_message(where, what)) for where, what in row.warnings]
+            if not row.ok:
+                yield Item(index, locator, error_stub(self.name, index, locator, row.stage, row.message)), warnings
+                continue
+            item = Item(index, locator, row.sample)
+            try:
+                item.request, item.rendered = self.builder.build(row.sample, index)
+            except ValueError as exc:
+                item.error = {"stage": "template", "message": str(exc), "locator": locator}
+            yield item, warnings
+
+    def account(self, record: Mapping[str, Any]) -> None:
+        """Count one written record and add its metric values; used live and on resume."""
+        result = record.get("eval_result") or {}
+        self.counts["total"] += 1
+        err = result.get("error")
+        if err:
+            self.counts["errored"] += 1
+            stage = err.get("stage", "unknown")
+            self.errors_by_stage[stage] = self.errors_by_stage.get(stage, 0) + 1
+            if stage == "judge":
+                self.counts["judge_errors"] += 1
+            return
+        for key, value in (result.get("counters") or {}).items():
+            if value:
+                self.extra_counts[key] = self.extra_counts.get(key, 0) + 1
+        values = {name: metric_value(v) for name, v in (result.get("metrics") or {}).items()}
+        if all(v is None for v in values.values()):
+            self.counts["skipped"] += 1
+            return
+        self.counts["scored"] += 1
+        self.aggregate.add(values, record.get("data_tag"))
+
+    def status(self, max_error_rate: float = 0.0) -> tuple[str, str | None]:
+        """``ok``, ``errors`` (rows errored, more than ``max_error_rate`` of them) or ``failed``
+        (the task could not run, or no row was scored), with the reason."""
+        c = self.counts
+        if self.failure:
+            return "failed", self.failure
+        if c["total"] == 0:
+            return "failed", "no rows: the dataset is empty (or --limit 0)"
+        if c["scored"] == 0:
+            why = (f"all {c['total']} rows errored" if c["errored"] == c["total"]
+                   else f"no row was scored ({c['errored']} errored, {c['skipped']} had no metric value)")
+            return "failed", why
+        if c["errored"] and c["errored"] / c["total"] > max_error_rate:
+            return "errors", f"{c['errored']} of {c['total']} rows errored"
+        return "ok", None
+
+    def summary(self, max_error_rate: float = 0.0) -> dict:
+        agg = self.aggregate.result()
+        higher = {name: getattr(m, "higher_is_better", True) for name, m in self.metrics}
+        for name, entry in agg["metrics"].items():
+            entry["higher_is_better"] = higher.get(name, True)
+        t = derived_timings(self.timings, self.counts["total"])
+        status, reason = self.status(max_error_rate)
+        return {
+            "task": self.name,
+            "status": status,
+            "failure": reason,
+            "source": {"folder": str(self.spec.folder), "origin": self.spec.origin},
+            "primary_metric": self.primary,
+            "metrics": agg["metrics"],
+            "slices": agg["slices"],
+            "counts": dict(self.counts, **({"by_counter": self.extra_counts} if self.extra_counts else {})),
+            "errors_by_stage": self.errors_by_stage,
+            "timings": {k: round(v, 6) for k, v in t.items()},
+        }
+
+
+def _check_capabilities(tasks: list[TaskSpec], backend: Backend, model: str, role: str = "model",
+                        chat: bool | None = None) -> None:
+    """Refuse, before anything loads, a task the backend cannot do; ``chat`` is --apply-chat-template
+    (True: every task's prompts go through the chat template; False: none do; None: as the task says)."""
+    for spec in tasks:
+        needed = spec.capabilities_needed()
+        if chat is not None and role == "model":
+            needed = needed | {"chat"} if chat else needed - {"chat"}
+        missing = needed - set(backend.capabilities)
+        if missing:
+            why = " (--apply-chat-template)" if chat and "chat" in missing else ""
+            raise GageError(
+                f"task {spec.name!r} needs {', '.join(sorted(missing))}{why}, which {role} {model!r} "
+                f"({backend.model_id}) does not support (it supports: "
+                f"{', '.join(sorted(backend.capabilities)) or 'nothing'}); pick another model or backend")
+
+
+def resolve_tasks(options: RunOptions, registry: Registry) -> list[tuple[TaskSpec, str | None]]:
+    """Each task's validated spec, or a placeholder and the reason its folder cannot run. Unknown
+    names are a usage error; a broken task folder fails that task only."""
+    found = discover(registry.task_paths, options.include_paths)
+    unknown = [t for t in options.tasks if t not in found]
+    if unknown:
+        raise GageError(f"unknown task(s): {', '.join(unknown)}; available: {', '.join(sorted(found)) or 'none'} "
+                        f"(see `gage-eval tasks`)")
+    extra = set(options.data) - set(options.tasks)
+    if extra:
+        raise GageError(f"--data names task(s) not in --tasks: {', '.join(sorted(extra))}")
+    specs = []
+    for name in options.tasks:
+        src = found[name]
+        try:
+            spec = read_task_file(src.folder, src.origin)
+            if name in options.data:
+                split = (spec.dataset.get("args") or {}).get("split")
+                spec = with_dataset(spec, dataset_for_path(options.data[name], split))
+            if options.task_overrides.get(name):
+                spec = _with_overrides(spec, options.task_overrides[name], options.config_file)
+        except GageError as exc:
+            specs.append((TaskSpec(name=name, folder=src.folder, origin=src.origin, description="", dataset={},
+                                   preprocessor={}, request={"kind": "unknown"}, metrics=[]), str(exc)))
+            continue
+        specs.append((spec, None))
+    return specs
+
+
+def _with_overrides(spec: TaskSpec, overrides: Mapping[str, Any], source: str | None) -> TaskSpec:
+    """The run config's per-task ``metrics`` (replace the list) and ``generation`` (merged into the
+    task's), checked against the task schema; ``limit`` is applied by :class:`TaskRun`."""
+    from dataclasses import replace
+
+    where = f"{source or 'run config'}: task {spec.name!r}"
+    raw = dict(spec.raw)
+    request = dict(spec.request)
+    if overrides.get("generation") is not None:
+        if not isinstance(overrides["generation"], Mapping):
+            raise GageError(f"{where}: 'generation' must be a mapping of generation settings")
+        request["generation"] = {**(request.get("generation") or {}), **overrides["generation"]}
+        raw["request"] = request
+    if overrides.get("metrics") is not None:
+        raw["metrics"] = overrides["metrics"]
+    problems = validation_errors(raw, "task")
+    if problems:
+        raise GageError(f"{where}: overrides make an invalid task: "
+                        + "; ".join(f"key '{k or '<top>'}': {m}" for k, m in problems))
+    primary = spec.primary_metric
+    if overrides.get("metrics") is not None:
+        names = [m if isinstance(m, str) else m.get("as", m["name"]) for m in raw["metrics"]]
+        primary = primary if primary in names else None
+    return replace(spec, request=request, metrics=list(raw["metrics"]), primary_metric=primary, raw=raw)
+
+
+def _component(registry: Registry, kind: str, name: str, where: str, key: str, /, **kwargs: Any) -> Any:
+    """A task's loader, preprocessor, metric or judge built from its registered factory; an unknown
+    name or bad arguments name the task, its file and the key. (Positional-only, so a component
+    argument may itself be called name, kind or key.)"""
+    try:
+        factory = registry.get(kind, name).factory
+    except GageError as exc:
+        raise GageError(f"{where}: key '{key}': {exc}") from None
+    try:
+        return factory(**kwargs)
+    except GageError as exc:  # the component's own message names what is wrong (a missing data file, ...)
+        raise GageError(f"{where}: {exc}") from None
+    except (TypeError, ValueError) as exc:
+        raise GageError(f"{where}: key '{key}' ({name!r}): {exc}") from None
+
+
+def make_backend(registry: Registry, name: str, args: Mapping[str, Any], batch_size: Any, seed: int) -> Backend:
+    factory = registry.get("backends", name).factory
+    kwargs = dict(args)
+    if batch_size is not None:
+        kwargs.setdefault("batch_size", batch_size)
+    kwargs.setdefault("seed", seed)
+    try:
+        return factory(**kwargs)
+    except TypeError as exc:
+        raise GageError(f"backend {name!r}: bad arguments: {exc}") from None
+
