@@ -128,7 +128,10 @@ def profile(n: int, work: Path, top: int, pythonpath: str | None = None) -> str:
     stats_file = work / "profile.pstats"
     cmd = [sys.executable, "-m", "cProfile", "-o", str(stats_file), "-m", "gage_eval.cli", "--tasks", "piqa", "--model",
            "dummy", "--data", f"piqa={data}", "-q", "-o", str(work / "profile_run"), "--run-id", "prof"]
-    subprocess.run(cmd, check=False, capture_output=True, env=code_env(pythonpath), cwd=work)
+    shutil.rmtree(work / "profile_run", ignore_errors=True)
+    done = subprocess.run(cmd, check=False, capture_output=True, text=True, env=code_env(pythonpath), cwd=work)
+    if done.returncode != 0:
+        raise SystemExit(f"profiled run failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
     import io
     import pstats
 

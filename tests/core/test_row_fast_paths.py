@@ -170,3 +170,18 @@ def test_dumps_without_orjson_is_the_json_encoder(monkeypatch):
 
 def test_dumps_with_options_uses_json():
     assert dumps({"b": 1, "a": float("nan")}, sort_keys=True) == '{"a":null,"b":1}'
+
+
+@pytest.mark.parametrize("record", RECORDS, ids=range(len(RECORDS)))
+def test_elide_without_orjson_prescan_is_the_same(record, monkeypatch):
+    from gage_eval import sample
+
+    monkeypatch.setattr(sample, "_orjson", None)
+    got, want = elide_inline_media(record), _elide_reference(record)
+    assert got == want and (got is record) == (want is record)
+
+
+def test_elide_prescan_sees_urls_orjson_cannot_reach_by_walking():
+    nested = {"a": [{"b": {"url": LONG}}], "c": {1: "non-str key"}, "d": types.MappingProxyType({"url": LONG})}
+    assert elide_inline_media(nested) == _elide_reference(nested)
+    assert elide_inline_media(nested)["d"]["url"].startswith("data:image/png;elided,sha256=")
