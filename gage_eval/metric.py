@@ -26,7 +26,7 @@ class MetricContext:
             raise GageError(f"field path {path!r} must start with one of {', '.join(ROOTS)}")
         value: Any = getattr(self, head)
         for part in rest.split(".") if rest else []:
-            if isinstance(value, Mapping) and part in value:
+            if (type(value) is dict or isinstance(value, Mapping)) and part in value:
                 value = value[part]
             elif isinstance(value, (list, tuple)) and part.lstrip("-").isdigit() and -len(value) <= int(part) < len(value):
                 value = value[int(part)]
@@ -54,7 +54,8 @@ class Metric:
 
 
 def metric_value(result: Any) -> float | None:
-    value = result.get("value") if isinstance(result, Mapping) else result
+    value = result.get("value") if type(result) is dict or (type(result) not in (float, bool, int) and isinstance(
+        result, Mapping)) else result
     if value is None:
         return None
     if isinstance(value, bool):

@@ -43,7 +43,7 @@ def content_text(content: Any) -> str:
     for seg in content:
         if isinstance(seg, str):
             parts.append(seg)
-        elif isinstance(seg, Mapping) and seg.get("type") == "text":
+        elif (type(seg) is dict or isinstance(seg, Mapping)) and seg.get("type") == "text":
             parts.append(str(seg.get("text", "")))
     return "".join(parts) if len(parts) <= 1 else "\n".join(parts)
 
@@ -74,13 +74,13 @@ def segment_types(messages: Iterable[Mapping]) -> set[str]:
         if isinstance(content, str):
             found.add("text")
         elif isinstance(content, list):
-            found.update(seg.get("type", "text") for seg in content if isinstance(seg, Mapping))
+            found.update(seg.get("type", "text") for seg in content if type(seg) is dict or isinstance(seg, Mapping))
     return found
 
 
 def reference_text(reference: Any) -> str:
     """A reference item (string, or ``{"answer": str | segments}``) as plain text."""
-    if isinstance(reference, Mapping):
+    if type(reference) is dict or isinstance(reference, Mapping):
         answer = reference.get("answer")
         return answer if isinstance(answer, str) else content_text(answer)
     return "" if reference is None else str(reference)
@@ -106,7 +106,7 @@ def normalize_references(refs: Any) -> list[dict]:
         refs = [refs]
     out = []
     for ref in refs:
-        if isinstance(ref, Mapping) and "answer" in ref:
+        if (type(ref) is dict or isinstance(ref, Mapping)) and "answer" in ref:
             answer = ref["answer"]
             item = dict(ref)
             item["answer"] = [text_segment(answer)] if isinstance(answer, str) else answer
@@ -117,11 +117,11 @@ def normalize_references(refs: Any) -> list[dict]:
 
 
 def _options_from_choices(choices: Any) -> list[dict]:
-    if isinstance(choices, Mapping):
+    if type(choices) is dict or (type(choices) is not list and isinstance(choices, Mapping)):
         return [{"id": str(k), "content": str(v)} for k, v in choices.items()]
     options = []
     for i, choice in enumerate(choices):
-        if isinstance(choice, Mapping) and "id" in choice:
+        if (type(choice) is dict or (type(choice) is not str and isinstance(choice, Mapping))) and "id" in choice:
             options.append({"id": str(choice["id"]), "content": str(choice.get("content", choice.get("text", "")))})
         else:
             options.append({"id": LETTERS[i] if i < len(LETTERS) else str(i), "content": str(choice)})

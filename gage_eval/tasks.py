@@ -139,34 +139,47 @@ _MISSING = object()
 _DICT_ATTRS = frozenset(dir(dict))
 
 
-def _max_size() -> int:
-    from gage_eval.sandbox import MAX_SIZE
+def _plain_fields(ast: Any) -> tuple | None:
+    """The template's output as parts when it is only literal text and ``{{ name }}``,
+    ``{{ name.key }}`` or ``{{ name['key'] }}`` fields (``Question: {{ question }}\nAnswer:``):
+    a str is literal text, a ``(name, key)`` pair a field (key None for a bare name). Else None.
 
-    return MAX_SIZE
-
-
-def _plain_field(ast: Any) -> tuple[str, str | None] | None:
-    """``(name, key)`` when the whole template is one ``{{ name }}``, ``{{ name.key }}`` or
-    ``{{ name['key'] }}`` and nothing else (a trailing newline is dropped by the lexer), else None.
-
-    For such a template, when the variable is there and the value found is a ``str`` (a plain
-    ``dict`` looked into by a key that is no dict attribute), Jinja's output is that very
-    string: the sandbox's finalize passes a string through and ``str()`` of a str is itself.
-    Every other case (a missing name or key, None, a number, a subclass) still renders through
-    Jinja, so undefined errors, ``'None'`` and number formatting stay Jinja's own."""
+    For such a template, when every field's value is a ``str`` (a variable, or a plain ``dict``
+    looked into by a key that is no dict attribute), Jinja's output is the text and those very
+    strings joined: literal text is written as parsed (the lexer already dropped the trailing
+    newline and applied ``-`` whitespace control), the sandbox's finalize passes a string
+    through, and ``str()`` of a str is itself. Every other case (a missing name or key, None, a
+    number, a subclass) still renders through Jinja, so undefined errors, ``'None'`` and number
+    formatting stay Jinja's own."""
     from jinja2 import nodes
 
-    if len(ast.body) != 1 or not isinstance(ast.body[0], nodes.Output) or len(ast.body[0].nodes) != 1:
+    if len(ast.body) != 1 or type(ast.body[0]) is not nodes.Output:
         return None
-    expr = ast.body[0].nodes[0]
-    if type(expr) is nodes.Name and expr.ctx == "load":
-        return expr.name, None
-    if type(expr) is nodes.Getattr and type(expr.node) is nodes.Name and expr.node.ctx == "load":
-        return expr.node.name, expr.attr
-    if (type(expr) is nodes.Getitem and type(expr.node) is nodes.Name and expr.node.ctx == "load"
-            and type(expr.arg) is nodes.Const and type(expr.arg.value) is str):
-        return expr.node.name, expr.arg.value
-    return None
+    parts: list = []
+    for expr in ast.body[0].nodes:
+        if type(expr) is nodes.TemplateData:
+            parts.append(expr.data)
+        elif type(expr) is nodes.Name and expr.ctx == "load":
+            parts.append((expr.name, None))
+        elif type(expr) is nodes.Getattr and type(expr.node) is nodes.Name and expr.node.ctx == "load":
+            parts.append((expr.node.name, expr.attr))
+        elif (type(expr) is nodes.Getitem and type(expr.node) is nodes.Name and expr.node.ctx == "load"
+              and type(expr.arg) is nodes.Const and type(expr.arg.value) is str):
+            parts.append((expr.node.name, expr.arg.value))
+        else:
+            return None
+    if not any(type(p) is tuple for p in parts):
+        return None  # literal text alone: rare, and Jinja is cheap there
+    return tuple(parts)
+
+
+def _field_value(variables: dict, name: str, key: str | None) -> Any:
+    value = variables.get(name, _MISSING)
+    if key is None:
+        return value
+    if type(value) is dict and key not in _DICT_ATTRS:
+        return value.get(key, _MISSING)
+    return _MISSING
 
 
 class Template:
@@ -199,7 +212,10 @@ class Template:
         except (RecursionError, SyntaxError, MemoryError):
             raise GageError(f"{where}: the template is nested too deeply to compile") from None
         self._template = env.template_class.from_code(env, code, env.make_globals(None), None)
-        self._field = _plain_field(ast)
+        self._parts = _plain_fields(ast)
+        import gage_eval.sandbox as sandbox
+
+        self._sandbox = sandbox  # its MAX_SIZE read at each render, as the Jinja path does
 
 
     @classmethod
@@ -221,15 +237,10 @@ class Template:
         return f"{self.where} (line {line})" if self._multiline else self.where
 
     def render(self, **variables: Any) -> str:
-        if self._field is not None:  # {{ name }} / {{ name.key }}: Jinja's answer without running it
-            name, key = self._field
-            value = variables.get(name, _MISSING)
-            if key is not None and type(value) is dict and key not in _DICT_ATTRS:
-                value = value.get(key, _MISSING)
-            elif key is not None:
-                value = _MISSING
-            if type(value) is str and len(value) <= _max_size():
-                return value
+        if self._parts is not None:  # text and {{ name }} / {{ name.key }}: Jinja's answer without running it
+            out = self._fast(variables)
+            if out is not None:
+                return out
         from gage_eval.sandbox import MAX_SIZE, TemplateLimit
 
         try:
@@ -242,6 +253,23 @@ class Template:
             return "".join(parts)
         except Exception as exc:  # whatever a template does wrong is this row's error, never a traceback
             raise ValueError(self._describe(exc, variables)) from None
+
+    def _fast(self, variables: dict) -> str | None:
+        parts = self._parts
+        if len(parts) == 1:  # {{ option.content }}, the default choice template
+            value = _field_value(variables, *parts[0])
+            return value if type(value) is str and len(value) <= self._sandbox.MAX_SIZE else None
+        out = []
+        for part in parts:
+            if type(part) is str:
+                out.append(part)
+            else:
+                value = _field_value(variables, *part)
+                if type(value) is not str:
+                    return None
+                out.append(value)
+        text = "".join(out)
+        return text if len(text) <= self._sandbox.MAX_SIZE else None
 
     def _describe(self, exc: Exception, variables: Mapping[str, Any]) -> str:
         from jinja2 import TemplateError, UndefinedError

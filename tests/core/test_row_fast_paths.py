@@ -33,14 +33,16 @@ def _both(template: Template, **variables):
         except ValueError as exc:
             return f"error: {exc}"
 
-    assert template._field is not None
+    assert template._parts is not None
     jinja = Template.__new__(Template)
-    jinja.__dict__.update(template.__dict__, _field=None)
+    jinja.__dict__.update(template.__dict__, _parts=None)
     return one(template), one(jinja)
 
 
 @pytest.mark.parametrize("source", ["{{ option.content }}", "{{option.content}}\n", "{{ option['content'] }}",
-                                    "{{ question }}"])
+                                    "{{ question }}", "Question: {{ question }}\nAnswer:",
+                                    "{# note #}  {{- question }} / {{ option.content -}}  \n\n", "{{ question }}{{ question }}",
+                                    "{% raw %}{{ x }}{% endraw %} {{ question }}\n\n"])
 @pytest.mark.parametrize("value", VALUES, ids=repr)
 def test_plain_field_template_matches_jinja(source, value):
     t = Template(source, "task.yaml: request.choice")
@@ -66,10 +68,21 @@ def test_dict_attribute_names_are_left_to_jinja():
 
 
 def test_only_a_lone_field_takes_the_fast_path():
-    for source in ("Q: {{ question }}", "{{ question }}{{ question }}", "{{ question | upper }}",
-                   "{% if x %}{{ x }}{% endif %}", "{{ a.b.c }}", "{{ option[0] }}"):
-        assert Template(source, "t")._field is None, source
-    assert Template("{{ a }}", "t")._field == ("a", None)
+    for source in ("{{ question | upper }}", "Q: {{ question ~ 'x' }}", "{% set y = 1 %}{{ question }}",
+                   "{% if x %}{{ x }}{% endif %}", "{{ a.b.c }}", "{{ option[0] }}", "plain text", "{{ 'const' }}"):
+        assert Template(source, "t")._parts is None, source
+    assert Template("{{ a }}", "t")._parts == (("a", None),)
+    assert Template("Q: {{ a.b }}\n", "t")._parts == ("Q: ", ("a", "b"))
+
+
+def test_output_past_the_size_limit_is_left_to_jinja(monkeypatch):
+    from gage_eval import sandbox
+
+    monkeypatch.setattr(sandbox, "MAX_SIZE", 10)
+    t = Template("Q: {{ question }}", "t")
+    assert t.render(question="1234567") == "Q: 1234567"
+    with pytest.raises(ValueError, match="larger than 10"):
+        t.render(question="12345678")
 
 
 def _elide_reference(record, keep=256):
