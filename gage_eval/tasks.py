@@ -137,6 +137,7 @@ def template_env():
 
 _MISSING = object()
 _DICT_ATTRS = frozenset(dir(dict))
+_SPECIAL_NAMES = frozenset({"self", "loop", "caller", "varargs", "kwargs", "super"})
 
 
 def _plain_fields(ast: Any) -> tuple | None:
@@ -155,6 +156,8 @@ def _plain_fields(ast: Any) -> tuple | None:
 
     if len(ast.body) != 1 or type(ast.body[0]) is not nodes.Output:
         return None
+    if any(n.name in _SPECIAL_NAMES for n in ast.find_all(nodes.Name)):
+        return None  # {{ self }} is the template itself in Jinja, not a variable
     parts: list = []
     for expr in ast.body[0].nodes:
         if type(expr) is nodes.TemplateData:

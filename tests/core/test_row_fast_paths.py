@@ -69,7 +69,7 @@ def test_dict_attribute_names_are_left_to_jinja():
 
 def test_only_a_lone_field_takes_the_fast_path():
     for source in ("{{ question | upper }}", "Q: {{ question ~ 'x' }}", "{% set y = 1 %}{{ question }}",
-                   "{% if x %}{{ x }}{% endif %}", "{{ a.b.c }}", "{{ option[0] }}", "plain text", "{{ 'const' }}"):
+                   "{% if x %}{{ x }}{% endif %}", "{{ a.b.c }}", "{{ option[0] }}", "plain text", "{{ 'const' }}", "{{ self }}", "{{ loop.x }}"):
         assert Template(source, "t")._parts is None, source
     assert Template("{{ a }}", "t")._parts == (("a", None),)
     assert Template("Q: {{ a.b }}\n", "t")._parts == ("Q: ", ("a", "b"))
