@@ -11,6 +11,7 @@ import platform
 import sys
 import time
 from dataclasses import asdict
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping
 
@@ -413,7 +414,7 @@ class Engine:
         summary = {
             "run": {
                 "id": self.run_id,
-                "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                "created": datetime.now().astimezone().isoformat(timespec="seconds"),  # RFC 3339
                 "command": opts.command,
                 "interrupted": interrupted,
                 "exit_status": stopped if stopped is not None else exit_status(tasks),
