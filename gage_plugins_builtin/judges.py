@@ -42,7 +42,8 @@ def _word_score(text: str) -> float | None:
     return None
 
 
-def _json_objects(text: str) -> list[dict]:
+def json_objects(text: str) -> list[dict]:
+    """Every JSON object embedded in ``text`` (a judge's reply), in order of appearance."""
     decoder = json.JSONDecoder()
     found = []
     for match in re.finditer(r"\{", text):
@@ -82,7 +83,7 @@ def parse_reply(text: str | None, max_score: float = 10.0) -> tuple[float, str |
     if text is None or not text.strip():
         raise ReplyError("empty judge reply")
     body = strip_reasoning(text)
-    for obj in reversed(_json_objects(body)):
+    for obj in reversed(json_objects(body)):
         for key in JSON_SCORE_KEYS:
             if key in obj:
                 score = _number(obj[key], max_score)

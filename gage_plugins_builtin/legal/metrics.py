@@ -6,7 +6,7 @@ from typing import Any, Sequence
 
 from gage_eval.api import Metric, MetricContext
 
-from gage_plugins_builtin.judges import _json_objects, strip_reasoning
+from gage_plugins_builtin.judges import json_objects, strip_reasoning
 
 _SEP = r"(?:\s*(?:,|and|und|et|e|y|&|/|\+)\s*|\s+)"
 
@@ -27,7 +27,7 @@ def parse_choice_ids(text: str, ids: Sequence[str]) -> tuple[list[str], str] | N
     idset = set(ids)
     pat = _id_pattern(ids)
     one = rf"\(?(?:{pat})\)?(?![\w])"
-    for obj in reversed(_json_objects(body)):
+    for obj in reversed(json_objects(body)):
         for key in ("answer", "answers", "choice", "choices", "correct_choice_ids"):
             value = obj.get(key)
             if isinstance(value, str):
