@@ -17,11 +17,12 @@ import importlib.util
 import os
 import time
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Iterator, Sequence
 
 from gage_eval.api import (GENERATE, LOGLIKELIHOOD, Backend, GageError, ModelOutput, Request, cut_at_stop,
                            loglikelihood, messages_text, text_chat)
 from gage_plugins_builtin.backends import hf_decode
+from gage_plugins_builtin.backends.hf_decode import generate_kwargs, generation_settings
 from gage_plugins_builtin.backends.args import as_bool, as_number
 
 EXTRA = "pip install 'gage-eval[transformers]'"
@@ -33,36 +34,6 @@ AUTO_TOKENS_GPU = 65536
 # capacity of one packed row in a log-likelihood pass: attention cost grows with the square
 # of a row's length, so rows stay short; a question longer than this gets a row of its own
 PACKED_ROW_TOKENS = 160
-
-
-def generation_settings(gen: Mapping[str, Any] | None, default_max_new_tokens: int, seed: int) -> dict:
-    """A request's generation settings, normalised (hashable values, so requests group by them)."""
-    gen = gen or {}
-    stop = gen.get("stop") or []
-    if isinstance(stop, str):
-        stop = [stop]
-    temperature = float(gen.get("temperature", 0.0) or 0.0)
-    do_sample = bool(gen.get("do_sample", temperature > 0))
-    return {"max_new_tokens": int(gen.get("max_new_tokens") or default_max_new_tokens),
-            "stop": tuple(s for s in stop if s), "do_sample": do_sample,
-            "temperature": temperature if do_sample else None,
-            "top_p": float(gen["top_p"]) if do_sample and gen.get("top_p") is not None else None,
-            "top_k": int(gen["top_k"]) if do_sample and gen.get("top_k") is not None else None,
-            "seed": int(gen.get("seed", seed))}
-
-
-def generate_kwargs(settings: Mapping[str, Any]) -> dict:
-    """``model.generate`` arguments for :func:`generation_settings` (stop strings are cut afterwards)."""
-    kwargs: dict[str, Any] = {"max_new_tokens": settings["max_new_tokens"], "do_sample": settings["do_sample"]}
-    if settings["do_sample"]:
-        kwargs["temperature"] = settings["temperature"] or 1.0
-        if settings["top_p"] is not None:
-            kwargs["top_p"] = settings["top_p"]
-        if settings["top_k"] is not None:
-            kwargs["top_k"] = settings["top_k"]
-    else:
-        kwargs.update(temperature=None, top_p=None, top_k=None)
-    return kwargs
 
 
 def pack_rows(sizes: Sequence[int], capacity: int) -> list[list[int]]:

@@ -19,9 +19,40 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from gage_eval.api import cut_at_stop
+
+
+def generation_settings(gen: Mapping[str, Any] | None, default_max_new_tokens: int, seed: int) -> dict:
+    """A request's generation settings, normalised (hashable values, so requests group by them)."""
+    gen = gen or {}
+    stop = gen.get("stop") or []
+    if isinstance(stop, str):
+        stop = [stop]
+    temperature = float(gen.get("temperature", 0.0) or 0.0)
+    do_sample = bool(gen.get("do_sample", temperature > 0))
+    return {"max_new_tokens": int(gen.get("max_new_tokens") or default_max_new_tokens),
+            "stop": tuple(s for s in stop if s), "do_sample": do_sample,
+            "temperature": temperature if do_sample else None,
+            "top_p": float(gen["top_p"]) if do_sample and gen.get("top_p") is not None else None,
+            "top_k": int(gen["top_k"]) if do_sample and gen.get("top_k") is not None else None,
+            "seed": int(gen.get("seed", seed))}
+
+
+def generate_kwargs(settings: Mapping[str, Any]) -> dict:
+    """``model.generate`` arguments for :func:`generation_settings` (stop strings are cut afterwards)."""
+    kwargs: dict[str, Any] = {"max_new_tokens": settings["max_new_tokens"], "do_sample": settings["do_sample"]}
+    if settings["do_sample"]:
+        kwargs["temperature"] = settings["temperature"] or 1.0
+        if settings["top_p"] is not None:
+            kwargs["top_p"] = settings["top_p"]
+        if settings["top_k"] is not None:
+            kwargs["top_k"] = settings["top_k"]
+    else:
+        kwargs.update(temperature=None, top_p=None, top_k=None)
+    return kwargs
+
 
 # a common beginning shorter than this is not worth a pass of its own
 MIN_SHARED_PREFIX = 4

@@ -12,7 +12,7 @@ from typing import Any, Iterator, Mapping, Sequence
 from gage_eval.api import (GENERATE, Backend, GageError, ModelOutput, Request, cut_at_stop, text_segment,
                            user_message)
 
-from gage_plugins_builtin.backends.hf import generate_kwargs, generation_settings
+from gage_plugins_builtin.backends.hf_decode import generate_kwargs, generation_settings
 
 from gage_plugins_builtin.multimodal.media import load_image, segment_url
 
