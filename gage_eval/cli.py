@@ -180,6 +180,16 @@ def cli(ctx, tasks, model, model_args, device, judge_model, judge_args, batch_si
     )
 
 
+def _core_commands() -> None:
+    from gage_eval.commands import CORE_COMMANDS
+
+    for command in CORE_COMMANDS:
+        cli.add_command(command)
+
+
+_core_commands()
+
+
 def main() -> None:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     cli.main(prog_name="gage-eval")

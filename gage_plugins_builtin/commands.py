@@ -1,4 +1,5 @@
-"""The builtin sub-commands: tasks, plugins, validate, new-task. Added through gage_register_commands."""
+"""The builtin plugin's sub-commands: validate, new-task. Added through gage_register_commands
+(``tasks`` and ``plugins`` belong to the core: gage_eval.commands)."""
 from __future__ import annotations
 
 import json
@@ -11,63 +12,8 @@ from gage_eval.errors import GageError
 
 
 def add_to(cli: click.Group) -> None:
-    cli.add_command(tasks_command)
-    cli.add_command(plugins_command)
     cli.add_command(validate_command)
     cli.add_command(new_task_command)
-
-
-@click.command("tasks")
-@click.option("--include-path", multiple=True, help="Also look in this folder of task folders.")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-def tasks_command(include_path, as_json):
-    """List the tasks that can run, with the plugin (or path) each comes from."""
-    from gage_eval.plugins import load_plugins
-    from gage_eval.tasks import discover, read_task_file
-
-    _, registry = load_plugins()
-    found = discover(registry.task_paths, list(include_path))
-    rows = []
-    for name, src in sorted(found.items()):
-        try:
-            spec = read_task_file(src.folder, src.origin)
-            rows.append({"name": name, "origin": src.origin, "kind": spec.kind, "folder": str(src.folder),
-                         "description": spec.description.strip().splitlines()[0] if spec.description else ""})
-        except GageError as exc:
-            rows.append({"name": name, "origin": src.origin, "kind": "INVALID", "folder": str(src.folder),
-                         "description": str(exc).splitlines()[0]})
-    if as_json:
-        click.echo(json.dumps(rows, indent=2))
-        return
-    width = max([len(r["name"]) for r in rows] + [4])
-    for r in rows:
-        click.echo(f"{r['name'].ljust(width)}  {r['kind']:<13}  {r['origin']:<10}  {r['description']}")
-
-
-@click.command("plugins")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-def plugins_command(as_json):
-    """List the loaded plugins, their versions and what each registered."""
-    from gage_eval.plugins import BUILTIN, load_plugins, plugin_versions
-
-    pm, registry = load_plugins()
-    versions = plugin_versions()
-    registered = registry.by_plugin()
-    rows = []
-    for name, plugin in pm.list_name_plugin():
-        if plugin is None:  # blocked by GAGE_EVAL_DISABLE_PLUGINS: pluggy keeps the name, not the plugin
-            continue
-        version = versions.get(name) or getattr(plugin, "__version__", None)
-        if name == BUILTIN:
-            from gage_eval import __version__ as version
-        rows.append({"name": name, "version": version, "registers": registered.get(name, {})})
-    if as_json:
-        click.echo(json.dumps(rows, indent=2))
-        return
-    for row in rows:
-        click.echo(f"{row['name']} {row['version'] or ''}".rstrip())
-        for kind, names in row["registers"].items():
-            click.echo(f"  {kind}: {', '.join(names)}")
 
 
 @click.command("validate")

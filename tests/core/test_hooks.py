@@ -255,3 +255,20 @@ def test_task_override_warns(tmp_path, fresh_plugins, run_cli):
     result = run_cli("tasks", "--include-path", root)
     assert "overrides the one from builtin" in result.output
     assert "--include-path" in [l for l in result.output.splitlines() if l.startswith("piqa")][0]
+
+
+def test_tasks_and_plugins_work_with_every_plugin_disabled(tmp_path, monkeypatch):
+    """The core owns `tasks` and `plugins`: they answer even with the builtin plugin disabled."""
+    import subprocess
+    import sys
+
+    env = {**__import__("os").environ, "GAGE_EVAL_DISABLE_PLUGINS": "builtin"}
+    for command in ("plugins", "tasks"):
+        proc = subprocess.run([sys.executable, "-m", "gage_eval.cli", command], capture_output=True, text=True,
+                              env=env)
+        assert proc.returncode == 0, proc.stderr
+        assert "no " in proc.stderr and "Traceback" not in proc.stderr
+    proc = subprocess.run([sys.executable, "-m", "gage_eval.cli", "tasks", "--include-path",
+                           str(Path(__file__).resolve().parents[1] / "data")], capture_output=True, text=True,
+                          env=env)
+    assert proc.returncode == 0 and "piqa_mi" in proc.stdout, proc.stderr
