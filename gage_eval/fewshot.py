@@ -135,10 +135,10 @@ def load_pool(spec: TaskSpec, config: FewShotConfig, registry: Any) -> tuple[lis
         args["split"] = config.split
         dataset = {"loader": raw_dataset.get("loader"), "args": args}
         described = f"split {config.split!r} of the task's dataset"
-    loader = _build(registry, "loaders", dataset["loader"], where, **(dataset.get("args") or {}),
+    loader = registry.build("loaders", dataset["loader"], where, **(dataset.get("args") or {}),
                     base_dir=str(spec.folder))
     pre = spec.preprocessor or {"name": "identity"}
-    preprocess = _build(registry, "preprocessors", pre["name"], where, **(pre.get("args") or {}))
+    preprocess = registry.build("preprocessors", pre["name"], where, **(pre.get("args") or {}))
     data_dir = Path(getattr(loader, "data_dir", None) or spec.folder)
     checker = RowChecker(spec.name, preprocess, base_dir=data_dir)
     pool: list[dict] = []
@@ -151,16 +151,3 @@ def load_pool(spec: TaskSpec, config: FewShotConfig, registry: Any) -> tuple[lis
     finally:
         checker.close()
     return pool, described
-
-
-def _build(registry: Any, kind: str, name: Any, where: str, **kwargs: Any) -> Any:
-    try:
-        factory = registry.get(kind, name).factory
-    except GageError as exc:
-        raise GageError(f"{where}: {exc}") from None
-    try:
-        return factory(**kwargs)
-    except GageError as exc:
-        raise GageError(f"{where}: {exc}") from None
-    except (TypeError, ValueError) as exc:
-        raise GageError(f"{where}: {kind[:-1]} {name!r}: {exc}") from None

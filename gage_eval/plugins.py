@@ -44,6 +44,23 @@ class Registry:
             raise GageError(f"unknown {kind[:-1]} {name!r}; registered {kind}: {known}")
         return table[name]
 
+    def build(self, kind: str, name: str, where: str, key: str | None = None, /, **kwargs: Any) -> Any:
+        """A loader, preprocessor, metric or judge from its registered factory. An unknown name or
+        bad arguments become a GageError prefixed by ``where`` (and the task file's ``key`` when
+        given). Positional-only, so a component argument may itself be called name, kind or key
+        (docvqa's hf loader takes ``name``)."""
+        at = f"{where}: key '{key}'" if key else where
+        try:
+            factory = self.get(kind, name).factory
+        except GageError as exc:
+            raise GageError(f"{at}: {exc}") from None
+        try:
+            return factory(**kwargs)
+        except GageError as exc:  # the component's own message names what is wrong (a missing data file, ...)
+            raise GageError(f"{where}: {exc}") from None
+        except (TypeError, ValueError) as exc:
+            raise GageError(f"{at} ({name!r}): {exc}" if key else f"{where}: {kind[:-1]} {name!r}: {exc}") from None
+
     def by_plugin(self) -> dict[str, dict[str, list[str]]]:
         out: dict[str, dict[str, list[str]]] = {}
         for kind in KINDS:

@@ -81,20 +81,20 @@ class TaskRun:
         spec = self.spec
         where = f"task {spec.name!r} ({spec.folder / 'task.yaml'})"
         ds = spec.dataset
-        self.loader = _component(registry, "loaders", ds["loader"], where, "dataset.loader",
+        self.loader = registry.build("loaders", ds["loader"], where, "dataset.loader",
                                  **(ds.get("args") or {}), base_dir=str(spec.folder))
         self.data_dir = Path(getattr(self.loader, "data_dir", None) or spec.folder)
         pre = spec.preprocessor
-        self.preprocess = _component(registry, "preprocessors", pre["name"], where, "preprocessor",
+        self.preprocess = registry.build("preprocessors", pre["name"], where, "preprocessor",
                                      **(pre.get("args") or {}))
         for i, entry in enumerate(spec.metrics):
             entry = {"name": entry} if isinstance(entry, str) else entry
-            metric = _component(registry, "metrics", entry["name"], where, f"metrics.{i}",
+            metric = registry.build("metrics", entry["name"], where, f"metrics.{i}",
                                 **(entry.get("args") or {}))
             self.metrics.append((entry.get("as", entry["name"]), metric))
         self.primary = spec.primary_metric or self.metrics[0][0]
         if spec.judge:
-            self.judge = _component(registry, "judges", spec.judge["name"], where, "judge",
+            self.judge = registry.build("judges", spec.judge["name"], where, "judge",
                                     **(spec.judge.get("args") or {}), base_dir=str(spec.folder))
         self.builder = RequestBuilder(spec, self.options, registry, metrics=[m for _, m in self.metrics])
 
@@ -301,22 +301,6 @@ def _with_overrides(spec: TaskSpec, overrides: Mapping[str, Any], source: str | 
         names = [m if isinstance(m, str) else m.get("as", m["name"]) for m in raw["metrics"]]
         primary = primary if primary in names else None
     return replace(spec, request=request, metrics=list(raw["metrics"]), primary_metric=primary, raw=raw)
-
-
-def _component(registry: Registry, kind: str, name: str, where: str, key: str, /, **kwargs: Any) -> Any:
-    """A task's loader, preprocessor, metric or judge built from its registered factory; an unknown
-    name or bad arguments name the task, its file and the key. (Positional-only, so a component
-    argument may itself be called name, kind or key.)"""
-    try:
-        factory = registry.get(kind, name).factory
-    except GageError as exc:
-        raise GageError(f"{where}: key '{key}': {exc}") from None
-    try:
-        return factory(**kwargs)
-    except GageError as exc:  # the component's own message names what is wrong (a missing data file, ...)
-        raise GageError(f"{where}: {exc}") from None
-    except (TypeError, ValueError) as exc:
-        raise GageError(f"{where}: key '{key}' ({name!r}): {exc}") from None
 
 
 def make_backend(registry: Registry, name: str, args: Mapping[str, Any], batch_size: Any, seed: int) -> Backend:
