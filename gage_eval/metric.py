@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any, Mapping
 
 from gage_eval.errors import GageError
@@ -21,20 +22,32 @@ class MetricContext:
 
     def get(self, path: str, default: Any = _MISSING) -> Any:
         """Read a dotted path such as ``sample.references.0.answer`` or ``model_output.text``."""
-        head, _, rest = path.partition(".")
+        head, parts = _split_path(path) if type(path) is str else _split_path.__wrapped__(path)
         if head not in ROOTS:
             raise GageError(f"field path {path!r} must start with one of {', '.join(ROOTS)}")
         value: Any = getattr(self, head)
-        for part in rest.split(".") if rest else []:
-            if (type(value) is dict or isinstance(value, Mapping)) and part in value:
+        for part in parts:
+            if type(value) is dict:  # the usual case: a plain dict, no typing.Mapping check
+                if part in value:
+                    value = value[part]
+                    continue
+            elif isinstance(value, Mapping) and part in value:
                 value = value[part]
-            elif isinstance(value, (list, tuple)) and part.lstrip("-").isdigit() and -len(value) <= int(part) < len(value):
+                continue
+            if isinstance(value, (list, tuple)) and part.lstrip("-").isdigit() and -len(value) <= int(part) < len(value):
                 value = value[int(part)]
             else:
                 if default is _MISSING:
                     raise KeyError(f"field {path!r} is missing (no {part!r})")
                 return default
         return value
+
+
+@lru_cache(maxsize=4096)
+def _split_path(path: str) -> tuple[str, tuple[str, ...]]:
+    """``a.b.c`` as ``("a", ("b", "c"))``; metrics read the same few paths on every row."""
+    head, _, rest = path.partition(".")
+    return head, tuple(rest.split(".")) if rest else ()
 
 
 class Metric:
@@ -54,8 +67,15 @@ class Metric:
 
 
 def metric_value(result: Any) -> float | None:
-    value = result.get("value") if type(result) is dict or (type(result) not in (float, bool, int) and isinstance(
-        result, Mapping)) else result
+    t = type(result)
+    if t is dict:
+        value = result.get("value")
+    elif t is float or t is int or t is bool:
+        value = result
+    else:
+        value = result.get("value") if isinstance(result, Mapping) else result
+    if type(value) is float:
+        return value
     if value is None:
         return None
     if isinstance(value, bool):

@@ -163,6 +163,9 @@ class RowChecker:
     def _media(self, sample: dict, ctx: RowContext) -> tuple[dict, list[Problem]]:
         """Check every media URL the model would be sent; local paths become resolved ones
         (the sample is copied where one changes, never edited in place)."""
+        if _text_only(sample.get("messages")) and _text_only(sample.get("unconditioned_input")) \
+                and not sample.get("few_shot_examples"):
+            return sample, []  # no media segment anywhere: nothing to check or rewrite
         problems: list[Problem] = []
         changes: dict[str, Any] = {}
         for key in ("messages", "unconditioned_input"):
@@ -178,6 +181,25 @@ class RowChecker:
                 if checked is not shot["messages"]:
                     changes.setdefault("few_shot_examples", list(shots))[i] = {**shot, "messages": checked}
         return ({**sample, **changes} if changes else sample), problems
+
+
+def _text_only(messages: Any) -> bool:
+    """Whether ``messages`` certainly holds no media segment: not a list, or a list of plain dicts
+    whose content is a string or a list of plain-dict ``text`` segments (the per-row fast path;
+    anything else is walked by :func:`_checked_messages`)."""
+    if type(messages) is not list:
+        return not isinstance(messages, list)
+    for message in messages:
+        if type(message) is not dict:
+            return False
+        content = message.get("content")
+        if type(content) is list:
+            for seg in content:
+                if type(seg) is not dict or seg.get("type") != "text":
+                    return False
+        elif isinstance(content, list):
+            return False
+    return True
 
 
 def input_errors(record: Any, schema: str) -> list[Problem]:

@@ -119,6 +119,8 @@ def normalize_references(refs: Any) -> list[dict]:
 def _options_from_choices(choices: Any) -> list[dict]:
     if type(choices) is dict or (type(choices) is not list and isinstance(choices, Mapping)):
         return [{"id": str(k), "content": str(v)} for k, v in choices.items()]
+    if type(choices) is list and len(choices) <= len(LETTERS) and all(type(c) is str for c in choices):
+        return [{"id": LETTERS[i], "content": c} for i, c in enumerate(choices)]  # str(c) is c
     options = []
     for i, choice in enumerate(choices):
         if (type(choice) is dict or (type(choice) is not str and isinstance(choice, Mapping))) and "id" in choice:
@@ -201,7 +203,8 @@ def from_legacy(record: Mapping[str, Any], *, sample_id: str, question: Any = No
             label = _label_for(answer, options)
         except ValueError as exc:
             raise ValueError(f"{names['answer']}: {exc}") from None
-        sample["references"] = normalize_references([label])
+        # normalize_references([label]) for the str label _label_for returns
+        sample["references"] = [{"answer": [{"type": "text", "text": label}]}]
         sample["label"] = label
     if metadata:
         sample["metadata"] = metadata

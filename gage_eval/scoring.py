@@ -28,12 +28,14 @@ def finish_record(tr: Any, it: Any) -> dict:
                         judge_output=it.verdict.to_dict() if it.verdict is not None else None)
     metrics: dict[str, Any] = {}
     counters: dict[str, bool] = {}
+    values: dict[str, float | None] = {}
     try:
         for name, metric in tr.metrics:
             value = metric.compute(ctx)
-            metric_value(value)  # refuses a non-numeric value here, where the sample is known
+            values[name] = metric_value(value)  # refuses a non-numeric value here, where the sample is known
             metrics[name] = value
-            if isinstance(value, Mapping):
+            t = type(value)
+            if t is dict or (t is not float and t is not int and t is not bool and isinstance(value, Mapping)):
                 for key in value.get("counters", ()):
                     counters[f"{name}.{key}"] = True
     except Exception as exc:  # a metric bug must not lose the row
@@ -45,9 +47,9 @@ def finish_record(tr: Any, it: Any) -> dict:
     if counters:
         result["counters"] = counters
     primary = metrics.get(tr.primary)
-    pv = metric_value(primary)
+    pv = values[tr.primary] if tr.primary in values else None  # metric_value(primary), computed above
     overall: dict[str, Any] = {"score": pv, "metric": tr.primary}
-    if isinstance(primary, Mapping):
+    if type(primary) is dict or (primary is not None and type(primary) is not float and isinstance(primary, Mapping)):
         overall["passed"] = bool(primary.get("correct", pv is not None and pv >= 1.0 - 1e-9))
         for key in ("extracted", "method", "source"):
             if key in primary:
@@ -78,14 +80,24 @@ def model_output(it: Any, strip_reasoning: bool = False) -> dict:
     return out
 
 
+_ENTRY_KEYS = ("prompt", "formatted_prompt", "raw_text", "choices", "continuations", "loglikelihoods",
+               "unconditioned_loglikelihoods", "is_greedy",
+               "finish_reason", "latency_ms", "time_to_first_token_ms", "raw")
+
+
 def predict_entry(model_output: Mapping[str, Any]) -> dict:
     entry: dict[str, Any] = {"index": 0, "message": {"role": "assistant", "content": [
         {"type": "text", "text": model_output.get("text") or ""}]}}
-    for key in ("prompt", "formatted_prompt", "raw_text", "choices", "continuations", "loglikelihoods",
-                "unconditioned_loglikelihoods", "is_greedy",
-                "finish_reason", "latency_ms", "time_to_first_token_ms", "raw"):
-        if model_output.get(key) is not None:
-            entry[key] = model_output[key]
+    if type(model_output) is dict:  # (a plain dict: get(key) is model_output[key])
+        get = model_output.get
+        for key in _ENTRY_KEYS:
+            value = get(key)
+            if value is not None:
+                entry[key] = value
+    else:
+        for key in _ENTRY_KEYS:
+            if model_output.get(key) is not None:
+                entry[key] = model_output[key]
     if model_output.get("input_tokens") is not None or model_output.get("output_tokens") is not None:
         i, o = model_output.get("input_tokens") or 0, model_output.get("output_tokens") or 0
         entry["usage"] = {"input_tokens": i, "output_tokens": o, "total_tokens": i + o}

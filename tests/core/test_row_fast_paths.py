@@ -198,3 +198,122 @@ def test_elide_prescan_sees_urls_orjson_cannot_reach_by_walking():
     nested = {"a": [{"b": {"url": LONG}}], "c": {1: "non-str key"}, "d": types.MappingProxyType({"url": LONG})}
     assert elide_inline_media(nested) == _elide_reference(nested)
     assert elide_inline_media(nested)["d"]["url"].startswith("data:image/png;elided,sha256=")
+
+
+# -- row checking, legacy mapping and scoring (second slice) --------------------------------------
+
+class _Map(OrderedDict):
+    """A Mapping that is no plain dict: always takes the general path."""
+
+
+def _general_media(sample):
+    """RowChecker._media without its text-only shortcut."""
+    from gage_eval.rows import RowChecker
+
+    checker = RowChecker("t", lambda r, c: r)
+    ctx = checker.context("f:1", 0)
+    from gage_eval import rows as rows_mod
+
+    saved = rows_mod._text_only
+    rows_mod._text_only = lambda messages: False
+    try:
+        return checker._media(sample, ctx)
+    finally:
+        rows_mod._text_only = saved
+
+
+@pytest.mark.parametrize("sample", [
+    {"id": "a", "messages": [{"role": "user", "content": [{"type": "text", "text": "q"}]}]},
+    {"id": "a", "messages": [{"role": "user", "content": "q"}], "unconditioned_input": "u"},
+    {"id": "a", "messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": LONG}}]}]},
+    {"id": "a", "messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "nope.png"}}]}]},
+    {"id": "a", "messages": [_Map(role="user", content=[{"type": "image_url", "image_url": {"url": "x.png"}}])]},
+    {"id": "a", "messages": [{"role": "user", "content": [_Map(type="image_url", image_url={"url": "x.png"})]}]},
+    {"id": "a", "messages": [{"role": "user", "content": "q"}],
+     "unconditioned_input": [{"role": "user", "content": [{"type": "audio_url", "audio_url": {"url": "a.wav"}}]}]},
+    {"id": "a", "messages": [{"role": "user", "content": "q"}],
+     "few_shot_examples": [{"messages": [{"role": "user", "content": [
+         {"type": "image_url", "image_url": {"url": "s.png"}}]}]}]},
+    {"id": "a", "messages": "not a list"},
+])
+def test_media_check_shortcut_matches_the_general_walk(sample, tmp_path, monkeypatch):
+    from gage_eval.rows import RowChecker
+
+    monkeypatch.chdir(tmp_path)
+    checker = RowChecker("t", lambda r, c: r)
+    assert checker._media(sample, checker.context("f:1", 0)) == _general_media(sample)
+
+
+@pytest.mark.parametrize("choices", [["a", "b"], ["x"] * 26, ["x"] * 27, ["a", Text("b")], ["a", 1],
+                                     [{"id": "K", "content": "c"}, "d"], ("a", "b"), {"p": "q"}])
+def test_options_from_choices_shortcut_matches_the_general_code(choices, monkeypatch):
+    from gage_eval import sample as sample_mod
+
+    fast = sample_mod._options_from_choices(choices)
+    general = [{"id": sample_mod.LETTERS[i] if i < 26 else str(i), "content": str(c)}
+               if not (isinstance(c, dict) and "id" in c) else {"id": str(c["id"]), "content": str(c["content"])}
+               for i, c in enumerate(choices)] if not isinstance(choices, dict) else \
+        [{"id": str(k), "content": str(v)} for k, v in choices.items()]
+    assert fast == general
+    assert all(type(o["content"]) is str for o in fast)
+
+
+@pytest.mark.parametrize("answer", [0, 1, "A", "B", "sol b", " A ", "1"])
+def test_legacy_references_are_the_normalized_label(answer):
+    from gage_eval.sample import from_legacy, normalize_references
+
+    sample = from_legacy({}, sample_id="s", question="q", choices=["sol a", "sol b"], answer=answer)
+    assert sample["references"] == normalize_references([sample["label"]])
+
+
+@pytest.mark.parametrize("result", [1, 0, 1.5, True, False, None, {"value": 1}, {"value": True},
+                                    {"value": None}, {}, _Map(value=0.5), {"value": "x"}, "x", [1]])
+def test_metric_value_matches_the_general_rule(result):
+    from gage_eval.errors import GageError
+    from gage_eval.metric import metric_value
+
+    def general(r):
+        value = r.get("value") if isinstance(r, Mapping) else r
+        if value is None:
+            return None
+        if isinstance(value, (bool, int, float)):
+            return float(value)
+        raise GageError(f"metric returned {value!r}; a metric value must be a number or bool")
+
+    def run(f):
+        try:
+            out = f(result)
+            return type(out), out
+        except GageError as exc:
+            return "error", str(exc)
+
+    assert run(metric_value) == run(general)
+
+
+from typing import Mapping  # noqa: E402
+
+
+@pytest.mark.parametrize("path", ["sample.a.b", "sample.l.1", "sample.l.-1", "sample.l.5", "sample.m.x",
+                                  "sample.missing", "model_output", "sample.a.b.c", "other.x", "sample.l.--1"])
+def test_metric_context_get_reads_dicts_mappings_and_lists(path):
+    from gage_eval.errors import GageError
+    from gage_eval.metric import MetricContext
+
+    ctx = MetricContext(sample={"a": {"b": 1}, "l": [10, 20], "m": _Map(x="y")}, model_output={"t": 1})
+
+    def run(**kw):
+        try:
+            return ctx.get(path, **kw)
+        except (KeyError, GageError, ValueError) as exc:
+            return type(exc).__name__, str(exc)
+
+    expected = {"sample.a.b": 1, "sample.l.1": 20, "sample.l.-1": 20, "sample.m.x": "y",
+                "model_output": {"t": 1}}
+    if path in expected:
+        assert run() == expected[path]
+    elif path == "other.x":
+        assert run()[0] == "GageError"
+    elif path == "sample.l.--1":
+        assert run()[0] == "ValueError"  # int('--1'), as before
+    else:
+        assert run()[0] == "KeyError" and run(default=None) is None
