@@ -122,7 +122,10 @@ class RequestBuilder:
         options = sample.get("options") or []
         if not options:
             raise ValueError("a log-likelihood task needs options on every sample; this one has none")
-        return [self.choice.render(option=o, index=i, **variables) for i, o in enumerate(options)]
+        choice = self.choice
+        if choice.lone_field is not None and choice.lone_field[0] == "option":  # {{ option.content }}
+            return [choice.render_field(o, variables, index=i) for i, o in enumerate(options)]
+        return [choice.render(option=o, index=i, **variables) for i, o in enumerate(options)]
 
     def build(self, sample: Mapping[str, Any], index: int | None = None) -> tuple[Request, dict]:
         """The request for one sample, and the rendered pieces to keep in predict_result.
@@ -151,7 +154,8 @@ class RequestBuilder:
                                 chat=True, modalities=_modalities(chat), unconditioned=unconditioned),
                         {"prompt": last_user_text(chat), "choices": choices, "continuations": list(conts)})
             context = self._plain(rendered if rendered is not None else messages_text(messages), shots)
-            conts = tuple(self.delimiter + c for c in choices)
+            delimiter = self.delimiter
+            conts = tuple([delimiter + c for c in choices])
             return (Request(kind=LOGLIKELIHOOD, sample_id=sid, prompt=context, continuations=conts,
                             modalities=_modalities(messages), unconditioned=unconditioned),
                     {"prompt": context, "choices": choices, "continuations": list(conts)})
@@ -196,6 +200,8 @@ class RequestBuilder:
         return "".join(q + (self.delimiter + a + self.fewshot_delimiter if a != "" else "") for q, a, _ in shots)
 
     def _plain(self, question: str, shots: list[tuple[str, str, list]]) -> str:
+        if not shots and not self.system_prompt:
+            return "" + question  # (a str subclass still comes out a str)
         return (self.system_prompt or "") + self._shots_text(shots) + question
 
     def _chat_messages(self, messages: list[dict], rendered: str | None,
@@ -249,8 +255,12 @@ def _gold_index(sample: Mapping[str, Any]) -> int | None:
     return None
 
 
+_TEXT_ONLY = frozenset({"text"})
+
+
 def _modalities(messages: list[dict]) -> frozenset[str]:
-    return frozenset(segment_types(messages) or {"text"})
+    found = segment_types(messages)
+    return _TEXT_ONLY if not found or found == _TEXT_ONLY else frozenset(found)
 
 
 def _prefix_first_user(messages: list[dict], text: str, media: list) -> list[dict]:

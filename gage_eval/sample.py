@@ -39,6 +39,10 @@ def content_text(content: Any) -> str:
         return ""
     if isinstance(content, str):
         return content
+    if type(content) is list and len(content) == 1:  # one plain text segment: the usual message
+        seg = content[0]
+        if type(seg) is dict and seg.get("type") == "text":
+            return str(seg.get("text", ""))
     parts = []
     for seg in content:
         if isinstance(seg, str):
@@ -74,7 +78,9 @@ def segment_types(messages: Iterable[Mapping]) -> set[str]:
         if isinstance(content, str):
             found.add("text")
         elif isinstance(content, list):
-            found.update(seg.get("type", "text") for seg in content if type(seg) is dict or isinstance(seg, Mapping))
+            for seg in content:
+                if type(seg) is dict or isinstance(seg, Mapping):
+                    found.add(seg.get("type", "text"))
     return found
 
 
@@ -119,8 +125,14 @@ def normalize_references(refs: Any) -> list[dict]:
 def _options_from_choices(choices: Any) -> list[dict]:
     if type(choices) is dict or (type(choices) is not list and isinstance(choices, Mapping)):
         return [{"id": str(k), "content": str(v)} for k, v in choices.items()]
-    if type(choices) is list and len(choices) <= len(LETTERS) and all(type(c) is str for c in choices):
-        return [{"id": LETTERS[i], "content": c} for i, c in enumerate(choices)]  # str(c) is c
+    if type(choices) is list and len(choices) <= len(LETTERS):  # plain strings: str(c) is c
+        options = []
+        for i, choice in enumerate(choices):
+            if type(choice) is not str:
+                break
+            options.append({"id": LETTERS[i], "content": choice})
+        else:
+            return options
     options = []
     for i, choice in enumerate(choices):
         if (type(choice) is dict or (type(choice) is not str and isinstance(choice, Mapping))) and "id" in choice:

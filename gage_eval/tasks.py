@@ -216,6 +216,9 @@ class Template:
             raise GageError(f"{where}: the template is nested too deeply to compile") from None
         self._template = env.template_class.from_code(env, code, env.make_globals(None), None)
         self._parts = _plain_fields(ast)
+        # {{ NAME.KEY }} alone (the default choice template): (NAME, KEY) for render_field
+        self.lone_field = self._parts[0] if self._parts is not None and len(self._parts) == 1 \
+            and self._parts[0][1] is not None and self._parts[0][1] not in _DICT_ATTRS else None
         import gage_eval.sandbox as sandbox
 
         self._sandbox = sandbox  # its MAX_SIZE read at each render, as the Jinja path does
@@ -257,6 +260,16 @@ class Template:
         except Exception as exc:  # whatever a template does wrong is this row's error, never a traceback
             raise ValueError(self._describe(exc, variables)) from None
 
+    def render_field(self, value: Any, variables: Mapping[str, Any], **more: Any) -> str:
+        """``render(NAME=value, **more, **variables)`` for a template that is :attr:`lone_field`
+        ``(NAME, KEY)`` alone: a plain dict's str under KEY is the answer, found without building
+        the keyword arguments; anything else renders through :meth:`render`."""
+        if type(value) is dict:
+            text = value.get(self.lone_field[1])
+            if type(text) is str and len(text) <= self._sandbox.MAX_SIZE:
+                return text
+        return self.render(**{self.lone_field[0]: value}, **more, **variables)
+
     def _fast(self, variables: dict) -> str | None:
         parts = self._parts
         if len(parts) == 1:  # {{ option.content }}, the default choice template
@@ -267,7 +280,10 @@ class Template:
             if type(part) is str:
                 out.append(part)
             else:
-                value = _field_value(variables, *part)
+                name, key = part
+                value = variables.get(name, _MISSING)  # _field_value, inlined (a per-row path)
+                if key is not None:
+                    value = value.get(key, _MISSING) if type(value) is dict and key not in _DICT_ATTRS else _MISSING
                 if type(value) is not str:
                     return None
                 out.append(value)

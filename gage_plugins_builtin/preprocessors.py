@@ -16,6 +16,8 @@ def _sample_id(record: Mapping[str, Any], ctx: RowContext, id_field: str | None)
 
 
 def _tags(record: Mapping[str, Any], fields: Any) -> dict:
+    if fields is None:  # (the usual case)
+        return {}
     if isinstance(fields, str):
         fields = [fields]
     return {f: record[f] for f in fields or [] if record.get(f) is not None}
@@ -84,9 +86,11 @@ class Legacy:
     def __call__(self, record: Mapping[str, Any], ctx: RowContext) -> dict:
         question = self._field(record, self.question) if self.question else None
         if isinstance(self.choices, list):
-            choices = [self._field(record, f) for f in self.choices]
+            choices = []
+            for f in self.choices:
+                choices.append(self._field(record, f))
             for f, c in zip(self.choices, choices):
-                if not isinstance(c, str):
+                if type(c) is not str and not isinstance(c, str):
                     raise ValueError(f"choice field {f!r} must be a string, got {type(c).__name__}")
         elif isinstance(self.choices, str):
             choices = self._field(record, self.choices)
@@ -98,14 +102,14 @@ class Legacy:
         sample = from_legacy(record, sample_id=_sample_id(record, ctx, self.id_field), question=question,
                              choices=choices, answer=answer, task_type=self.task_type, system=self.system,
                              fields={k: v for k, v in fields.items() if v})
-        tags = _tags(record, self.data_tag)
+        tags = _tags(record, self.data_tag) if self.data_tag is not None else None
         if tags:
             sample["data_tag"] = tags
         if self.unconditioned is not None:
             sample["unconditioned_input"] = self._field(record, self.unconditioned)
         elif self.unconditioned_text is not None:
             sample["unconditioned_input"] = self.unconditioned_text
-        meta = _tags(record, self.metadata)
+        meta = _tags(record, self.metadata) if self.metadata is not None else None
         if meta:
             sample.setdefault("metadata", {}).update(meta)
         return sample

@@ -21,13 +21,16 @@ class Accuracy(Metric):
 
     def compute(self, ctx: MetricContext) -> dict:
         scores = self.scores(ctx)
-        ids = [str(o["id"]) for o in ctx.sample.get("options") or []]
+        ids = []
+        for o in ctx.sample.get("options") or []:
+            ids.append(str(o["id"]))
         if len(scores) != len(ids):
             raise ValueError(f"{len(scores)} log-likelihoods for {len(ids)} options")
         gold = str(ctx.get(self.gold))
         if gold not in ids:
             raise ValueError(f"gold answer {gold!r} is not an option id ({', '.join(ids)})")
-        best = max(range(len(scores)), key=scores.__getitem__)  # first maximum, like numpy.argmax
+        # the first maximum, like numpy.argmax (max keeps the first of equal values; NaN as before)
+        best = scores.index(max(scores)) if scores else max(range(0), key=scores.__getitem__)
         return {"value": float(ids[best] == gold), "extracted": ids[best], "method": "loglikelihood_argmax"}
 
 

@@ -317,3 +317,46 @@ def test_metric_context_get_reads_dicts_mappings_and_lists(path):
         assert run()[0] == "ValueError"  # int('--1'), as before
     else:
         assert run()[0] == "KeyError" and run(default=None) is None
+
+
+@pytest.mark.parametrize("source", ["{{ option.content }}", "{{ option['content'] }}", "{{ option.text }}",
+                                    "{{ option.items }}", "{{ x.content }}"])
+@pytest.mark.parametrize("option", [{"content": v, "text": v, "items": v} for v in VALUES]
+                         + [None, "text", {}, OrderedDict(content="x"), types.SimpleNamespace(content="x")], ids=repr)
+def test_render_field_is_render(source, option):
+    """RequestBuilder.choices' shortcut (Template.render_field) gives what render gives, errors included."""
+    t = Template(source, "task.yaml: request.choice")
+    variables = {"question": "q", "options": [option], "letters": "AB"}
+
+    def run(f):
+        try:
+            return f()
+        except ValueError as exc:
+            return f"error: {exc}"
+
+    if source in ("{{ option.items }}", "{{ x.content }}"):
+        assert t.lone_field is None if source == "{{ option.items }}" else t.lone_field == ("x", "content")
+        return
+    assert t.lone_field is not None
+    assert run(lambda: t.render_field(option, variables, index=0)) == \
+        run(lambda: t.render(option=option, index=0, **variables))
+
+
+@pytest.mark.parametrize("content", [None, "s", [], [{"type": "text", "text": "a"}], [{"type": "text"}],
+                                     [{"type": "text", "text": Text("t")}], [{"type": "text", "text": 5}],
+                                     [{"type": "image_url"}], [OrderedDict(type="text", text="o")], ["raw"],
+                                     [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]], ids=repr)
+def test_content_text_shortcut_matches_the_general_join(content):
+    from gage_eval.sample import content_text
+
+    def general(c):
+        if c is None:
+            return ""
+        if isinstance(c, str):
+            return c
+        parts = [s if isinstance(s, str) else str(s.get("text", "")) for s in c
+                 if isinstance(s, str) or (isinstance(s, Mapping) and s.get("type") == "text")]
+        return "".join(parts) if len(parts) <= 1 else "\n".join(parts)
+
+    out = content_text(content)
+    assert out == general(content) and type(out) is type(general(content))
