@@ -115,11 +115,17 @@ class TaskAggregate:
     slices: dict[str, dict[str, dict[str, MeanAccumulator]]] = field(default_factory=dict)
 
     def add(self, values: Mapping[str, float | None], data_tag: Mapping[str, Any] | None) -> None:
+        metrics = self.metrics
         for name, value in values.items():
             if value is None:
                 continue
-            self.metrics.setdefault(name, MeanAccumulator()).add(value)
-            for key, tag in (data_tag or {}).items():
+            acc = metrics.get(name)
+            if acc is None:
+                acc = metrics[name] = MeanAccumulator()
+            acc.add(value)
+            if not data_tag:
+                continue
+            for key, tag in data_tag.items():
                 tags = tag if isinstance(tag, list) else [tag]
                 for t in tags:
                     by_value = self.slices.setdefault(key, {}).setdefault(str(t), {})

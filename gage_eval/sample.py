@@ -196,7 +196,7 @@ def from_legacy(record: Mapping[str, Any], *, sample_id: str, question: Any = No
     else:
         if not isinstance(question, str):
             raise ValueError(f"{names['question']}: question must be a string, got {type(question).__name__}")
-        messages = [user_message(question)]
+        messages = [{"role": "user", "content": [{"type": "text", "text": question}]}]  # user_message(question)
     if system:
         messages.insert(0, {"role": "system", "content": [text_segment(system)]})
     sample["messages"] = messages
@@ -207,7 +207,9 @@ def from_legacy(record: Mapping[str, Any], *, sample_id: str, question: Any = No
             raise ValueError(f"{names['choices']}: choices must be a non-empty list or mapping")
         options = _options_from_choices(choices)
         sample["options"] = options
-        metadata["option_map"] = {o["id"]: o["content"] for o in options}
+        option_map = metadata["option_map"] = {}
+        for o in options:
+            option_map[o["id"]] = o["content"]
     if answer is None:
         sample["references"] = []
     else:

@@ -70,7 +70,9 @@ def model_output(it: Any, strip_reasoning: bool = False) -> dict:
     out = it.output.to_dict() if it.output else {}
     if strip_reasoning:
         strip_output(out)
-    out.update({k: v for k, v in it.rendered.items() if k not in out})
+    for k, v in it.rendered.items():  # the rendered pieces the output does not have
+        if k not in out:
+            out[k] = v
     if it.aux_output is not None and it.aux_output.loglikelihoods is not None:
         out["unconditioned_loglikelihoods"] = it.aux_output.loglikelihoods
     if it.request is not None and it.request.kind == LOGLIKELIHOOD and out.get("loglikelihoods"):
