@@ -54,8 +54,9 @@ class JsonlLoader:
 
     def __iter__(self) -> Iterator[tuple[str, Any]]:
         for file in self._files:
+            name = str(file)  # (once a file, not once a row)
             for lineno, record, error in iter_json_rows(file):
-                locator = f"{file}:{lineno}"
+                locator = f"{name}:{lineno}"
                 if error is not None:
                     yield locator, RowError(error)
                 elif not isinstance(record, dict):
