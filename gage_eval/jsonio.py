@@ -87,6 +87,7 @@ def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict:
 
 _DECODER = json.JSONDecoder(object_pairs_hook=_unique_pairs, parse_constant=_refuse_constant,
                             parse_float=_finite_float)
+_SCAN = _DECODER.scan_once
 
 
 def _too_deep_at(text: str, start: int = 0, limit: int = MAX_DEPTH) -> int | None:
@@ -177,7 +178,9 @@ def decode(text: str, start: int = 0, *, whole: bool = True, maybe_deep: bool | 
         if deep is not None:
             raise JsonProblem(f"nested deeper than {MAX_DEPTH} levels", deep)
     try:
-        value, end = _DECODER.raw_decode(text, start)
+        value, end = _SCAN(text, start)  # JSONDecoder.raw_decode without its Python frame (a per-row path)
+    except StopIteration as err:  # what raw_decode reports as JSONDecodeError("Expecting value")
+        raise JsonProblem("Expecting value", err.value) from None
     except json.JSONDecodeError as exc:
         raise JsonProblem(exc.msg, exc.pos) from None
     except _ConstantProblem as exc:

@@ -142,7 +142,7 @@ class RequestBuilder:
             messages = list(sample.get("messages") or [])
             shots = [self._example(s) for s in (self.sampler.examples(sample, index) if self.sampler else [])]
         variables = self.variables(sample, messages)
-        rendered = self.prompt.render(**variables) if self.prompt else None
+        rendered = self.prompt.render_dict(variables) if self.prompt else None
         sid = str(sample["id"])
         if self.kind == LOGLIKELIHOOD:
             choices = self.choices(sample, variables)

@@ -28,7 +28,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from gage_eval.errors import GageError, RowError
 from gage_eval.paths import checked_url
-from gage_eval.sample import MEDIA_SEGMENTS, RowContext
+from gage_eval.sample import MEDIA_SEGMENTS, RowContext, row_context
 from gage_eval.schemas import validation_errors, validation_warnings
 
 Problem = tuple[str, str]  # (JSON path such as "$.references", message)
@@ -104,8 +104,7 @@ class RowChecker:
         self.seen = seen if seen is not None else _Seen()
 
     def context(self, locator: str, index: int) -> RowContext:
-        return RowContext(task=self.task, locator=locator, index=index, base_dir=self.base_dir,
-                          allowed_dirs=self.allowed_dirs, allow_urls=self.allow_urls)
+        return row_context(self.task, locator, index, self.base_dir, self.allowed_dirs, self.allow_urls)
 
     def check(self, locator: str, index: int, record: Any) -> RowResult:
         if isinstance(record, RowError):

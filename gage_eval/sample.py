@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import string
-from dataclasses import dataclass
+from dataclasses import dataclass, fields as dataclass_fields
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -23,6 +23,26 @@ class RowContext:
     # http(s) URLs in data may be fetched by the harness (--allow-urls)
     allowed_dirs: tuple[Path, ...] = ()
     allow_urls: bool = False
+
+
+def row_context(task: str, locator: str, index: int, base_dir: Path | None = None,
+                allowed_dirs: tuple[Path, ...] = (), allow_urls: bool = False) -> RowContext:
+    """``RowContext(...)`` made once per row without the frozen dataclass's six
+    ``object.__setattr__`` calls: the same object (fields, equality, hash, repr). A RowContext
+    with a ``__post_init__`` or ``__slots__`` is made by its constructor."""
+    if _PLAIN_ROW_CONTEXT:
+        ctx = _new_object(RowContext)
+        _set_attr(ctx, "__dict__", {"task": task, "locator": locator, "index": index, "base_dir": base_dir,
+                                    "allowed_dirs": allowed_dirs, "allow_urls": allow_urls})
+        return ctx
+    return RowContext(task=task, locator=locator, index=index, base_dir=base_dir, allowed_dirs=allowed_dirs,
+                      allow_urls=allow_urls)
+
+
+_new_object = object.__new__
+_set_attr = object.__setattr__
+_PLAIN_ROW_CONTEXT = not hasattr(RowContext, "__post_init__") and "__slots__" not in vars(RowContext) \
+    and [f.name for f in dataclass_fields(RowContext)] == ["task", "locator", "index", "base_dir", "allowed_dirs", "allow_urls"]
 
 
 def text_segment(text: str) -> dict:
@@ -161,6 +181,15 @@ def _label_for(answer: Any, options: list[dict]) -> str:
     return text
 
 
+def _field_name(what: str, found: Mapping[str, str], fields: Mapping[str, str] | None) -> str:
+    """The name a message gives a legacy field: the record key it was read from, else the name
+    the caller gave (``fields``), else the field's own name."""
+    if what in found:
+        return found[what]
+    names = {"question": "question", "choices": "choices", "answer": "answer", **(fields or {})}
+    return names[what]
+
+
 def from_legacy(record: Mapping[str, Any], *, sample_id: str, question: Any = None,
                 choices: Any = None, answer: Any = None, task_type: str | None = None,
                 system: str | None = None, fields: Mapping[str, str] | None = None) -> dict:
@@ -172,11 +201,11 @@ def from_legacy(record: Mapping[str, Any], *, sample_id: str, question: Any = No
     text. ``fields`` names the record fields the given ``question``, ``choices`` and
     ``answer`` came from, for the messages. Raises ``ValueError`` naming the field.
     """
-    names = {"question": "question", "choices": "choices", "answer": "answer", **(fields or {})}
+    found: dict[str, str] = {}  # the record fields question and answer were read from (for messages)
     if question is None:
         for key in ("question", "prompt", "text"):
             if record.get(key) is not None:
-                question, names["question"] = record[key], key
+                question, found["question"] = record[key], key
                 break
     if question is None and not record.get("messages"):
         raise ValueError("no question: expected one of 'question', 'prompt', 'text' or 'messages'")
@@ -185,7 +214,7 @@ def from_legacy(record: Mapping[str, Any], *, sample_id: str, question: Any = No
     if answer is None:
         for key in ("answer", "label"):
             if key in record:
-                answer, names["answer"] = record[key], key
+                answer, found["answer"] = record[key], key
                 break
     sample: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "id": sample_id}
     kind = task_type or record.get("task_type") or record.get("question_type")
@@ -195,7 +224,8 @@ def from_legacy(record: Mapping[str, Any], *, sample_id: str, question: Any = No
         messages = [dict(m) for m in record["messages"]]
     else:
         if not isinstance(question, str):
-            raise ValueError(f"{names['question']}: question must be a string, got {type(question).__name__}")
+            raise ValueError(f"{_field_name('question', found, fields)}: question must be a string, "
+                             f"got {type(question).__name__}")
         messages = [{"role": "user", "content": [{"type": "text", "text": question}]}]  # user_message(question)
     if system:
         messages.insert(0, {"role": "system", "content": [text_segment(system)]})
@@ -204,7 +234,7 @@ def from_legacy(record: Mapping[str, Any], *, sample_id: str, question: Any = No
     options: list[dict] = []
     if choices is not None:
         if not isinstance(choices, (list, tuple, Mapping)) or not choices:
-            raise ValueError(f"{names['choices']}: choices must be a non-empty list or mapping")
+            raise ValueError(f"{_field_name('choices', found, fields)}: choices must be a non-empty list or mapping")
         options = _options_from_choices(choices)
         sample["options"] = options
         option_map = metadata["option_map"] = {}
@@ -216,7 +246,7 @@ def from_legacy(record: Mapping[str, Any], *, sample_id: str, question: Any = No
         try:
             label = _label_for(answer, options)
         except ValueError as exc:
-            raise ValueError(f"{names['answer']}: {exc}") from None
+            raise ValueError(f"{_field_name('answer', found, fields)}: {exc}") from None
         # normalize_references([label]) for the str label _label_for returns
         sample["references"] = [{"answer": [{"type": "text", "text": label}]}]
         sample["label"] = label

@@ -260,6 +260,15 @@ class Template:
         except Exception as exc:  # whatever a template does wrong is this row's error, never a traceback
             raise ValueError(self._describe(exc, variables)) from None
 
+    def render_dict(self, variables: dict) -> str:
+        """``render(**variables)`` for variables already in a dict (a plain-field template reads
+        them without the keyword-argument copy)."""
+        if self._parts is not None:
+            out = self._fast(variables)
+            if out is not None:
+                return out
+        return self.render(**variables)
+
     def render_field(self, value: Any, variables: Mapping[str, Any], **more: Any) -> str:
         """``render(NAME=value, **more, **variables)`` for a template that is :attr:`lone_field`
         ``(NAME, KEY)`` alone: a plain dict's str under KEY is the answer, found without building

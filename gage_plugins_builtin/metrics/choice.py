@@ -48,4 +48,4 @@ class NormalizedAccuracy(Accuracy):
     def scores(self, ctx: MetricContext) -> list[float]:
         lls = super().scores(ctx)
         lengths = [len(c) for c in ctx.get(self.choices)]
-        return [ll / max(n, 1) for ll, n in zip(lls, lengths)]
+        return [ll / (n if n > 1 else 1) for ll, n in zip(lls, lengths)]  # ll / max(n, 1)

@@ -360,3 +360,40 @@ def test_content_text_shortcut_matches_the_general_join(content):
 
     out = content_text(content)
     assert out == general(content) and type(out) is type(general(content))
+
+
+def test_row_context_shortcut_is_the_constructor():
+    from pathlib import Path
+
+    from gage_eval.sample import _PLAIN_ROW_CONTEXT, RowContext, row_context
+
+    assert _PLAIN_ROW_CONTEXT  # RowContext gained a __post_init__, __slots__ or a field: see row_context
+    args = ("t", "f.jsonl:3", 2, Path("/data"), (Path("/more"),), True)
+    fast, made = row_context(*args), RowContext(*args)
+    assert fast == made and hash(fast) == hash(made) and repr(fast) == repr(made) and vars(fast) == vars(made)
+    with pytest.raises(Exception, match="cannot assign"):
+        fast.task = "x"
+
+
+@pytest.mark.parametrize("text", ['{"a": 1}', "", "  ", "x", '{"a":}', "[1,", '{"a":1,"a":2}', "NaN", "1e999",
+                                  '{"a": 1} x', '"\\ud800"', "[1] "])
+def test_decode_reports_as_raw_decode_did(text):
+    import json as _json
+
+    from gage_eval import jsonio
+
+    def via_raw_decode(t):  # the reader as it was: JSONDecoder.raw_decode's own StopIteration handling
+        try:
+            return jsonio.decode(t)
+        except jsonio.JsonProblem as exc:
+            return exc.message, exc.pos
+
+    got = via_raw_decode(text)
+    try:
+        value, end = jsonio._DECODER.raw_decode(text, 0)
+    except _json.JSONDecodeError as exc:
+        assert got == (exc.msg, exc.pos)
+    except jsonio.JsonProblem:
+        assert isinstance(got, tuple)
+    else:
+        assert got == (value, end) or isinstance(got, tuple)  # trailing data, depth, surrogates: checked after
