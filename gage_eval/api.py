@@ -27,11 +27,15 @@ What is here, by what a plugin does with it:
   and references, reading their text), the strict JSON row reader (:func:`iter_json_rows`,
   :func:`check_data_file`, :func:`json_type`), file and URL checks for paths in data
   (:func:`data_path`, :func:`checked_url`, :func:`base_folder`, :func:`context_for`),
-  schema validation (:func:`validation_errors`, :func:`sample_v1_required_errors`) and
-  :func:`field_message` for a row error's wording.
+  schema validation (:func:`validation_errors`, :func:`validation_warnings`,
+  :func:`sample_v1_required_errors`; a plugin adds schemas with ``gage_register_schemas``),
+  :func:`field_message` for a row error's wording, and :class:`SampleIdentity` (rows that
+  already are Sample v1, as the builtin ``identity`` preprocessor reads them).
 - errors: :class:`GageError` (a one-line error the CLI prints without a traceback),
   :class:`InputError`, :class:`OutputError`, :class:`FatalBackendError` (no further request
   can succeed) and :class:`RowError` (one row's problem).
+- writers: :class:`Writer`, the contract of an output format a plugin adds with
+  ``gage_register_writers`` (fed each finished record and the run's end).
 - events: :class:`RunStart`, :class:`SampleDone`, :class:`TaskDone`, :class:`RunEnd`, the
   frozen objects the event hooks receive.
 - secrets: :func:`redact` (a settings mapping with secret values masked),
@@ -56,9 +60,10 @@ from gage_eval.rows import field_message
 from gage_eval.sample import (LETTERS, MEDIA_SEGMENTS, SCHEMA_VERSION, RowContext, content_text, from_legacy,
                               label_text, last_user_text, messages_text, normalize_references, reference_text,
                               reference_texts, text_chat, text_segment, user_message)
-from gage_eval.schema_checks import sample_v1_required_errors
-from gage_eval.schemas import validation_errors
+from gage_eval.schemas import sample_v1_required_errors, validation_errors, validation_warnings
 from gage_eval.tasks import Template
+from gage_eval.validate import SampleIdentity
+from gage_eval.writers import Writer
 
 __all__ = [
     # registering
@@ -78,9 +83,11 @@ __all__ = [
     "label_text", "normalize_references", "from_legacy",
     "iter_json_rows", "check_data_file", "json_type",
     "REMOTE_SCHEMES", "base_folder", "data_path", "checked_url", "context_for",
-    "validation_errors", "sample_v1_required_errors", "field_message",
+    "validation_errors", "validation_warnings", "sample_v1_required_errors", "field_message", "SampleIdentity",
     # errors
     "GageError", "InputError", "OutputError", "FatalBackendError", "RowError",
+    # writers
+    "Writer",
     # events
     "RunStart", "SampleDone", "TaskDone", "RunEnd",
     # secrets

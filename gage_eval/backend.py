@@ -98,6 +98,10 @@ class Backend:
     model_id: str = "unknown"
     # a line for the person watching, printed after open() (e.g. a one-time conversion was cached)
     open_note: str | None = None
+    # strings masked as *** wherever the run writes or prints (API keys, header values, URL passwords)
+    secrets: tuple[str, ...] = ()
+    # as a judge: how many finished rows wait for their verdicts together (None: 16, at most max_batch)
+    concurrency: int | None = None
 
     def open(self) -> None:
         """Load weights, start sessions. Called once, after the engine has checked

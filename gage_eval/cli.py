@@ -130,6 +130,9 @@ class PluginGroup(click.Group):
 @click.option("--dry-run", type=click.IntRange(min=1), is_flag=False, flag_value=3, default=None, metavar="[N]",
               help="Print the resolved settings and the first N (default 3) requests of each task, then stop: "
                    "no model is loaded and no run folder is made.")
+@click.option("--writer", "writers", multiple=True, metavar="NAME[:k=v,...]",
+              help="Also write the results through a plugin's writer (repeatable; `gage-eval plugins` lists "
+                   "them). Named on --resume, it is rebuilt from every record of the run.")
 @click.option("--seed", type=int, default=None, help="Seed for sampling and for deterministic fallbacks.")
 @click.option("--resume", type=click.Path(file_okay=False), default=None,
               help="Continue an interrupted run in this run folder (its settings are reused).")
@@ -146,7 +149,7 @@ class PluginGroup(click.Group):
 @click.pass_context
 def cli(ctx, tasks, model, model_args, device, judge_model, judge_args, batch_size, limit, output_dir, run_id,
         include_path, data, config_file, system_prompt, gen_kwargs, num_fewshot, fewshot_as_multiturn,
-        apply_chat_template, strip_reasoning, dry_run, seed, resume, fail_fast, max_error_rate, allow_path,
+        apply_chat_template, strip_reasoning, dry_run, writers, seed, resume, fail_fast, max_error_rate, allow_path,
         allow_urls, quiet, debug):
     """Evaluate language and vision-language models on benchmark task folders.
 
@@ -176,14 +179,15 @@ def cli(ctx, tasks, model, model_args, device, judge_model, judge_args, batch_si
         allow_urls=allow_urls, quiet=quiet, system_prompt=system_prompt, gen_kwargs=gen_kwargs,
         num_fewshot=num_fewshot, fewshot_as_multiturn=fewshot_as_multiturn,
         apply_chat_template=apply_chat_template, strip_reasoning=strip_reasoning, dry_run=dry_run,
+        writers=list(writers),
         command=" ".join(["gage-eval"] + [shlex.quote(a) for a in sys.argv[1:]]),
     )
 
 
 def _core_commands() -> None:
-    from gage_eval.commands import CORE_COMMANDS
+    from gage_eval.commands import core_commands
 
-    for command in CORE_COMMANDS:
+    for command in core_commands():
         cli.add_command(command)
 
 

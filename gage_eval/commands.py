@@ -1,5 +1,5 @@
-"""The core's own sub-commands, there whatever plugins are loaded or disabled: ``tasks`` and
-``plugins``. Plugins add theirs through the ``gage_register_commands`` hook."""
+"""The core's own sub-commands, there whatever plugins are loaded or disabled: ``tasks``,
+``plugins`` and ``validate`` (gage_eval.validate). Plugins add theirs through the ``gage_register_commands`` hook."""
 from __future__ import annotations
 
 import json
@@ -66,4 +66,7 @@ def plugins_command(as_json):
             click.echo(f"  {kind}: {', '.join(names)}")
 
 
-CORE_COMMANDS = (tasks_command, plugins_command)
+def core_commands() -> tuple[click.Command, ...]:
+    from gage_eval.validate import validate_command
+
+    return (tasks_command, plugins_command, validate_command)

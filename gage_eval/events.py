@@ -12,6 +12,8 @@ class RunStart:
     run_dir: Path
     tasks: tuple[str, ...]
     model: str
+    model_id: str = ""  # the backend's model_id (weights or endpoint + model name)
+    resume: bool = False  # True when this is a --resume of an interrupted run
 
 
 @dataclass(frozen=True)
@@ -21,6 +23,7 @@ class SampleDone:
     sample_id: str
     error: str | None
     metrics: Mapping[str, Any]
+    record: Mapping[str, Any] | None = None  # the record as written to samples/<task>.jsonl (do not change it)
 
 
 @dataclass(frozen=True)

@@ -86,6 +86,35 @@ def gage_register_metrics(register: Callable[[str, Callable[..., Any]], None]) -
 
 
 @hookspec
+def gage_register_writers(register: Callable[[str, Callable[..., Any]], None]) -> None:
+    """Register output writers: formats fed each finished record as it is written.
+
+    :param register: call ``register(name, factory)``. ``factory(**args)`` receives the
+        arguments of ``--writer NAME:key=value,...`` (none for a bare ``--writer NAME``) and
+        returns a :class:`gage_eval.writers.Writer`. A writer runs only when a run names it
+        (``--writer``, repeatable; kept for ``--resume``). The run folder's own files
+        (samples, instances, summary.json) are written by the core's writers.
+    :return: nothing.
+    """
+
+
+@hookspec
+def gage_register_schemas(register: Callable[..., None]) -> None:
+    """Register JSON Schemas that rows are checked against (``validate --schema NAME`` and a
+    preprocessor's ``input_schema``).
+
+    :param register: call ``register(name, path, checks=None, warnings=None, rows=None)``.
+        ``path`` is the schema file (JSON Schema, any draft jsonschema knows).
+        ``checks(row)`` and ``warnings(row)`` return ``(json path, message)`` pairs for what
+        the schema cannot say; they must tolerate rows the schema refused. ``rows()``, when
+        given, returns the preprocessor that reads such rows in a run, so that ``validate``
+        checks a data file exactly as a run would (files, URLs, duplicate ids).
+        The core's own schemas (sample, instance, task, summary) cannot be replaced.
+    :return: nothing.
+    """
+
+
+@hookspec
 def gage_register_task_paths(register: Callable[[str], None]) -> None:
     """Register folders that hold task folders (each with a ``task.yaml``).
 

@@ -38,6 +38,7 @@ class RunOptions:
     fewshot_as_multiturn: bool | None = None  # None: multi-turn whenever the chat template is on (lm-eval)
     apply_chat_template: bool | None = None  # None: the task's request.chat
     strip_reasoning: bool = False  # score the text after the last </think>; the raw text stays in the record
+    writers: list[str] = field(default_factory=list)  # plugin writers: NAME or NAME:k=v,... (--writer)
     quiet: bool = False
     command: str = ""
     config_file: str | None = None

@@ -16,7 +16,7 @@ from gage_eval.errors import GageError
 ENTRY_POINT_GROUP = "gage_eval"
 BUILTIN = "builtin"
 BUILTIN_MODULE = "gage_plugins_builtin"
-KINDS = ("loaders", "preprocessors", "backends", "judges", "metrics")
+KINDS = ("loaders", "preprocessors", "backends", "judges", "metrics", "writers")
 
 
 @dataclass(frozen=True)
@@ -24,6 +24,18 @@ class Registered:
     name: str
     factory: Callable[..., Any]
     plugin: str
+
+
+@dataclass(frozen=True)
+class RegisteredSchema:
+    """A schema a plugin registered: its file and the checks JSON Schema cannot express."""
+
+    name: str
+    path: str
+    plugin: str
+    checks: Callable[[Any], list] | None = None
+    warnings: Callable[[Any], list] | None = None
+    rows: Callable[[], Any] | None = None
 
 
 @dataclass
@@ -35,6 +47,8 @@ class Registry:
     backends: dict[str, Registered] = field(default_factory=dict)
     judges: dict[str, Registered] = field(default_factory=dict)
     metrics: dict[str, Registered] = field(default_factory=dict)
+    writers: dict[str, Registered] = field(default_factory=dict)
+    schemas: dict[str, RegisteredSchema] = field(default_factory=dict)
     task_paths: list[tuple[str, str]] = field(default_factory=list)
 
     def get(self, kind: str, name: str) -> Registered:
@@ -66,6 +80,8 @@ class Registry:
         for kind in KINDS:
             for reg in getattr(self, kind).values():
                 out.setdefault(reg.plugin, {}).setdefault(kind, []).append(reg.name)
+        for reg in self.schemas.values():
+            out.setdefault(reg.plugin, {}).setdefault("schemas", []).append(reg.name)
         for plugin, path in self.task_paths:
             out.setdefault(plugin, {}).setdefault("task_paths", []).append(path)
         return out
@@ -131,10 +147,36 @@ def collect_registry(pm: pluggy.PluginManager) -> Registry:
                 _table[name] = Registered(name, factory, _plugin)
 
             impl.function(register=register)
+    _collect_schemas(pm, registry)
     for impl in pm.hook.gage_register_task_paths.get_hookimpls():
         plugin = pm.get_name(impl.plugin) or repr(impl.plugin)
         impl.function(register=lambda path, _p=plugin: registry.task_paths.append((_p, str(path))))
     return registry
+
+
+CORE_SCHEMAS = ("sample", "instance", "task", "summary")  # gage_eval.schemas owns these names
+
+
+def _collect_schemas(pm: pluggy.PluginManager, registry: Registry) -> None:
+    for impl in pm.hook.gage_register_schemas.get_hookimpls():
+        plugin = pm.get_name(impl.plugin) or repr(impl.plugin)
+
+        def register(name: str, path: Any, checks: Callable[[Any], list] | None = None,
+                     warnings: Callable[[Any], list] | None = None, rows: Callable[[], Any] | None = None,
+                     _plugin: str = plugin) -> None:
+            if name in CORE_SCHEMAS:
+                raise GageError(f"plugin {_plugin!r} registers schema {name!r}, a name of gage-eval's own "
+                                f"schemas ({', '.join(CORE_SCHEMAS)}); choose another name")
+            if name in registry.schemas:
+                raise GageError(f"schema {name!r} is registered by both plugin {registry.schemas[name].plugin!r} "
+                                f"and plugin {_plugin!r}; disable one with GAGE_EVAL_DISABLE_PLUGINS={_plugin}")
+            for what, fn in (("checks", checks), ("warnings", warnings), ("rows", rows)):
+                if fn is not None and not callable(fn):
+                    raise GageError(f"plugin {_plugin!r}, schema {name!r}: {what} must be a function, "
+                                    f"not {type(fn).__name__}")
+            registry.schemas[name] = RegisteredSchema(name, str(path), _plugin, checks, warnings, rows)
+
+        impl.function(register=register)
 
 
 def load_plugins() -> tuple[pluggy.PluginManager, Registry]:

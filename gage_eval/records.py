@@ -1,4 +1,4 @@
-"""Writers for runs/<run_id>/: samples, instance records, events, summary; and recovery for resume."""
+"""Records on disk: strict JSON lines, append-only files, the instance record, atomic writes, and\nrecovery of a run folder for --resume (the writers that use them: gage_eval.writers)."""
 from __future__ import annotations
 
 import hashlib
@@ -229,66 +229,33 @@ def build_instance(record: Mapping[str, Any], *, task: str, model_id: str, evalu
     return instance
 
 
-class TaskWriter:
-    """samples/<task>.jsonl and instances/<task>.jsonl, written as each sample finishes."""
-
-    def __init__(self, run_dir: Path, task: str, *, model_id: str, evaluation_id: str):
-        self.task = task
-        self.model_id = model_id
-        self.evaluation_id = evaluation_id
-        self.samples_path = run_dir / "samples" / f"{task}.jsonl"
-        self.instances_path = run_dir / "instances" / f"{task}.jsonl"
-        self._samples: JsonlAppender | None = None
-        self._instances: JsonlAppender | None = None
-
-    def recover(self, keep: Callable[[Mapping[str, Any]], bool] = lambda record: True
-                ) -> Iterator[tuple[dict, bool]]:
-        """Records already written by an interrupted run, each with ``keep(record)``. Records not
-        kept (to be run again) are removed from the samples file; the instance file is rebuilt."""
-        truncate_partial_line(self.samples_path)
-        try:  # (a run stopped before its first row has neither folder yet)
-            self.samples_path.parent.mkdir(parents=True, exist_ok=True)
-            self.instances_path.parent.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise output_error(self.samples_path, exc) from None
-        tmp_instances = self.instances_path.with_suffix(".jsonl.tmp")
-        tmp_samples = self.samples_path.with_suffix(".jsonl.tmp")
-        dropped = 0
-        try:
-            with tmp_instances.open("w", encoding="utf-8") as out, tmp_samples.open("w", encoding="utf-8") as kept:
-                for record in read_jsonl(self.samples_path):
-                    ok = keep(record)
-                    if ok:
-                        kept.write(dumps(record) + "\n")
-                        out.write(dumps(self.instance(record)) + "\n")
-                    else:
-                        dropped += 1
-                    yield record, ok
-            if dropped:
-                os.replace(tmp_samples, self.samples_path)
-            os.replace(tmp_instances, self.instances_path)
-        except OSError as exc:
-            raise output_error(self.samples_path, exc) from None
-        finally:
-            for tmp in (tmp_samples, tmp_instances):
-                tmp.unlink(missing_ok=True)
-
-    def instance(self, record: Mapping[str, Any]) -> dict:
-        return build_instance(record, task=self.task, model_id=self.model_id, evaluation_id=self.evaluation_id)
-
-    def write(self, record: Mapping[str, Any]) -> dict:
-        if self._samples is None:
-            self._samples = JsonlAppender(self.samples_path)
-            self._instances = JsonlAppender(self.instances_path)
-        instance = self.instance(record)
-        self._samples.write(record)
-        self._instances.write(instance)
-        return instance
-
-    def close(self) -> None:
-        for fh in (self._samples, self._instances):
-            if fh is not None:
-                fh.close()
+def recover_jsonl(path: Path, keep: Callable[[Mapping[str, Any]], bool]) -> Iterator[tuple[dict, bool]]:
+    """The records of a jsonl file an interrupted run wrote, each with ``keep(record)``. A
+    half-written last line is cut first; records not kept are removed from the file (replaced
+    whole, never half-written). The folder is made when missing (a run stopped before its
+    first row has none)."""
+    truncate_partial_line(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise output_error(path, exc) from None
+    tmp = path.with_suffix(".jsonl.tmp")
+    dropped = 0
+    try:
+        with tmp.open("w", encoding="utf-8") as kept:
+            for record in read_jsonl(path):
+                ok = keep(record)
+                if ok:
+                    kept.write(dumps(record) + "\n")
+                else:
+                    dropped += 1
+                yield record, ok
+        if dropped:
+            os.replace(tmp, path)
+    except OSError as exc:
+        raise output_error(path, exc) from None
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def write_json_atomic(path: Path, obj: Any) -> None:

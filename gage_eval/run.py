@@ -22,7 +22,7 @@ from gage_eval.tasks import parse_data_overrides
 RUN_ID = re.compile(r"[A-Za-z0-9._-]{1,200}")
 CONFIG_KEYS = {"models", "tasks", "limit", "batch_size", "seed", "output_dir", "fail_fast", "include_paths", "data",
                "max_error_rate", "allow_paths", "allow_urls", "system_prompt", "gen_kwargs", "num_fewshot",
-               "fewshot_as_multiturn", "apply_chat_template", "strip_reasoning"}
+               "fewshot_as_multiturn", "apply_chat_template", "strip_reasoning", "writers"}
 ROLE_KEYS = {"backend", "args"}
 TASK_OVERRIDE_KEYS = {"name", "limit", "metrics", "generation", "data"}
 
@@ -86,6 +86,9 @@ def read_run_config(path: str) -> dict:
             raise GageError(f"{p}: key '{key}': expected true or false, got {data[key]!r}")
     if data.get("data") is not None and not isinstance(data["data"], dict):
         raise GageError(f"{p}: key 'data': expected a mapping TASK: PATH")
+    writers = data.get("writers")
+    if writers is not None and not (isinstance(writers, list) and all(isinstance(w, str) and w for w in writers)):
+        raise GageError(f"{p}: key 'writers': expected a list of writer names (NAME or NAME:key=value,...)")
     return data
 
 
@@ -105,56 +108,28 @@ def build_options(*, tasks, model, model_args, judge_model, judge_args, batch_si
                   include_paths, data, config_file, seed, fail_fast, quiet, command, max_error_rate=None,
                   allow_paths=(), allow_urls=False, device=None, system_prompt=None, gen_kwargs=None,
                   num_fewshot=None, fewshot_as_multiturn=None, apply_chat_template=None,
-                  strip_reasoning=False) -> RunOptions:
-
+                  strip_reasoning=False, writers=()) -> RunOptions:
+    """The run's settings: the command line's flags over the run config file's keys over the defaults."""
     cfg = read_run_config(config_file) if config_file else {}
-    models = cfg.get("models") or {}
-    task_names: list[str] = []
-    overrides: dict[str, dict] = {}
-    for entry in cfg.get("tasks") or []:
-        name = entry if isinstance(entry, str) else entry["name"]
-        task_names.append(name)
-        if isinstance(entry, dict):
-            overrides[name] = {k: v for k, v in entry.items() if k != "name"}
-    if tasks:
-        task_names = [t.strip() for t in tasks.split(",") if t.strip()]
-    task_names = list(dict.fromkeys(task_names))  # each task once, in the order first named
-    if limit is not None:  # --limit beats every limit in the file
-        for entry in overrides.values():
-            entry.pop("limit", None)
-    overrides = {name: entry for name, entry in overrides.items() if entry}
-    if not task_names:
-        raise GageError("no tasks: pass --tasks NAME[,NAME] (see `gage-eval tasks`)")
-    overrides = {name: entry for name, entry in overrides.items() if name in task_names}
-    dut = models.get("dut") or {}
-    judge = models.get("judge") or {}
+    task_names, overrides = _task_entries(cfg, tasks, limit)
     file_data = {**(cfg.get("data") or {}), **{k: v["data"] for k, v in overrides.items() if v.get("data")}}
     data_map = {**{k: v for k, v in file_data.items() if k in task_names}, **parse_data_overrides(data)}
-    data_map = {k: _absolute(v) for k, v in data_map.items()}  # a resume may start in another folder
-    model_name = model or dut.get("backend") or DEFAULT_MODEL
-    judge_name = judge_model or judge.get("backend")
-    _check_model_name(model_name, "--model" if model else "models.dut.backend")
-    model_kwargs = (parse_kv(model_args, "--model-args") if model_args is not None
-                    else dict(dut.get("args") or {}) if model_name == dut.get("backend") else {})
-    if device is not None:
-        model_kwargs = _with_device(model_name, model_kwargs, device, model_args is not None)
     if system_prompt is not None and not system_prompt:
         raise GageError("--system-prompt: empty; leave it out to keep the task's own prompts")
+    models = cfg.get("models") or {}
+    model_name, model_kwargs = _role(models.get("dut") or {}, model, model_args, "--model", "models.dut.backend")
+    if device is not None:
+        model_kwargs = _with_device(model_name, model_kwargs, device, model_args is not None)
+    judge_name, judge_kwargs = _role(models.get("judge") or {}, judge_model, judge_args, "--judge-model", None)
     return RunOptions(
-        tasks=task_names,
-        model=model_name,
-        # the file's args belong to the file's backend: a --model naming another backend starts clean
-        model_args=model_kwargs,
-        judge_model=judge_name,
-        judge_args=(parse_kv(judge_args, "--judge-args") if judge_args is not None
-                    else dict(judge.get("args") or {}) if judge_name == judge.get("backend") else {}),
+        tasks=task_names, model=model_name, model_args=model_kwargs, judge_model=judge_name, judge_args=judge_kwargs,
         batch_size=_batch_size(batch_size) if batch_size is not None else cfg.get("batch_size"),
         limit=parse_limit(limit) if limit is not None else cfg.get("limit"),
         output_dir=output_dir or cfg.get("output_dir") or DEFAULT_OUTPUT_DIR,
         run_id=run_id,
         seed=seed if seed is not None else cfg.get("seed", DEFAULT_SEED),
         include_paths=[_absolute(p) for p in list(include_paths) or list(cfg.get("include_paths") or [])],
-        data=data_map,
+        data={k: _absolute(v) for k, v in data_map.items()},  # a resume may start in another folder
         task_overrides=overrides,
         fail_fast=fail_fast or bool(cfg.get("fail_fast")),
         max_error_rate=max_error_rate if max_error_rate is not None else float(cfg.get("max_error_rate") or 0.0),
@@ -168,10 +143,53 @@ def build_options(*, tasks, model, model_args, judge_model, judge_args, batch_si
         apply_chat_template=(apply_chat_template if apply_chat_template is not None
                              else cfg.get("apply_chat_template")),
         strip_reasoning=strip_reasoning or bool(cfg.get("strip_reasoning")),
+        writers=_writers([*(cfg.get("writers") or []), *writers]),
         quiet=quiet,
         command=command,
         config_file=_absolute(config_file) if config_file else None,
     )
+
+
+def _task_entries(cfg: dict, tasks: str | None, limit: Any) -> tuple[list[str], dict[str, dict]]:
+    """The task names (--tasks over the file's, each once, in order) and the file's per-task overrides."""
+    task_names: list[str] = []
+    overrides: dict[str, dict] = {}
+    for entry in cfg.get("tasks") or []:
+        name = entry if isinstance(entry, str) else entry["name"]
+        task_names.append(name)
+        if isinstance(entry, dict):
+            overrides[name] = {k: v for k, v in entry.items() if k != "name"}
+    if tasks:
+        task_names = [t.strip() for t in tasks.split(",") if t.strip()]
+    task_names = list(dict.fromkeys(task_names))  # each task once, in the order first named
+    if limit is not None:  # --limit beats every limit in the file
+        for entry in overrides.values():
+            entry.pop("limit", None)
+    if not task_names:
+        raise GageError("no tasks: pass --tasks NAME[,NAME] (see `gage-eval tasks`)")
+    return task_names, {name: entry for name, entry in overrides.items() if entry and name in task_names}
+
+
+def _role(spec: dict, name: str | None, args: str | None, flag: str, file_key: str | None) -> tuple[Any, dict]:
+    """A role's backend and arguments: the flags over the run config's ``models.ROLE``. The file's
+    args belong to the file's backend: a flag naming another backend starts clean."""
+    chosen = name or spec.get("backend") or (DEFAULT_MODEL if file_key else None)
+    if file_key:
+        _check_model_name(chosen, flag if name else file_key)
+    option = "--model-args" if file_key else "--judge-args"
+    kwargs = (parse_kv(args, option) if args is not None
+              else dict(spec.get("args") or {}) if chosen == spec.get("backend") else {})
+    return chosen, kwargs
+
+
+def _writers(specs: list[str]) -> list[str]:
+    """``--writer`` values (and the file's ``writers``), each writer once; NAME:args checked here."""
+    from gage_eval.writers import parse_writer
+
+    out: dict[str, str] = {}
+    for spec in specs:
+        out[parse_writer(spec)[0]] = spec  # a later spec of the same writer replaces the earlier one
+    return list(out.values())
 
 
 # lm-eval's model names that gage-eval spells otherwise
@@ -261,10 +279,9 @@ def run_from_cli(*, resume: str | None, quiet: bool, dry_run: int | None = None,
             options.quiet = quiet
         elif any(p.name != LOCK_FILE for p in run_dir.iterdir()):
             raise GageError(f"run folder {run_dir} already exists; use --resume {run_dir} to continue it")
-        engine = Engine(options, run_dir, resume=bool(resume))
         try:
             with sigterm_interrupts():
-                summary = engine.run()
+                summary = Engine(options, run_dir, resume=bool(resume)).run()
         except KeyboardInterrupt as exc:
             # click turns KeyboardInterrupt into a bare "Aborted", so say what to do here
             why = str(exc) or "interrupted by the user (Ctrl-C)"
@@ -304,6 +321,7 @@ RESUME_CHECKED = ("tasks", "model", "model_args", "judge_model", "judge_args", "
                   "include_paths", "data", "allow_paths", "allow_urls", "system_prompt", "gen_kwargs", "num_fewshot",
                   "fewshot_as_multiturn", "apply_chat_template", "strip_reasoning")
 RESUME_FREE = ("fail_fast", "max_error_rate")  # how to treat errors may change on resume
+# writers named on resume join the stored ones: each writer is rebuilt whole from the kept records
 
 
 def resumed_options(run_dir: Path, given: dict) -> RunOptions:
@@ -335,6 +353,8 @@ def resumed_options(run_dir: Path, given: dict) -> RunOptions:
     for name in RESUME_FREE:
         if name in flags:
             setattr(stored, name, getattr(fresh, name))
+    if fresh.writers:
+        stored.writers = _writers([*stored.writers, *fresh.writers])
     for name, role in (("model_args", "--model-args"), ("judge_args", "--judge-args")):
         if name in supplied:
             setattr(stored, name, supplied[name])
@@ -352,7 +372,7 @@ def _unset() -> dict:
                 limit=None, output_dir=None, run_id=None, include_paths=(), data=(), config_file=None, seed=None,
                 fail_fast=False, max_error_rate=None, allow_paths=(), allow_urls=False, device=None,
                 system_prompt=None, gen_kwargs=None, num_fewshot=None, fewshot_as_multiturn=None,
-                apply_chat_template=None, strip_reasoning=False)
+                apply_chat_template=None, strip_reasoning=False, writers=())
 
 
 def _fmt(x: Any) -> str:

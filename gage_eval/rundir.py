@@ -6,10 +6,12 @@ import hashlib
 import json
 import os
 import re
+import sys
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from gage_eval.errors import GageError, OutputError
+from gage_eval.records import write_json_atomic
 from gage_eval.redact import REDACTED
 
 LOCK_FILE = ".lock"
@@ -184,3 +186,19 @@ def matches_stored(stored: Any, given: Any) -> bool:
 
 def masked_keys(args: Mapping[str, Any]) -> list[str]:
     return [k for k, v in args.items() if has_mask(v)]
+
+
+def check_inputs(run_dir: Path, now: Mapping[str, Any], resume: bool) -> None:
+    """Record each task folder's and data file's hashes (``now``); on resume, refuse any that
+    changed since the run began."""
+    if resume and not (run_dir / INPUTS_FILE).exists():
+        print(f"gage-eval: warning: {run_dir / INPUTS_FILE} is missing, so this resume cannot check "
+              f"that the task folders and data are unchanged; it records them now", file=sys.stderr)
+    elif resume:
+        changed = changed_inputs(read_inputs(run_dir), now)
+        if changed:
+            raise GageError(f"--resume {run_dir}: the inputs changed since the run began, so its "
+                            f"results would mix two versions: " + "; ".join(changed)
+                            + ". Start a new run instead.")
+        return
+    write_json_atomic(run_dir / INPUTS_FILE, now)

@@ -1,26 +1,32 @@
-"""The JSON Schemas in ``schemas/``: lookup, cached validators, and file validation."""
+"""JSON Schemas: gage-eval's own (``schemas/``) and those plugins register
+(``gage_register_schemas``); lookup, cached validators, the checks a schema cannot express.
+
+A check takes one decoded row and returns ``(json path, message)`` pairs. Checks run beside
+the schema's own errors, so they tolerate rows the schema already refuses.
+"""
 from __future__ import annotations
 
 import json
+import re
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable
 
 from gage_eval.errors import GageError
+from gage_eval.jsonio import json_type
 
+Check = Callable[[Any], list[tuple[str, str]]]
+
+# gage-eval's own schemas, files in schemas/; a plugin cannot register these names.
 SCHEMA_FILES = {
     "sample": "sample.schema.json",
     "instance": "instance_level_eval_0.2.0.schema.json",
     "task": "task.schema.json",
-    "legal_eval_v1": "legal_eval_v1.schema.json",
     "summary": "summary.schema.json",  # a run folder's summary.json: one JSON object, not rows
 }
 
-# Rules JSON Schema cannot say (uniqueness, membership) are checked in code by
-# functions registered here; each returns (json path, message) pairs.
-EXTRA_CHECKS: dict[str, Callable[[Any], list[tuple[str, str]]]] = {}
-# Warnings (not errors) per schema, same shape.
-WARNING_CHECKS: dict[str, Callable[[Any], list[tuple[str, str]]]] = {}
+SAMPLE_REQUIRED = ("schema_version", "id", "messages", "references")
+_REQUIRED_MESSAGE = re.compile(r"^'([^']+)' is a required property$")
 
 
 def _summary_checks(summary: Any) -> list[tuple[str, str]]:
@@ -45,9 +51,6 @@ def _summary_checks(summary: Any) -> list[tuple[str, str]]:
     return problems
 
 
-EXTRA_CHECKS["summary"] = _summary_checks
-
-
 def schemas_dir() -> Path:
     here = Path(__file__).resolve().parent
     for candidate in (here / "schemas", here.parent / "schemas"):
@@ -56,34 +59,93 @@ def schemas_dir() -> Path:
     raise GageError("the schemas folder is missing from this installation of gage-eval")
 
 
-@lru_cache(maxsize=None)
+def _registered() -> dict:
+    """The schemas plugins registered, by name (loads the plugins once per process)."""
+    from gage_eval.plugins import load_plugins
+
+    return load_plugins()[1].schemas
+
+
+def schema_names() -> list[str]:
+    """Every schema that can be named: gage-eval's own, then the plugins' (sorted)."""
+    return [*SCHEMA_FILES, *sorted(_registered())]
+
+
+def schema_path(name: str) -> Path:
+    if name in SCHEMA_FILES:
+        return schemas_dir() / SCHEMA_FILES[name]
+    entry = _registered().get(name)
+    if entry is None:
+        raise GageError(f"unknown schema {name!r}; choose one of {', '.join(schema_names())}")
+    return Path(entry.path)
+
+
+def checks_for(name: str) -> tuple[Check | None, Check | None]:
+    """The (error, warning) checks of schema ``name`` beside its JSON Schema; either may be None."""
+    if name in _CORE_CHECKS:
+        return _CORE_CHECKS[name]
+    entry = _registered().get(name)
+    return (entry.checks, entry.warnings) if entry is not None else (None, None)
+
+
+def _where(name: str) -> str | None:
+    """None for a core schema (its file never changes in a process); a plugin schema's path,
+    so the caches below follow a registry rebuilt with another file under the same name."""
+    return None if name in SCHEMA_FILES else str(schema_path(name))
+
+
 def load_schema(name: str) -> dict:
-    if name not in SCHEMA_FILES:
-        raise GageError(f"unknown schema {name!r}; choose one of {', '.join(SCHEMA_FILES)}")
-    return json.loads((schemas_dir() / SCHEMA_FILES[name]).read_text(encoding="utf-8"))
+    return _load(name, _where(name))
 
 
-@lru_cache(maxsize=None)
 def validator(name: str):
-    import jsonschema
-
-    schema = load_schema(name)
-    cls = jsonschema.validators.validator_for(schema)
-    return cls(schema, format_checker=cls.FORMAT_CHECKER)
+    return _validator(name, _where(name))
 
 
-@lru_cache(maxsize=None)
 def fast_validator(name: str):
     """A compiled validator (jsonschema-rs) used to pass valid rows quickly; None when unavailable.
 
     Invalid rows always go through :func:`validator` for the detailed, path-naming errors.
     """
+    return _fast_validator(name, _where(name))
+
+
+@lru_cache(maxsize=None)
+def _load(name: str, where: str | None) -> dict:
+    path = schema_path(name) if where is None else Path(where)
+    try:
+        schema = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise GageError(f"schema {name!r}: cannot read {path}: {exc.strerror or exc}") from None
+    except ValueError as exc:
+        raise GageError(f"schema {name!r}: {path} is not valid JSON: {exc}") from None
+    if not isinstance(schema, dict):
+        raise GageError(f"schema {name!r}: {path} holds {json_type(schema)}, not a JSON Schema object")
+    return schema
+
+
+@lru_cache(maxsize=None)
+def _validator(name: str, where: str | None):
+    import jsonschema
+
+    schema = _load(name, where)
+    cls = jsonschema.validators.validator_for(schema)
+    try:
+        cls.check_schema(schema)
+    except jsonschema.exceptions.SchemaError as exc:
+        raise GageError(f"schema {name!r}: {where or schema_path(name)} is not a valid JSON Schema: "
+                        f"{exc.message}") from None
+    return cls(schema, format_checker=cls.FORMAT_CHECKER)
+
+
+@lru_cache(maxsize=None)
+def _fast_validator(name: str, where: str | None):
     try:
         import jsonschema_rs
     except ImportError:
         return None
     try:
-        return jsonschema_rs.validator_for(load_schema(name))
+        return jsonschema_rs.validator_for(_load(name, where))
     except Exception:  # a schema feature it does not support: fall back to the reference validator
         return None
 
@@ -114,14 +176,60 @@ def validation_errors(instance: Any, name: str) -> list[tuple[str, str]]:
                 message = (best.schema.get("description") if isinstance(best.schema, dict) else None) or \
                     "field not allowed here"
             problems.append((_path(best) if name != "task" else ".".join(map(str, best.absolute_path)), message))
-    if name in EXTRA_CHECKS:  # code checks tolerate rows the schema refused, so report everything at once
-        problems.extend(EXTRA_CHECKS[name](instance))
+    check = checks_for(name)[0]
+    if check is not None:  # code checks tolerate rows the schema refused, so report everything at once
+        problems.extend(check(instance))
     return problems
 
 
 def validation_warnings(instance: Any, name: str) -> list[tuple[str, str]]:
-    check = WARNING_CHECKS.get(name)
+    check = checks_for(name)[1]
     return check(instance) if check else []
 
 
-from gage_eval import schema_checks  # noqa: E402,F401  (registers the code checks above)
+def sample_v1_required_errors(row: Any) -> list[tuple[str, str]]:
+    """Spec 000's required fields of a row given as Sample v1, with messages that name them:
+    a missing field, ``references``/``messages`` not a list, ``schema_version`` not ``v1``.
+    Nothing here is ever filled in or coerced."""
+    if not isinstance(row, dict):
+        return [("$", f"expected a JSON object (a Sample v1 row), got {json_type(row)}")]
+    problems = [("$", f"missing required field '{key}'") for key in SAMPLE_REQUIRED if key not in row]
+    for key in ("messages", "references"):
+        if key in row and not isinstance(row[key], list):
+            problems.append((f"$.{key}", f"expected a list, got {json_type(row[key])}"))
+    if "schema_version" in row and row["schema_version"] != "v1":
+        problems.append(("$.schema_version", f"expected 'v1', got {row['schema_version']!r}"))
+    return problems
+
+
+def sample_v1_row_errors(row: Any) -> list[tuple[str, str]]:
+    """Every problem of a row given as Sample v1: the required-field messages above, then the
+    schema's own errors for everything they do not already say."""
+    required = sample_v1_required_errors(row)
+    if required and not isinstance(row, dict):
+        return required
+    said = {where for where, _ in required if where != "$"}
+    missing = {key for key in SAMPLE_REQUIRED if key not in row}
+    rest = []
+    for where, what in validation_errors(row, "sample"):
+        named = _REQUIRED_MESSAGE.match(what) if where == "$" else None
+        if where in said or (named and named.group(1) in missing):
+            continue
+        rest.append((where, what))
+    return required + rest
+
+
+def sample_v1_warnings(row: Any) -> list[tuple[str, str]]:
+    """A top-level key spec 000 does not define: kept and written, but probably a typo or
+    something that belongs in ``metadata``."""
+    if not isinstance(row, dict):
+        return []
+    known = load_schema("sample")["properties"]
+    return [(f"$.{key}", "unknown top-level field; Sample v1 (spec 000) does not define it "
+                         "(put it in metadata)") for key in row if key not in known]
+
+
+_CORE_CHECKS: dict[str, tuple[Check | None, Check | None]] = {
+    "sample": (None, sample_v1_warnings),
+    "summary": (_summary_checks, None),
+}

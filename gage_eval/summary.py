@@ -36,3 +36,27 @@ def exit_status(tasks: Mapping[str, Mapping[str, Any]]) -> int:
         return EXIT_TASK_FAILED
     return EXIT_ROW_ERRORS if "errors" in statuses else EXIT_OK
 
+
+
+def run_summary(*, run_id: str, options: Any, tasks: Mapping[str, Any], timings: Mapping[str, Any],
+                model: Mapping[str, Any], judge: Mapping[str, Any] | None, interrupted: str | None,
+                stopped: int | None, versions: Mapping[str, Any], created: str) -> dict:
+    """summary.json (schemas/summary.schema.json): the run's settings, versions, timings and
+    outcome, then each task's counts and metrics."""
+    from dataclasses import asdict
+
+    return {
+        "run": {
+            "id": run_id,
+            "created": created,  # RFC 3339
+            "command": options.command,
+            "interrupted": interrupted,
+            "exit_status": stopped if stopped is not None else exit_status(tasks),
+            "versions": dict(versions),
+            "model": dict(model),
+            "judge": dict(judge) if judge is not None else None,
+            "settings": asdict(options),
+            "timings": {k: (round(v, 6) if isinstance(v, float) else v) for k, v in timings.items()},
+        },
+        "tasks": dict(tasks),
+    }

@@ -109,6 +109,22 @@ def gage_register_metrics(register):
 
 
 @hookimpl
+def gage_register_schemas(register):
+    from gage_plugins_builtin.legal import schema
+
+    register("legal_eval_v1", schema.SCHEMA_PATH, checks=schema.legal_eval_v1_errors,
+             warnings=schema.legal_eval_v1_warnings, rows=_legal_rows)
+
+
+def _legal_rows() -> Any:
+    """What ``validate --schema legal_eval_v1`` reads rows with: the run's preprocessor, each
+    attachment checked as a file (not read), the schema already checked by the row checker."""
+    from gage_plugins_builtin.legal.preprocess import LegalEvalV1
+
+    return LegalEvalV1(attachments="file", validate=False)
+
+
+@hookimpl
 def gage_register_task_paths(register):
     register(str(tasks_dir()))
 

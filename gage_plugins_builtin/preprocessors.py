@@ -3,8 +3,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from gage_eval.api import (RowContext, field_message, from_legacy, normalize_references,
-                           sample_v1_required_errors)
+from gage_eval.api import RowContext, SampleIdentity, from_legacy
 
 
 def _sample_id(record: Mapping[str, Any], ctx: RowContext, id_field: str | None) -> str:
@@ -23,25 +22,8 @@ def _tags(record: Mapping[str, Any], fields: Any) -> dict:
     return {f: record[f] for f in fields or [] if record.get(f) is not None}
 
 
-class Identity:
-    """For datasets already in Sample v1 form: the row is the sample.
-
-    Required fields are never filled in or coerced: a row without ``id`` or
-    ``schema_version``, or with ``references`` that is not a list, is an error naming the
-    field. String reference items are written in their structured form
-    (``{"answer": [text segment]}``), which means the same. Paths in the row's media
-    segments are resolved and confined by the row checker (:mod:`gage_eval.rows`).
-    """
-
-    input_schema = "sample"  # rows are checked against Sample v1 before this runs
-
-    def __call__(self, record: Mapping[str, Any], ctx: RowContext) -> dict:
-        problems = sample_v1_required_errors(record)
-        if problems:
-            raise ValueError("; ".join(field_message(where, what) for where, what in problems))
-        sample = dict(record)
-        sample["references"] = normalize_references(sample["references"])
-        return sample
+# Sample v1 rows as they are: the core's reader, the same one ``validate --schema sample`` uses.
+Identity = SampleIdentity
 
 
 class Legacy:

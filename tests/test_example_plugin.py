@@ -207,3 +207,88 @@ def test_disable_plugins_hides_the_example(venv, work):
     assert TASK not in tasks and "piqa" in tasks
     proc = venv.run("--tasks", "piqa", "--model", BACKEND, "-q", "-o", work, cwd=work, env=env, check=False)
     assert proc.returncode == 2 and f"unknown backend {BACKEND!r}" in proc.stderr
+
+
+# -- the example's writer and schema ------------------------------------------------
+
+ROWS = EXAMPLE / "gage_eval_plugin_example" / "tasks" / TASK / "rows.jsonl"
+BAD_ROWS = (
+    '{"schema_version": "v1", "id": "trivia-q01", "task_type": "open-qa", "messages": [{"role": "user", '
+    '"content": [{"type": "text", "text": "Capital of Peru"}]}], "references": ["Lima", " lima"], '
+    '"data_tag": {"topic": "geography"}}\n'
+    '{"schema_version": "v1", "id": "q2", "task_type": "open-qa", "messages": [{"role": "user", '
+    '"content": [{"type": "text", "text": "Which?"}]}], "references": ["x"], "data_tag": {"topic": "sport"}}\n'
+    '{"schema_version": "v1", "id": "trivia-q03", "task_type": "open-qa", "messages": [{"role": "user", '
+    '"content": [{"type": "text", "text": "Once?"}]}], "references": ["y"], "data_tag": {"topic": "arts"}}\n'
+    '{"schema_version": "v1", "id": "trivia-q03", "task_type": "open-qa", "messages": [{"role": "user", '
+    '"content": [{"type": "text", "text": "Again?"}]}], "references": ["y"], "data_tag": {"topic": "arts"}}\n'
+)
+
+
+def test_schema_rules(example, monkeypatch):
+    from gage_eval_plugin_example import schema
+
+    assert schema.errors({"references": ["Lima", " LIMA ", "Cusco"]}) == [
+        ("$.references[1]", "repeats references[0] (' LIMA ')")]
+    assert schema.errors({"references": "Lima"}) == [] and schema.errors([1]) == []
+    row = {"messages": [{"role": "user", "content": [{"type": "text", "text": "Capital of Peru"}]}]}
+    assert schema.warnings(row) == [("$.messages", "the question does not end with '?'")]
+    assert json.loads(schema.SCHEMA_PATH.read_text())["properties"]["task_type"] == {"const": "open-qa"}
+
+
+def test_scores_csv_writer_holds_errored_rows_until_the_columns_are_known(example, tmp_path):
+    import csv
+
+    from gage_eval.api import RunStart, TaskDone
+    from gage_eval_plugin_example.writer import ScoresCsv
+
+    w = ScoresCsv()
+    w.start(RunStart("r", tmp_path, ("t",), "m"))
+    w.task_start("t")
+    w.write("t", {"id": "a", "eval_result": {"error": {"stage": "inference", "message": "boom"}}})
+    w.write("t", {"id": "b", "eval_result": {"metrics": {"f1": {"value": 0.5}, "em": 0.0}}})
+    w.task_end(TaskDone("r", "t", {}, {}))
+    rows = list(csv.reader((tmp_path / "scores" / "t.csv").open()))
+    assert rows == [["id", "error", "em", "f1"], ["a", "boom", "", ""], ["b", "", "0.0", "0.5"]]
+
+
+@pytest.mark.slow
+def test_installed_schema_validates_the_shipped_rows_and_refuses_bad_ones(venv, work):
+    out = venv.run("validate", ROWS, "--schema", "example/trivia", cwd=work).stdout
+    assert "12 rows, 12 valid, 0 invalid, 0 warnings (schema example/trivia)" in out
+    bad = work / "bad.jsonl"
+    bad.write_text(BAD_ROWS)
+    proc = venv.run("validate", bad, "--schema", "example/trivia", cwd=work, check=False)
+    assert proc.returncode == 1, proc.stderr
+    assert f"{bad}:1: warning: $.messages: the question does not end with '?'" in proc.stdout
+    assert f"{bad}:1: $.references[1]: repeats references[0] (' lima')" in proc.stdout
+    assert f"{bad}:2: $.data_tag.topic:" in proc.stdout and f"{bad}:2: $.id:" in proc.stdout
+    assert f"{bad}:4: $.id: duplicate sample id 'trivia-q03'" in proc.stdout  # read as a run reads it
+    assert "4 rows, 1 valid, 3 invalid, 1 warnings" in proc.stdout
+    rows = json.loads(venv.run("plugins", "--json", cwd=work).stdout)
+    registers = next(r for r in rows if r["name"] == "example")["registers"]
+    assert registers["schemas"] == ["example/trivia"] and registers["writers"] == ["example/scores_csv"]
+
+
+@pytest.mark.slow
+def test_installed_writer_writes_every_sample_and_is_rebuilt_on_resume(venv, work):
+    import csv
+
+    venv.run("--tasks", TASK, "--model", BACKEND, "--limit", 10, "-q", "-o", work, "--run-id", "w",
+             "--writer", "example/scores_csv", cwd=work)
+    run = work / "w"
+    samples = [json.loads(line) for line in (run / "samples" / f"{TASK}.jsonl").read_text().splitlines()]
+    rows = list(csv.DictReader((run / "scores" / f"{TASK}.csv").open(encoding="utf-8")))
+    assert [r["id"] for r in rows] == [s["id"] for s in samples]
+    for row, sample in zip(rows, samples):
+        metrics = sample["eval_result"]["metrics"]
+        assert float(row["word_f1"]) == pytest.approx(metrics["word_f1"]["value"])
+        assert float(row["exact_match"]) == metrics["exact_match"]["value"] and row["error"] == ""
+    # a writer named only on resume, into another folder: rebuilt from every kept record
+    elsewhere = work / "csv"
+    venv.run("--resume", run, "-q", "--writer", f"example/scores_csv:folder={elsewhere}", cwd=work)
+    again = list(csv.DictReader((elsewhere / f"{TASK}.csv").open(encoding="utf-8")))
+    assert again == rows
+    env = venv.env(GAGE_EVAL_DISABLE_PLUGINS="example")
+    proc = venv.run("validate", ROWS, "--schema", "example/trivia", cwd=work, env=env, check=False)
+    assert proc.returncode == 2 and "unknown schema 'example/trivia'" in proc.stderr

@@ -6,9 +6,9 @@ from typing import Any, Mapping
 
 from gage_eval.api import (SCHEMA_VERSION, RowContext, base_folder, data_path, normalize_references,
                            text_segment, validation_errors)
-from gage_eval.schema_checks import LEGAL_TOP_LEVEL
 
 from gage_plugins_builtin.legal.documents import attachment_text
+from gage_plugins_builtin.legal.schema import LEGAL_TOP_LEVEL
 
 ATTACHMENT_MODES = ("text", "file")
 # The legal_eval_v1 repository keeps the merged file in data/for_eval/ and the documents
@@ -35,7 +35,7 @@ class LegalEvalV1:
         paths are looked up, in order. A row's attachment must lie inside one of them (or
         in an ``--allow-path`` folder), symlinks resolved: ``..`` and absolute paths cannot
         leave them (gage_eval.paths). The roots are the task's choice, as its file is.
-    :param validate: check each row against ``schemas/legal_eval_v1.schema.json`` first.
+    :param validate: check each row against the legal_eval_v1 schema (``legal/legal_eval_v1.schema.json``) first.
     """
 
     input_schema = "legal_eval_v1"  # the row checker validates rows (and warns) before this runs

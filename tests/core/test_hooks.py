@@ -272,3 +272,272 @@ def test_tasks_and_plugins_work_with_every_plugin_disabled(tmp_path, monkeypatch
                            str(Path(__file__).resolve().parents[1] / "data")], capture_output=True, text=True,
                           env=env)
     assert proc.returncode == 0 and "piqa_mi" in proc.stdout, proc.stderr
+
+
+# -- writers -------------------------------------------------------------------
+
+
+class TsvWriter:
+    """A plugin writer: one line per record, ``id<TAB>exact_match``, per task; and the run's end."""
+
+    def __init__(self, folder: str, suffix: str = "tsv"):
+        self.folder, self.suffix = Path(folder), suffix
+        self.calls: list[str] = []
+        self.fh = None
+
+    def start(self, run):
+        self.calls.append(f"start resume={run.resume} model_id={run.model_id}")
+
+    def task_start(self, task):
+        self.calls.append(f"task_start {task}")
+        self.fh = (self.folder / f"{task}.{self.suffix}").open("w", encoding="utf-8")
+
+    def write(self, task, record):
+        metrics = (record.get("eval_result") or {}).get("metrics") or {}
+        self.fh.write(f"{record['id']}\t{metrics.get('exact_match')}\n")
+
+    def task_end(self, event):
+        self.calls.append(f"task_end {event.task} {event.counts['scored']}")
+        self.fh.close()
+
+    def end(self, summary):
+        self.calls.append(f"end exit={summary['run']['exit_status']}")
+
+
+class WriterPlugin:
+    def __init__(self):
+        self.made: list[TsvWriter] = []
+
+    @hookimpl
+    def gage_register_writers(self, register):
+        def factory(**args):
+            self.made.append(TsvWriter(**args))
+            return self.made[-1]
+
+        register("rec/tsv", factory)
+
+        class Broken(TsvWriter):
+            def write(self, task, record):
+                raise RuntimeError("disk on fire")
+
+        register("rec/broken", lambda **args: Broken(**args))
+
+
+def test_hook_gage_register_writers(plugin_run, fresh_plugins, run_cli, tmp_path):
+    rec, samples, _, run_dir = plugin_run
+    plugin = WriterPlugin()
+    fresh_plugins.register_plugin(plugin, "writerplugin")
+    out = tmp_path / "tsv"
+    out.mkdir()
+    result = run_cli("--tasks", "memtask", "--model", "lastword", "-o", tmp_path / "runs", "--run-id", "w1", "-q",
+                     "--writer", f"rec/tsv:folder={out}")
+    assert result.exit_code == 0, result.output
+    writer = plugin.made[-1]
+    assert writer.name == "rec/tsv"
+    assert writer.calls == ["start resume=False model_id=test/lastword", "task_start memtask",
+                            "task_end memtask 3", "end exit=0"]
+    lines = (out / "memtask.tsv").read_text().splitlines()
+    written = [json.loads(l) for l in (tmp_path / "runs" / "w1" / "samples" / "memtask.jsonl").read_text().splitlines()]
+    assert lines == [f"{s['id']}\t{s['eval_result']['metrics']['exact_match']}" for s in written]
+    config = json.loads((tmp_path / "runs" / "w1" / "config.json").read_text())
+    assert config["writers"] == [f"rec/tsv:folder={out}"]
+
+
+def test_writer_named_on_resume_is_rebuilt_from_every_record(plugin_run, fresh_plugins, run_cli, tmp_path):
+    _, samples, _, run_dir = plugin_run  # run r1 finished without any plugin writer
+    plugin = WriterPlugin()
+    fresh_plugins.register_plugin(plugin, "writerplugin")
+    out = tmp_path / "later"
+    out.mkdir()
+    result = run_cli("--resume", run_dir, "-q", "--writer", f"rec/tsv:folder={out},suffix=txt")
+    assert result.exit_code == 0, result.output
+    assert plugin.made[-1].calls[0] == "start resume=True model_id=test/lastword"
+    assert sorted(l.split("\t")[0] for l in (out / "memtask.txt").read_text().splitlines()) == ["m0", "m1", "m2"]
+    assert json.loads((run_dir / "config.json").read_text())["writers"] == [f"rec/tsv:folder={out},suffix=txt"]
+
+
+def test_a_failing_writer_is_dropped_and_nothing_is_lost(plugin_run, fresh_plugins, run_cli, tmp_path):
+    fresh_plugins.register_plugin(WriterPlugin(), "writerplugin")
+    (tmp_path / "b").mkdir()
+    result = run_cli("--tasks", "memtask", "--model", "lastword", "-o", tmp_path / "runs", "--run-id", "b1",
+                     "--writer", f"rec/broken:folder={tmp_path / 'b'}")
+    assert result.exit_code == 0, result.output
+    assert "writer 'rec/broken' failed in write() and is left out" in result.output
+    assert "disk on fire" in result.output and "Traceback" not in result.output
+    assert len((tmp_path / "runs" / "b1" / "samples" / "memtask.jsonl").read_text().splitlines()) == 3
+    assert len((tmp_path / "runs" / "b1" / "instances" / "memtask.jsonl").read_text().splitlines()) == 3
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("nope", "unknown writer 'nope'"),
+    ("rec/tsv:folder", "expected key=value pairs"),
+    ("rec/tsv:colour=red", "rec/tsv"),
+    (":x=1", "expected NAME"),
+])
+def test_bad_writer_is_a_usage_error(plugin_run, fresh_plugins, run_cli, tmp_path, spec, message):
+    fresh_plugins.register_plugin(WriterPlugin(), "writerplugin")
+    result = run_cli("--tasks", "memtask", "--model", "lastword", "-o", tmp_path / "runs", "--run-id", "x1",
+                     "--writer", spec)
+    assert result.exit_code == 2, result.output
+    assert message in result.output and "Traceback" not in result.output
+    assert not (tmp_path / "runs" / "x1").exists()
+
+
+# -- schemas -------------------------------------------------------------------
+
+MEMROW_SCHEMA = {"$schema": "https://json-schema.org/draft/2020-12/schema", "type": "object",
+                 "required": ["q", "a"], "properties": {"q": {"type": "string"}, "a": {"type": "string"}}}
+
+
+def _memrow_check(row):
+    return [("$.a", "the answer is not a digit")] if isinstance(row, dict) and isinstance(row.get("a"), str) \
+        and not row["a"].isdigit() else []
+
+
+def _memrow_warn(row):
+    return [("$.q", "question does not start with 'say'")] if isinstance(row, dict) and \
+        isinstance(row.get("q"), str) and not row["q"].startswith("say") else []
+
+
+class SchemaPlugin:
+    def __init__(self, path: Path, reader: bool = False):
+        self.path, self.reader = path, reader
+
+    @hookimpl
+    def gage_register_preprocessors(self, register):
+        register("memory_rows", to_sample)
+
+    @hookimpl
+    def gage_register_schemas(self, register):
+        register("memrow", self.path, checks=_memrow_check, warnings=_memrow_warn,
+                 rows=(lambda: to_sample()) if self.reader else None)
+
+
+def test_hook_gage_register_schemas(tmp_path, fresh_plugins, run_cli):
+    schema = tmp_path / "memrow.schema.json"
+    schema.write_text(json.dumps(MEMROW_SCHEMA))
+    fresh_plugins.register_plugin(SchemaPlugin(schema), "schemaplugin")
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text('{"q": "say 1", "a": "1"}\n{"q": "hello", "a": "one"}\n{"q": "say 3"}\n')
+    result = run_cli("validate", rows, "--schema", "memrow")
+    assert result.exit_code == 1, result.output
+    assert f"{rows}:2: warning: $.q: question does not start with 'say'" in result.output
+    assert f"{rows}:2: $.a: the answer is not a digit" in result.output
+    assert f"{rows}:3: $: 'a' is a required property" in result.output
+    assert "3 rows, 1 valid, 2 invalid, 1 warnings (schema memrow)" in result.output
+    rows.write_text('{"q": "say 1", "a": "1"}\n')
+    assert run_cli("validate", rows, "--schema", "memrow").exit_code == 0
+    listed = run_cli("plugins", "--json")
+    assert {"schemas": ["memrow"]}.items() <= next(p for p in json.loads(listed.output)
+                                                  if p["name"] == "schemaplugin")["registers"].items()
+
+
+def test_a_schema_with_a_row_reader_is_validated_as_a_run_reads_it(tmp_path, fresh_plugins, run_cli):
+    schema = tmp_path / "memrow.schema.json"
+    schema.write_text(json.dumps(MEMROW_SCHEMA))
+    fresh_plugins.register_plugin(SchemaPlugin(schema, reader=True), "schemaplugin")
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text('{"q": "say 1", "a": "1"}\n{"q": "say 2", "a": "2"}\n')
+    result = run_cli("validate", rows, "--schema", "memrow")
+    assert result.exit_code == 0, result.output  # the reader makes ids m0, m1: distinct
+    rows.write_text('{"q": "say 1", "a": "1"}\n{"q": "say 2", "a": ""}\n')
+    result = run_cli("validate", rows, "--schema", "memrow")
+    assert result.exit_code == 1 and f"{rows}:2:" in result.output, result.output
+
+
+@pytest.mark.parametrize("name, content, message", [
+    ("sample", None, "a name of gage-eval's own schemas"),
+    ("memrow", "{not json", "is not valid JSON"),
+    ("memrow", '{"type": 12}', "is not a valid JSON Schema"),
+    ("memrow", "[1, 2]", "not a JSON Schema object"),
+])
+def test_bad_plugin_schemas_are_clear_errors(tmp_path, fresh_plugins, run_cli, name, content, message):
+    from gage_eval.errors import GageError
+
+    path = tmp_path / "s.json"
+    path.write_text(content or "{}")
+
+    class Plugin:
+        @hookimpl
+        def gage_register_schemas(self, register):
+            register(name, path)
+
+    if content is None:
+        with pytest.raises(GageError, match=message):
+            fresh_plugins.register_plugin(Plugin(), "badschema")
+        return
+    fresh_plugins.register_plugin(Plugin(), "badschema")
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text('{"q": 1}\n')
+    result = run_cli("validate", rows, "--schema", name)
+    assert result.exit_code == 2 and message in result.output and "Traceback" not in result.output, result.output
+
+
+def test_validate_works_with_every_plugin_disabled(tmp_path):
+    """validate is a core command: sample/task/summary with no plugin at all; a plugin's schema
+    is then unknown, with the choices named."""
+    import subprocess
+    import sys
+
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text('{"schema_version": "v1", "id": "a", "messages": [{"role": "user", "content": '
+                    '[{"type": "text", "text": "hi"}]}], "references": ["x"]}\n'
+                    '{"schema_version": "v1", "id": "a", "messages": [], "references": ["x"]}\n')
+    env = {**__import__("os").environ, "GAGE_EVAL_DISABLE_PLUGINS": "builtin"}
+    proc = subprocess.run([sys.executable, "-m", "gage_eval.cli", "validate", str(rows), "--schema", "sample"],
+                          capture_output=True, text=True, env=env)
+    assert proc.returncode == 1, proc.stderr
+    assert "duplicate sample id 'a'" in proc.stdout and "2 rows, 1 valid, 1 invalid" in proc.stdout
+    proc = subprocess.run([sys.executable, "-m", "gage_eval.cli", "validate", str(rows), "--schema",
+                           "legal_eval_v1"], capture_output=True, text=True, env=env)
+    assert proc.returncode == 2 and "unknown schema 'legal_eval_v1'" in proc.stderr
+    assert "sample, instance, task, summary" in proc.stderr and "Traceback" not in proc.stderr
+
+
+# -- observer delivery ---------------------------------------------------------
+
+
+def test_sample_done_carries_the_written_record(plugin_run):
+    rec, samples, _, _ = plugin_run
+    done = [e for k, e in rec.events if k == "sample_done"]
+    assert sorted((e.record for e in done), key=lambda r: r["id"]) == sorted(samples, key=lambda r: r["id"])
+
+
+def test_a_failing_observer_does_not_silence_the_others(tmp_path, fresh_plugins, run_cli):
+    root = tmp_path / "tasks"
+    (root / "memtask").mkdir(parents=True)
+    (root / "memtask" / "task.yaml").write_text(TASK)
+    (root / "memtask" / "prompt.jinja").write_text("Repeat: {{ question }}")
+    rec = Recorder(root)
+    fresh_plugins.register_plugin(rec, "recorder")
+
+    class Loud:
+        @hookimpl
+        def gage_sample_done(self, event):
+            raise ValueError("observer bug")
+
+    fresh_plugins.register_plugin(Loud(), "loud")  # registered last: pluggy calls it first
+    result = run_cli("--tasks", "memtask", "--model", "lastword", "-o", tmp_path / "runs", "--run-id", "o1")
+    assert result.exit_code == 0, result.output
+    assert "observer hook gage_sample_done of plugin 'loud' failed: observer bug" in result.output
+    assert len([e for k, e in rec.events if k == "sample_done"]) == 3
+
+
+def test_run_end_is_sent_for_a_run_that_stopped_early(tmp_path, fresh_plugins, run_cli):
+    root = tmp_path / "tasks"
+    (root / "memtask").mkdir(parents=True)
+    (root / "memtask" / "task.yaml").write_text(TASK)
+    (root / "memtask" / "prompt.jinja").write_text("Repeat: {{ question }}")
+    rec = Recorder(root)
+    fresh_plugins.register_plugin(rec, "recorder")
+
+    class Stopper:
+        @hookimpl
+        def gage_sample_done(self, event):
+            raise KeyboardInterrupt("stopped by the test")
+
+    fresh_plugins.register_plugin(Stopper(), "stopper")
+    result = run_cli("--tasks", "memtask", "--model", "lastword", "-o", tmp_path / "runs", "--run-id", "s1")
+    assert result.exit_code == 130, result.output
+    ends = [e for k, e in rec.events if k == "run_end"]
+    assert len(ends) == 1 and ends[0].summary["run"]["interrupted"] == "stopped by the test"

@@ -20,14 +20,10 @@ import gage_eval.api as api
 ROOT = Path(__file__).resolve().parents[2]
 PLUGIN_DIRS = [ROOT / "gage_plugins_builtin", ROOT / "examples" / "gage-eval-plugin-example"]
 
-# Known exceptions, each with the change that removes it (issue 13, point 2). Also listed as
-# ignore_imports in pyproject's [tool.importlinter]. A file that no longer exists is skipped.
-KNOWN = {
-    # the plugins/tasks/validate commands move into the core CLI
-    "gage_plugins_builtin/commands.py": None,  # None: any gage_eval module
-    # legal_eval_v1's field list moves into gage_plugins_builtin/legal with the schema hook
-    "gage_plugins_builtin/legal/preprocess.py": {"gage_eval.schema_checks"},
-}
+# Known exceptions, each with the change that removes it; none are left (the commands moved into
+# the core CLI and legal_eval_v1's rules into gage_plugins_builtin/legal with the schema hook).
+# Also listed as ignore_imports in pyproject's [tool.importlinter]. None: any gage_eval module.
+KNOWN: dict[str, set[str] | None] = {}
 
 
 def core_imports(source: str) -> list[tuple[int, str, list[str]]]:

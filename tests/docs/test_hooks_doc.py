@@ -23,6 +23,7 @@ from gage_eval import events, hookspecs
 from gage_eval.backend import Backend
 from gage_eval.judge import Judge
 from gage_eval.metric import Metric
+from gage_eval.writers import Writer
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC_PATH = ROOT / "docs" / "hooks.md"
@@ -99,7 +100,7 @@ def test_no_documented_hook_is_missing_from_hookspecs():
 # -- the Backend / Judge / Metric tables ---------------------------------------------------
 
 TABLE_ROW = re.compile(r"^\|\s*`([A-Za-z_]\w*)(?:\([^`]*\))?`\s*\|\s*(declared|optional)\s*\|", re.MULTILINE)
-CONTRACTS = {"Backend": Backend, "Judge": Judge, "Metric": Metric}
+CONTRACTS = {"Backend": Backend, "Judge": Judge, "Metric": Metric, "Writer": Writer}
 
 
 def _table(title: str) -> dict[str, str]:

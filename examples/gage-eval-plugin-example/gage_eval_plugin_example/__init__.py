@@ -1,4 +1,5 @@
-"""gage-eval-plugin-example: a backend, a metric and a task folder, registered through hooks.
+"""gage-eval-plugin-example: a backend, a metric, a writer, a schema and a task folder,
+registered through hooks.
 
 gage-eval finds this module through the entry point in pyproject.toml
 (group ``gage_eval``) and calls each ``@hookimpl`` function below with a
@@ -31,6 +32,21 @@ def gage_register_metrics(register):
     from gage_eval_plugin_example.metric import WordF1
 
     register("example/word_f1", WordF1)
+
+
+@hookimpl
+def gage_register_writers(register):
+    from gage_eval_plugin_example.writer import ScoresCsv
+
+    register("example/scores_csv", ScoresCsv)
+
+
+@hookimpl
+def gage_register_schemas(register):
+    from gage_eval_plugin_example import schema
+
+    register("example/trivia", schema.SCHEMA_PATH, checks=schema.errors, warnings=schema.warnings,
+             rows=schema.reader)
 
 
 @hookimpl

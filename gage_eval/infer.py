@@ -1,0 +1,145 @@
+"""The infer stage: a window of rows through the model backend's stream, each row handed on
+the moment its outputs arrived (its unconditioned scores too, when it has a second request)."""
+from __future__ import annotations
+
+import time
+from typing import Callable, Iterator
+
+from gage_eval.backend import LOGLIKELIHOOD, Backend, ModelOutput, Request
+from gage_eval.errors import FatalBackendError, GageError
+from gage_eval.scoring import model_output
+from gage_eval.taskrun import Item, TaskRun
+
+
+class Stops:
+    """Why a role's backend can take no more requests (``model``, ``judge``), and which of those
+    messages the console already showed."""
+
+    def __init__(self, clean: Callable[[str], str]):
+        self.by_role: dict[str, str] = {}
+        self.announced: set[str] = set()
+        self.clean = clean  # a message with every known secret masked
+
+    def get(self, role: str) -> str | None:
+        return self.by_role.get(role)
+
+    def stop(self, role: str, message: str) -> str:
+        self.by_role[role] = self.clean(message)
+        return self.by_role[role]
+
+
+class Inference:
+    """Runs rows through the model backend; ``done(item)`` gets each row once, finished."""
+
+    def __init__(self, backend: Backend, stops: Stops, strip_reasoning: bool = False):
+        self.backend = backend
+        self.stops = stops
+        self.strip_reasoning = strip_reasoning
+
+    def run(self, tr: TaskRun, live: list[Item], done: Callable[[Item], None]) -> None:
+        if self.stops.get("model"):
+            for it in live:
+                it.error = {"stage": "inference", "message": f"not run: {self.stops.get('model')}",
+                            "locator": it.locator}
+                done(it)
+            return
+        requests, owners = _requests(live)
+        waiting: dict[int, int] = {}
+        for it, _ in owners:
+            waiting[id(it)] = waiting.get(id(it), 0) + 1
+
+        def arrived(j: int, out: ModelOutput) -> None:
+            it, aux = owners[j]
+            if aux:
+                it.aux_output = out
+            else:
+                it.output = out
+            waiting[id(it)] -= 1
+            if not waiting[id(it)]:
+                self._finish(it)
+                done(it)
+
+        got, stopped, busy, t0 = self._stream(requests, arrived)
+        tr.timings["inference_s"] += time.perf_counter() - t0 - busy
+        if self.stops.get("model"):
+            tr.failure = tr.failure or f"the model backend stopped the run: {self.stops.get('model')}"
+        for j in range(len(requests)):
+            if j not in got:
+                arrived(j, ModelOutput(error=stopped or f"backend returned no output for request {j} of the batch"))
+
+    def _stream(self, requests: list[Request], arrived: Callable[[int, ModelOutput], None]
+                ) -> tuple[set[int], str | None, float, float]:
+        """Feed each output to ``arrived`` as it comes; returns the requests answered, why the
+        stream stopped early (if it did), the time spent in ``arrived`` and the start time."""
+        got: set[int] = set()
+        stopped: str | None = None
+        t0 = time.perf_counter()
+        busy = 0.0  # time spent writing and judging, not waiting for the model
+        stream = stream_outputs(self.backend, requests)
+        try:
+            for j, out in stream:
+                t_in = time.perf_counter()
+                if isinstance(j, int) and 0 <= j < len(requests) and j not in got:
+                    got.add(j)
+                    arrived(j, out if isinstance(out, ModelOutput) else ModelOutput(
+                        error=f"backend returned {type(out).__name__}, not a ModelOutput"))
+                busy += time.perf_counter() - t_in
+        except FatalBackendError as exc:
+            stopped = self.stops.stop("model", str(exc))
+        except GageError:
+            raise
+        except Exception as exc:  # a backend bug part way: the rows not yet answered carry it
+            stopped = self.stops.clean(f"{type(exc).__name__}: {exc}")
+        finally:
+            close = getattr(stream, "close", None)
+            if close is not None:
+                close()
+        return got, stopped, busy, t0
+
+    def _finish(self, it: Item) -> None:
+        it.model_output = model_output(it, self.strip_reasoning)
+        if it.output is not None and it.output.error:
+            it.error = {"stage": "inference", "message": it.output.error, "locator": it.locator}
+        elif it.aux_output is not None and it.aux_output.error:
+            it.error = {"stage": "inference", "message": f"unconditioned scores: {it.aux_output.error}",
+                        "locator": it.locator}
+
+
+def _requests(live: list[Item]) -> tuple[list[Request], list[tuple[Item, bool]]]:
+    """The window's requests; ``owners[j]`` is request j's row and whether it is that row's
+    unconditioned request (acc_mutual_info's second pass)."""
+    requests, owners = [], []
+    for it in live:
+        requests.append(it.request)
+        owners.append((it, False))
+        if it.request.kind == LOGLIKELIHOOD and it.request.unconditioned is not None:
+            requests.append(Request(kind=LOGLIKELIHOOD, sample_id=it.request.sample_id,
+                                    prompt=it.request.unconditioned, continuations=it.request.continuations))
+            owners.append((it, True))
+    return requests, owners
+
+
+def stream_outputs(backend: Backend, requests: list) -> Iterator[tuple[int, ModelOutput]]:
+    """The backend's stream; a backend without :meth:`Backend.stream` (not derived from
+    :class:`Backend`) is run whole."""
+    if not requests:
+        return iter(())
+    stream = getattr(backend, "stream", None)
+    if stream is None:
+        return enumerate(safe_run(backend, requests))
+    return iter(stream(requests))
+
+
+def safe_run(backend: Backend, requests: list) -> list[ModelOutput]:
+    """Run a batch; a backend exception becomes every request's error, never a lost row."""
+    try:
+        outputs = backend.run(requests)
+    except GageError:
+        raise
+    except Exception as exc:
+        msg = f"{type(exc).__name__}: {exc}"
+        return [ModelOutput(error=msg) for _ in requests]
+    if len(outputs) != len(requests):
+        msg = f"backend returned {len(outputs)} outputs for {len(requests)} requests"
+        return [ModelOutput(error=msg) for _ in requests]
+    return list(outputs)

@@ -1,0 +1,79 @@
+"""The judge stage: finished rows whose task has a judge wait in small chunks, then their
+judge requests run together on the judge backend and each row gets its verdict."""
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+from gage_eval.backend import Backend, ModelOutput
+from gage_eval.errors import FatalBackendError
+from gage_eval.infer import Stops, safe_run
+from gage_eval.taskrun import Item, TaskRun
+
+
+class Judging:
+    """Collects finished rows of a judged task and passes them on judged, ``chunk`` at a time."""
+
+    def __init__(self, judge_backend: Backend, stops: Stops, then: Callable[[Item], None]):
+        self.backend = judge_backend
+        self.stops = stops
+        self.then = then
+        self.pending: list[Item] = []
+        self.chunk = judge_chunk(judge_backend)
+
+    def add(self, tr: TaskRun, it: Item) -> None:
+        self.pending.append(it)
+        if len(self.pending) >= self.chunk:
+            self.flush(tr)
+
+    def flush(self, tr: TaskRun) -> None:
+        items, self.pending = self.pending, []
+        if items:
+            self.judge(tr, items)
+            for it in items:
+                self.then(it)
+
+    def judge(self, tr: TaskRun, items: list[Item]) -> None:
+        """Ask the judge about each row; a row whose prompt cannot be built or whose verdict is an
+        error carries a judge-stage error."""
+        requests, owners = [], []
+        for it in items:
+            try:
+                reqs = tr.judge.requests(it.sample, it.model_output)
+            except (ValueError, KeyError) as exc:
+                it.error = {"stage": "judge", "message": f"building the judge prompt: {exc}", "locator": it.locator}
+                continue
+            if not reqs:  # nothing to judge (an mcq row of a mixed task): no verdict, not an error
+                continue
+            requests.extend(reqs)
+            owners.append((it, len(reqs)))
+        if not requests:
+            return
+        t0 = time.perf_counter()
+        replies = self._replies(requests)
+        if self.stops.get("judge"):
+            tr.failure = tr.failure or f"the judge backend stopped the run: {self.stops.get('judge')}"
+        tr.timings["judge_s"] += time.perf_counter() - t0
+        pos = 0
+        for it, k in owners:
+            verdict = tr.judge.verdict(it.sample, it.model_output, replies[pos:pos + k])
+            pos += k
+            it.verdict = verdict
+            if verdict.error:
+                it.error = {"stage": "judge", "message": verdict.error, "locator": it.locator}
+
+    def _replies(self, requests: list) -> list[ModelOutput]:
+        if not self.stops.get("judge"):
+            try:
+                return safe_run(self.backend, requests)
+            except FatalBackendError as exc:
+                self.stops.stop("judge", str(exc))
+                return [ModelOutput(error=self.stops.get("judge")) for _ in requests]
+        return [ModelOutput(error=f"not run: {self.stops.get('judge')}") for _ in requests]
+
+
+def judge_chunk(judge_backend: Backend) -> int:
+    """How many finished rows wait for their judge together: enough to keep the judge busy
+    (its concurrency, for an HTTP judge), few enough that an interrupt loses little."""
+    size = getattr(judge_backend, "concurrency", None) or 16
+    return max(1, min(int(size), int(getattr(judge_backend, "max_batch", 64) or 64)))

@@ -1,0 +1,204 @@
+"""Output writers: each finished record goes to every writer of the run, as it is written.
+
+The run folder's own files are the core's writers: ``samples/<task>.jsonl`` (the record of
+truth, which ``--resume`` reads back), ``instances/<task>.jsonl`` (Every Eval Ever instance
+records, spec 002) and ``summary.json``. A plugin adds formats with the
+``gage_register_writers`` hook; a run names the ones it wants with ``--writer NAME[:k=v,...]``.
+
+On ``--resume`` every writer starts each task afresh and first receives the records kept
+from before, in their order, so it rebuilds its output whole; it never needs to read back
+what it wrote. A plugin writer that fails is reported once and left out for the rest of the
+run: the samples file still holds every record, and a resume rebuilds the writer's output.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any, Callable, Iterator, Mapping
+
+from gage_eval.errors import GageError, OutputError
+from gage_eval.events import RunStart, TaskDone
+from gage_eval.kv import parse_kv
+from gage_eval.records import JsonlAppender, build_instance, output_error, recover_jsonl, write_json_atomic
+
+
+class Writer:
+    """The contract of an output writer. Every method has a do-nothing default.
+
+    Order of calls for one run: :meth:`start` once; per task :meth:`task_start`, then
+    :meth:`write` per record (on ``--resume`` the kept records first), then
+    :meth:`task_end`; finally :meth:`end` once with the summary, whatever stopped the run
+    (also after an interrupt or an error, when the summary holds ``run.interrupted``).
+    Records are plain JSON-ready dicts shared with the other writers: never change them.
+    """
+
+    name: str = ""  #: set by the core to the name the writer was registered under
+
+    def start(self, run: RunStart) -> None:
+        """Before the first task: the run's id, folder, tasks, model and whether it resumes."""
+
+    def task_start(self, task: str) -> None:
+        """Before a task's first record. Open a task's output here, truncating what was there."""
+
+    def write(self, task: str, record: Mapping[str, Any]) -> None:
+        """One finished sample record (the line written to ``samples/<task>.jsonl``)."""
+
+    def task_end(self, event: TaskDone) -> None:
+        """After a task's last record (its counts and metrics)."""
+
+    def end(self, summary: Mapping[str, Any]) -> None:
+        """Once, with the summary that ``summary.json`` holds. Close files here."""
+
+
+class SamplesWriter(Writer):
+    """``samples/<task>.jsonl``: one line per sample, flushed as it is written."""
+
+    name = "samples"
+
+    def __init__(self, run_dir: Path):
+        self.run_dir = run_dir
+        self._files: dict[str, JsonlAppender] = {}
+
+    def path(self, task: str) -> Path:
+        return self.run_dir / "samples" / f"{task}.jsonl"
+
+    def recover(self, task: str, keep: Callable[[Mapping[str, Any]], bool]) -> Iterator[tuple[dict, bool]]:
+        """The records an earlier run of this folder wrote for ``task``, each with ``keep(record)``;
+        those not kept (to be run again) are removed from the file."""
+        return recover_jsonl(self.path(task), keep)
+
+    def write(self, task: str, record: Mapping[str, Any]) -> None:
+        out = self._files.get(task)
+        if out is None:  # opened at the first record: a task that never wrote one leaves no file
+            out = self._files[task] = JsonlAppender(self.path(task))
+        out.write(record)
+
+    def task_end(self, event: TaskDone) -> None:
+        out = self._files.pop(event.task, None)
+        if out is not None:
+            out.close()
+
+    def end(self, summary: Mapping[str, Any]) -> None:
+        for task in list(self._files):
+            self._files.pop(task).close()
+
+
+class InstancesWriter(SamplesWriter):
+    """``instances/<task>.jsonl``: the instance_level_eval 0.2.0 record (spec 002) of each sample."""
+
+    name = "instances"
+
+    def __init__(self, run_dir: Path):
+        super().__init__(run_dir)
+        self.model_id = ""
+        self.run_id = run_dir.name
+
+    def path(self, task: str) -> Path:
+        return self.run_dir / "instances" / f"{task}.jsonl"
+
+    def start(self, run: RunStart) -> None:
+        self.model_id, self.run_id = run.model_id, run.run_id
+
+    def task_start(self, task: str) -> None:
+        try:  # rebuilt whole from the kept records on resume
+            self.path(task).unlink(missing_ok=True)
+        except OSError as exc:
+            raise output_error(self.path(task), exc) from None
+
+    def write(self, task: str, record: Mapping[str, Any]) -> None:
+        super().write(task, build_instance(record, task=task, model_id=self.model_id, evaluation_id=self.run_id))
+
+
+class SummaryWriter(Writer):
+    """``summary.json``, replaced whole (never half-written)."""
+
+    name = "summary"
+
+    def __init__(self, run_dir: Path):
+        self.path = run_dir / "summary.json"
+
+    def end(self, summary: Mapping[str, Any]) -> None:
+        write_json_atomic(self.path, summary)
+
+
+def parse_writer(spec: str) -> tuple[str, dict]:
+    """``NAME`` or ``NAME:k=v,k2=v2`` as the writer's name and its factory's arguments."""
+    name, _, args = str(spec).partition(":")
+    if not name.strip():
+        raise GageError(f"--writer {spec!r}: expected NAME or NAME:key=value,...")
+    return name.strip(), parse_kv(args, f"--writer {name.strip()}")
+
+
+def plugin_writers(registry: Any, specs: list[str]) -> list[Writer]:
+    """The writers a run names, built from the registered factories."""
+    out = []
+    for spec in specs:
+        name, args = parse_writer(spec)
+        writer = registry.build("writers", name, f"--writer {name}", None, **args)
+        for method in ("start", "task_start", "write", "task_end", "end"):
+            if not callable(getattr(writer, method, None)):
+                raise GageError(f"--writer {name}: its factory returned {type(writer).__name__}, which has no "
+                                f"{method}() method (a writer derives from gage_eval.api.Writer)")
+        try:
+            writer.name = name
+        except AttributeError:
+            pass
+        out.append(writer)
+    return out
+
+
+class WriterSet:
+    """The run's writers, fed in order: the core's first (the samples file before anything
+    else), then the plugins'. A core writer's failure stops the run (nothing can be kept);
+    a plugin writer's is reported once and that writer is dropped."""
+
+    def __init__(self, core: list[Writer], plugins: list[Writer], warn: Callable[[str], None] | None = None):
+        self.core = core
+        self.plugins = plugins
+        self.failed: dict[str, str] = {}  # plugin writer name -> why it was dropped
+        self._warn = warn or (lambda msg: print(f"gage-eval: warning: {msg}", file=sys.stderr))
+
+    def _each(self, method: str, *args: Any, skip: int = 0) -> None:
+        for writer in self.core[skip:]:
+            getattr(writer, method)(*args)
+        for writer in list(self.plugins):
+            try:
+                getattr(writer, method)(*args)
+            except Exception as exc:  # a plugin's bug or full disk: its output is rebuilt by a resume
+                self.plugins.remove(writer)
+                why = f"{type(exc).__name__}: {exc}" if not isinstance(exc, (GageError, OSError)) else str(exc)
+                self.failed[writer.name] = why
+                self._warn(f"writer {writer.name!r} failed in {method}() and is left out for the rest of "
+                           f"the run: {why}; every record is in samples/, and --resume rebuilds its output")
+
+    def start(self, run: RunStart) -> None:
+        self._each("start", run)
+
+    def task_start(self, task: str) -> None:
+        self._each("task_start", task)
+
+    def write(self, task: str, record: Mapping[str, Any]) -> None:
+        self._each("write", task, record)
+
+    def replay(self, task: str, record: Mapping[str, Any]) -> None:
+        """A record kept from before a resume: to every writer but the samples file, which holds it."""
+        self._each("write", task, record, skip=1)
+
+    def task_end(self, event: TaskDone) -> None:
+        self._each("task_end", event)
+
+    def end(self, summary: Mapping[str, Any]) -> None:
+        """Every writer gets the end, even when one before it failed; the first core failure is raised."""
+        first: OutputError | None = None
+        for writer in self.core:
+            try:
+                writer.end(summary)
+            except OutputError as exc:
+                first = first or exc
+        core, self.core = self.core, []
+        try:
+            self._each("end", summary)
+        finally:
+            self.core = core
+        if first is not None:
+            raise first
