@@ -60,6 +60,22 @@ TRUE_WORDS, FALSE_WORDS = ("true", "1", "yes"), ("false", "0", "no")
 GREEDY_PAIRS = ("--model-args", "--judge-args", "--gen-kwargs")  # `k=v k2=v2` as lm-eval takes them
 
 
+class _Cursor:
+    """The arguments being translated, read one at a time."""
+
+    def __init__(self, args: list[str]):
+        self.args, self.i = args, 0
+
+    def take(self) -> str | None:
+        if self.i < len(self.args):
+            self.i += 1
+            return self.args[self.i - 1]
+        return None
+
+    def peek(self) -> str | None:
+        return self.args[self.i] if self.i < len(self.args) else None
+
+
 def translate(args: Iterable[str], kinds: Mapping[str, str], long_names: Mapping[str, str],
               commands: Iterable[str] = ()) -> tuple[list[str], list[str]]:
     """The top-level arguments in gage-eval's spelling, and notes to show (options accepted as no-ops).
@@ -69,67 +85,55 @@ def translate(args: Iterable[str], kinds: Mapping[str, str], long_names: Mapping
     ``--long`` name. The first argument that is not an option or an option's value (a
     sub-command) ends the top-level part; it and what follows pass through unchanged.
     """
-    args, commands = list(args), set(commands)
+    cur, commands = _Cursor(list(args)), set(commands)
     out: list[str] = []
     notes: list[str] = []
-    i = 0
-
-    def take() -> str | None:
-        nonlocal i
-        if i < len(args):
-            i += 1
-            return args[i - 1]
-        return None
-
-    def peek() -> str | None:
-        return args[i] if i < len(args) else None
-
-    while i < len(args):
-        tok = take()
+    while cur.peek() is not None:
+        tok = cur.take()
         if tok == "--" or not tok.startswith("-") or tok == "-":
             if tok == "run" and "run" not in commands:
                 raise GageError("no `run` sub-command: gage-eval takes the run's options directly "
                                 "(gage-eval --tasks NAME --model NAME ...)")
             out.append(tok)
-            out.extend(args[i:])
+            out.extend(cur.args[cur.i:])
             break
-        name, eq, value = tok.partition("=") if tok.startswith("--") else (tok, "", "")
-        if name in NO_OPS:
-            notes.append(f"{name}: {NO_OPS[name]}")
-            continue
-        if name in REFUSED:
-            raise GageError(f"{name} (lm-evaluation-harness): {REFUSED[name]}")
-        lm_name = name
-        name = ALIASES.get(name, name)
-        if name in ("--apply-chat-template", "--fewshot-as-multiturn") and lm_name != name:
-            out.extend(_switch(lm_name, name, value if eq else None, take, peek, commands))
-            continue
-        if not tok.startswith("--") and name == tok and len(tok) > 2:
-            out.extend(_short_bundle(tok, kinds, long_names, take, peek))
-            continue
-        kind = kinds.get(name)
-        if kind is None:
-            dashed = name.replace("_", "-")
-            if tok.startswith("--") and dashed != name and dashed in kinds:
-                raise GageError(f"no such option: {name}; gage-eval spells it {dashed}")
-            out.append(tok)  # click names the unknown option
-            continue
-        if kind == "flag":
-            out.append(name + (eq + value))
-            continue
-        if kind.startswith("optional:"):  # written out whole, so click never takes the next argument
-            if not eq and (peek() or "").isdigit():
-                value, eq = take(), "="
-            out.append(f"{name}={value if eq else kind.partition(':')[2]}")
-            continue
-        if not eq:
-            got = take()
-            if got is None:
-                out.append(name)  # click says the value is missing
-                continue
-            value = got
-        out.extend(_with_value(long_names.get(name, name), lm_name, value, take, peek))
+        out.extend(_option(tok, cur, kinds, long_names, commands, notes))
     return out, notes
+
+
+def _option(tok: str, cur: _Cursor, kinds: Mapping[str, str], long_names: Mapping[str, str],
+            commands: set[str], notes: list[str]) -> list[str]:
+    """One option (with its value, taken from ``cur`` when separate) in gage-eval's spelling."""
+    name, eq, value = tok.partition("=") if tok.startswith("--") else (tok, "", "")
+    if name in NO_OPS:
+        notes.append(f"{name}: {NO_OPS[name]}")
+        return []
+    if name in REFUSED:
+        raise GageError(f"{name} (lm-evaluation-harness): {REFUSED[name]}")
+    lm_name = name
+    name = ALIASES.get(name, name)
+    if name in ("--apply-chat-template", "--fewshot-as-multiturn") and lm_name != name:
+        return _switch(lm_name, name, value if eq else None, cur.take, cur.peek, commands)
+    if not tok.startswith("--") and name == tok and len(tok) > 2:
+        return _short_bundle(tok, kinds, long_names, cur.take, cur.peek)
+    kind = kinds.get(name)
+    if kind is None:
+        dashed = name.replace("_", "-")
+        if tok.startswith("--") and dashed != name and dashed in kinds:
+            raise GageError(f"no such option: {name}; gage-eval spells it {dashed}")
+        return [tok]  # click names the unknown option
+    if kind == "flag":
+        return [name + (eq + value)]
+    if kind.startswith("optional:"):  # written out whole, so click never takes the next argument
+        if not eq and (cur.peek() or "").isdigit():
+            value, eq = cur.take(), "="
+        return [f"{name}={value if eq else kind.partition(':')[2]}"]
+    if not eq:
+        got = cur.take()
+        if got is None:
+            return [name]  # click says the value is missing
+        value = got
+    return _with_value(long_names.get(name, name), lm_name, value, cur.take, cur.peek)
 
 
 def _with_value(name: str, given: str, value: str, take, peek) -> list[str]:

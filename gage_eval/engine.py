@@ -14,17 +14,16 @@ import platform
 import sys
 import time
 from dataclasses import asdict
-from datetime import datetime
 from pathlib import Path
 from typing import Any, Mapping
 
 from gage_eval import __version__
 from gage_eval.backend import Backend
-from gage_eval.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OUTPUT, FailFast, GageError, OutputError
+from gage_eval.errors import FailFast, GageError, OutputError
 from gage_eval.events import RunEnd, RunStart, SampleDone, TaskDone
 from gage_eval.idset import IdSet
 from gage_eval.infer import Inference, Stops
-from gage_eval.interrupts import Interrupted
+from gage_eval.interrupts import Interrupted, stop_reason
 from gage_eval.judging import Judging
 from gage_eval.options import RunOptions
 from gage_eval.plugins import load_plugins, plugin_versions
@@ -35,7 +34,7 @@ from gage_eval.rowlog import RowLog
 from gage_eval.rundir import check_inputs, fingerprint
 from gage_eval.sample import elide_inline_media
 from gage_eval.scoring import finish_record
-from gage_eval.summary import STAGES, derived_timings, run_summary
+from gage_eval.summary import build_summary
 from gage_eval.taskrun import Item, TaskRun, _check_capabilities, make_backend, resolve_tasks
 from gage_eval.writers import InstancesWriter, SamplesWriter, SummaryWriter, WriterSet, plugin_writers
 
@@ -65,6 +64,11 @@ class Engine:
                 plugin = self.pm.get_name(impl.plugin) or impl.plugin_name
                 print(f"gage-eval: warning: observer hook {hook} of plugin {plugin!r} failed: {exc}",
                       file=sys.stderr)
+
+    def _versions(self) -> dict:
+        return {"gage_eval": __version__, "python": platform.python_version(),
+                "plugins": {name: version for name, version in plugin_versions().items()
+                            if self.pm.get_plugin(name) is not None}}
 
     def _clean(self, text: str) -> str:
         """A message with every known secret masked (short ones as whole words) and URL user-info removed."""
@@ -96,11 +100,12 @@ class Engine:
             for task_run in ready:
                 self._run_task(task_run, backend, judge_backend, events)
         except (KeyboardInterrupt, Exception) as exc:
-            interrupted, stopped = self._stopped_by(exc)
+            interrupted, stopped = stop_reason(exc, self._clean)
             if not isinstance(exc, KeyboardInterrupt):
                 raise
         finally:
-            summary = self._summary(runs, backend, judge_backend, wall0, load_s, interrupted, stopped)
+            summary = redact(build_summary(self.run_id, opts, runs, (backend, judge_backend), time.perf_counter() - wall0,
+                                           load_s, interrupted, stopped, self._versions()), self.secrets)
             self._finish(summary, events, interrupted, (backend, judge_backend))
         if interrupted:
             raise Interrupted(interrupted, stopped)
@@ -148,16 +153,6 @@ class Engine:
                 if tr.failure:
                     for record in read_jsonl(self.samples.path(tr.name)):
                         tr.account(record)
-
-    def _stopped_by(self, exc: BaseException) -> tuple[str, int]:
-        """What stopped the run, in one line, and the exit status that goes with it."""
-        if isinstance(exc, KeyboardInterrupt):
-            return str(exc) or "interrupted by the user (Ctrl-C)", getattr(exc, "exit_status", EXIT_INTERRUPTED)
-        if isinstance(exc, GageError):
-            return self._clean(str(exc)), exc.exit_code
-        if isinstance(exc, OSError):
-            return self._clean(f"{exc.filename or ''}: {exc.strerror or exc}"), EXIT_OUTPUT
-        return self._clean(f"internal error: {type(exc).__name__}: {exc}"), EXIT_INTERNAL
 
     def _finish(self, summary: dict, events: EventLog, interrupted: str | None, backends: tuple) -> None:
         """Write the summary (every writer's end), tell the observers, close the backends."""
@@ -277,26 +272,6 @@ class Engine:
         if err and self.options.fail_fast:
             raise FailFast(f"stopped at the first error (--fail-fast): {it.locator}: "
                            f"{err.get('stage')}: {err.get('message')}")
-
-    def _summary(self, runs: list[TaskRun], backend: Backend, judge_backend: Backend, wall0: float,
-                 load_s: float, interrupted: str | None, stopped: int | None = None) -> dict:
-        opts = self.options
-        tasks = {tr.name: tr.summary(opts.max_error_rate) for tr in runs}
-        timings = derived_timings({k: sum(tr.timings[k] for tr in runs) for k in STAGES},
-                                  sum(tr.counts["total"] for tr in runs), time.perf_counter() - wall0)
-        timings["model_load_s"] = load_s
-        versions = {"gage_eval": __version__, "python": platform.python_version(),
-                    "plugins": {name: version for name, version in plugin_versions().items()
-                                if self.pm.get_plugin(name) is not None}}
-        model = {"name": opts.model, "model_id": backend.model_id, "args": opts.model_args,
-                 "settings": backend.settings()}
-        judge = ({"name": opts.judge_model or opts.model, "model_id": judge_backend.model_id,
-                  "args": opts.judge_args, "settings": judge_backend.settings()} if any(tr.judge for tr in runs)
-                 else None)
-        summary = run_summary(run_id=self.run_id, options=opts, tasks=tasks, timings=timings, model=model,
-                              judge=judge, interrupted=interrupted, stopped=stopped, versions=versions,
-                              created=datetime.now().astimezone().isoformat(timespec="seconds"))
-        return redact(summary, self.secrets)
 
 
 def _failed(it: Item) -> bool:

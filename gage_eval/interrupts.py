@@ -1,9 +1,10 @@
 """Ctrl-C and SIGTERM: both stop a run the same way, so the summary of what finished is written."""
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
-from gage_eval.errors import EXIT_INTERRUPTED, EXIT_TERMINATED
+from gage_eval.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OUTPUT, EXIT_TERMINATED, GageError
+
 
 class Interrupted(KeyboardInterrupt):
     """Ctrl-C (SIGINT) or SIGTERM: raised where the run was, handled like Ctrl-C everywhere;
@@ -37,3 +38,15 @@ class sigterm_interrupts:
         if self._old is not None:
             signal.signal(signal.SIGTERM, self._old)
 
+
+
+def stop_reason(exc: BaseException, clean: Callable[[str], str]) -> tuple[str, int]:
+    """What stopped a run, in one line with secrets masked by ``clean``, and the exit status
+    that goes with it."""
+    if isinstance(exc, KeyboardInterrupt):
+        return str(exc) or "interrupted by the user (Ctrl-C)", getattr(exc, "exit_status", EXIT_INTERRUPTED)
+    if isinstance(exc, GageError):
+        return clean(str(exc)), exc.exit_code
+    if isinstance(exc, OSError):
+        return clean(f"{exc.filename or ''}: {exc.strerror or exc}"), EXIT_OUTPUT
+    return clean(f"internal error: {type(exc).__name__}: {exc}"), EXIT_INTERNAL

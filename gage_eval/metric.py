@@ -54,13 +54,17 @@ class Metric:
     """Base class for metrics.
 
     ``compute`` returns the per-sample value (a number or bool), or a dict with
-    ``value`` plus any details to keep in the sample's eval_result. The value
-    is aggregated by the mean and its standard error unless ``aggregate`` is
-    overridden. ``higher_is_better`` is reported in summary.json.
+    ``value`` plus any details to keep in the sample's eval_result (the keys the core
+    reads are listed in docs/hooks.md, "Result keys"). Every metric is aggregated the
+    same way: the mean with its standard error, overall and per ``data_tag`` value.
+    ``higher_is_better`` is reported in summary.json. ``needs_unconditioned``: each
+    log-likelihood request also scores the choices after the unconditioned context
+    (``model_output.unconditioned_loglikelihoods``; acc_mutual_info).
     """
 
     name: str = "metric"
     higher_is_better: bool = True
+    needs_unconditioned: bool = False
 
     def compute(self, ctx: MetricContext) -> Any:
         raise NotImplementedError

@@ -50,6 +50,22 @@ def read_run_config(path: str) -> dict:
             raise GageError(f"{p}: key 'models.{role}': expected {{backend: NAME, args: {{...}}}}")
     if not all(isinstance(x, str) for x in data.get("include_paths") or []):
         raise GageError(f"{p}: key 'include_paths': expected a list of folders")
+    _check_values(p, data)
+    for i, task in enumerate(data.get("tasks") or []):
+        if isinstance(task, dict):
+            bad = set(task) - TASK_OVERRIDE_KEYS
+            if "name" not in task or bad:
+                raise GageError(f"{p}: key 'tasks.{i}': expected name plus any of "
+                                f"{', '.join(sorted(TASK_OVERRIDE_KEYS - {'name'}))}"
+                                + (f"; unknown: {', '.join(sorted(bad))}" if bad else ""))
+            _check_override(p, f"tasks.{i}", task)
+        elif not isinstance(task, str):
+            raise GageError(f"{p}: key 'tasks.{i}': expected a task name or a mapping")
+    return data
+
+
+def _check_values(p: Path, data: dict) -> None:
+    """The run config's scalar and list keys: their types and ranges (parsed values replace raw ones)."""
     for key in ("seed", "num_fewshot"):
         value = data.get(key)
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
@@ -64,17 +80,6 @@ def read_run_config(path: str) -> dict:
     size = data.get("batch_size")
     if size is not None and size != "auto" and (isinstance(size, bool) or not isinstance(size, int) or size < 1):
         raise GageError(f"{p}: key 'batch_size': expected a number or 'auto', got {size!r}")
-    for i, task in enumerate(data.get("tasks") or []):
-        if isinstance(task, dict):
-            bad = set(task) - TASK_OVERRIDE_KEYS
-            if "name" not in task or bad:
-                raise GageError(f"{p}: key 'tasks.{i}': expected name plus any of "
-                                f"{', '.join(sorted(TASK_OVERRIDE_KEYS - {'name'}))}"
-                                + (f"; unknown: {', '.join(sorted(bad))}" if bad else ""))
-        elif not isinstance(task, str):
-            raise GageError(f"{p}: key 'tasks.{i}': expected a task name or a mapping")
-        if isinstance(task, dict):
-            _check_override(p, f"tasks.{i}", task)
     rate = data.get("max_error_rate")
     if rate is not None and (isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0 <= rate <= 1):
         raise GageError(f"{p}: key 'max_error_rate': expected a number from 0 to 1, got {rate!r}")
@@ -89,7 +94,6 @@ def read_run_config(path: str) -> dict:
     writers = data.get("writers")
     if writers is not None and not (isinstance(writers, list) and all(isinstance(w, str) and w for w in writers)):
         raise GageError(f"{p}: key 'writers': expected a list of writer names (NAME or NAME:key=value,...)")
-    return data
 
 
 def _check_override(p: Path, where: str, task: dict) -> None:

@@ -2,6 +2,8 @@
 from its tasks' statuses."""
 from __future__ import annotations
 
+from dataclasses import asdict
+from datetime import datetime
 from typing import Any, Mapping
 
 from gage_eval.errors import EXIT_OK, EXIT_ROW_ERRORS, EXIT_TASK_FAILED
@@ -43,8 +45,6 @@ def run_summary(*, run_id: str, options: Any, tasks: Mapping[str, Any], timings:
                 stopped: int | None, versions: Mapping[str, Any], created: str) -> dict:
     """summary.json (schemas/summary.schema.json): the run's settings, versions, timings and
     outcome, then each task's counts and metrics."""
-    from dataclasses import asdict
-
     return {
         "run": {
             "id": run_id,
@@ -60,3 +60,21 @@ def run_summary(*, run_id: str, options: Any, tasks: Mapping[str, Any], timings:
         },
         "tasks": dict(tasks),
     }
+
+
+def build_summary(run_id: str, options: Any, runs: list, backends: tuple, wall: float, load_s: float,
+                  interrupted: str | None, stopped: int | None, versions: Mapping[str, Any]) -> dict:
+    """The summary of a run from its task runs (``TaskRun``) and its (model, judge) backends."""
+    backend, judge_backend = backends
+    tasks = {tr.name: tr.summary(options.max_error_rate) for tr in runs}
+    timings = derived_timings({k: sum(tr.timings[k] for tr in runs) for k in STAGES},
+                              sum(tr.counts["total"] for tr in runs), wall)
+    timings["model_load_s"] = load_s
+    model = {"name": options.model, "model_id": backend.model_id, "args": options.model_args,
+             "settings": backend.settings()}
+    judge = ({"name": options.judge_model or options.model, "model_id": judge_backend.model_id,
+              "args": options.judge_args, "settings": judge_backend.settings()} if any(tr.judge for tr in runs)
+             else None)
+    return run_summary(run_id=run_id, options=options, tasks=tasks, timings=timings, model=model, judge=judge,
+                       interrupted=interrupted, stopped=stopped, versions=versions,
+                       created=datetime.now().astimezone().isoformat(timespec="seconds"))
