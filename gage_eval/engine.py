@@ -50,6 +50,7 @@ class Engine:
         self.run_id = run_dir.name
         self.secrets: tuple[str, ...] = ()
         self.stops = Stops(self._clean)
+        self._observers: dict[str, list] = {}  # hook -> its implementations (plugins do not change mid-run)
         self.allowed_dirs = tuple(Path(p).expanduser().resolve() for p in options.allow_paths)
         self.samples = SamplesWriter(run_dir)
         self.writers = WriterSet([self.samples, InstancesWriter(run_dir), SummaryWriter(run_dir)],
@@ -57,13 +58,19 @@ class Engine:
 
     def _notify(self, hook: str, event: Any) -> None:
         """Each observer in turn; one that raises is reported and the others still hear the event."""
-        for impl in reversed(getattr(self.pm.hook, hook).get_hookimpls()):  # pluggy's order: newest first
+        for impl in self._impls(hook):
             try:
                 impl.function(event=event)
             except Exception as exc:  # an observer must not break a run
                 plugin = self.pm.get_name(impl.plugin) or impl.plugin_name
                 print(f"gage-eval: warning: observer hook {hook} of plugin {plugin!r} failed: {exc}",
                       file=sys.stderr)
+
+    def _impls(self, hook: str) -> list:
+        impls = self._observers.get(hook)
+        if impls is None:  # pluggy's order: the newest plugin first
+            impls = self._observers[hook] = list(reversed(getattr(self.pm.hook, hook).get_hookimpls()))
+        return impls
 
     def _versions(self) -> dict:
         return {"gage_eval": __version__, "python": platform.python_version(),
@@ -265,9 +272,10 @@ class Engine:
         tr.account(record)
         if err:
             log.error(tr, record, err, it.locator, progress)
-        self._notify("gage_sample_done", SampleDone(self.run_id, tr.name, str(record["id"]),
-                                                    err.get("message") if err else None,
-                                                    (record.get("eval_result") or {}).get("metrics", {}), record))
+        if self._impls("gage_sample_done"):  # (most runs have no observer: no event built per row)
+            self._notify("gage_sample_done", SampleDone(self.run_id, tr.name, str(record["id"]),
+                                                        err.get("message") if err else None,
+                                                        (record.get("eval_result") or {}).get("metrics", {}), record))
         progress.update(errored=bool(err))
         if err and self.options.fail_fast:
             raise FailFast(f"stopped at the first error (--fail-fast): {it.locator}: "

@@ -50,6 +50,20 @@ def dumps(obj: Any, **kwargs: Any) -> str:
         return json.dumps(finite(obj), **opts)
 
 
+def dumps_line(obj: Any) -> bytes:
+    """:func:`dumps` as one UTF-8 line, newline included (what the jsonl files hold). Text that
+    UTF-8 cannot carry (a lone surrogate a backend returned) is written as a ``\\u`` escape."""
+    if _orjson is not None:
+        try:
+            return _orjson.dumps(obj, default=_refuse, option=_ORJSON_OPTS | _orjson.OPT_APPEND_NEWLINE)
+        except TypeError:
+            pass
+    try:
+        return (dumps(obj) + "\n").encode("utf-8")
+    except UnicodeEncodeError:
+        return (dumps(obj, ensure_ascii=True) + "\n").encode("ascii")
+
+
 def finite(obj: Any) -> Any:
     """``obj`` with every NaN or infinite float replaced by None (containers copied, others as they are)."""
     if isinstance(obj, float):
@@ -114,13 +128,13 @@ class JsonlAppender:
         self._failed = False  # a write failed: that error is the one reported, not close()'s
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            self._fh = path.open("a", encoding="utf-8")
+            self._fh = path.open("ab")
         except OSError as exc:
             raise output_error(path, exc) from None
 
     def write(self, obj: Any) -> None:
         try:
-            self._fh.write(dumps(obj) + "\n")
+            self._fh.write(dumps_line(obj))
             self._fh.flush()
         except OSError as exc:
             self._failed = True

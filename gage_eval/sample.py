@@ -220,16 +220,7 @@ def from_legacy(record: Mapping[str, Any], *, sample_id: str, question: Any = No
     kind = task_type or record.get("task_type") or record.get("question_type")
     if kind:
         sample["task_type"] = str(kind)
-    if record.get("messages"):
-        messages = [dict(m) for m in record["messages"]]
-    else:
-        if not isinstance(question, str):
-            raise ValueError(f"{_field_name('question', found, fields)}: question must be a string, "
-                             f"got {type(question).__name__}")
-        messages = [{"role": "user", "content": [{"type": "text", "text": question}]}]  # user_message(question)
-    if system:
-        messages.insert(0, {"role": "system", "content": [text_segment(system)]})
-    sample["messages"] = messages
+    sample["messages"] = _legacy_messages(record, question, system, found, fields)
     metadata: dict[str, Any] = {}
     options: list[dict] = []
     if choices is not None:
@@ -253,6 +244,21 @@ def from_legacy(record: Mapping[str, Any], *, sample_id: str, question: Any = No
     if metadata:
         sample["metadata"] = metadata
     return sample
+
+
+def _legacy_messages(record: Mapping[str, Any], question: Any, system: str | None, found: dict[str, str],
+                     fields: Mapping[str, str] | None) -> list[dict]:
+    """The record's own messages, or the question as one user message; the system message first."""
+    if record.get("messages"):
+        messages = [dict(m) for m in record["messages"]]
+    else:
+        if not isinstance(question, str):
+            raise ValueError(f"{_field_name('question', found, fields)}: question must be a string, "
+                             f"got {type(question).__name__}")
+        messages = [{"role": "user", "content": [{"type": "text", "text": question}]}]  # user_message(question)
+    if system:
+        messages.insert(0, {"role": "system", "content": [text_segment(system)]})
+    return messages
 
 
 def render_few_shot(sample: Mapping[str, Any]) -> list[dict]:
