@@ -23,7 +23,9 @@ What is here, by what a plugin does with it:
   model output and the verdict) and :func:`metric_value` (the number a result counts as).
   ``compute`` returns a number/bool, or a dict with ``value`` plus details kept in the
   sample's ``eval_result``.
-- loaders and preprocessors: :class:`RowContext` and the Sample helpers (building messages
+- loaders and preprocessors: the contracts :class:`Loader` and :class:`Preprocessor` (their
+  declared attributes ``data_dir``, ``data_files``, ``files()``, ``total()``,
+  ``input_schema``, ``data_roots()``), :class:`RowContext` and the Sample helpers (building messages
   and references, reading their text), the strict JSON row reader (:func:`iter_json_rows`,
   :func:`check_data_file`, :func:`json_type`), file and URL checks for paths in data
   (:func:`data_path`, :func:`checked_url`, :func:`base_folder`, :func:`context_for`),
@@ -51,6 +53,7 @@ from gage_eval.events import RunEnd, RunStart, SampleDone, TaskDone
 from gage_eval.hookspecs import hookimpl
 from gage_eval.jsonio import InputError, check_data_file, iter_json_rows, json_type
 from gage_eval.judge import Judge, Verdict
+from gage_eval.loader import Loader, Preprocessor
 from gage_eval.loglikelihood import (Encode, TokenPair, encode_choices, encode_pair, prefix_token_id,
                                      request_context, tokenizer_encoder)
 from gage_eval.metric import Metric, MetricContext, metric_value
@@ -77,8 +80,8 @@ __all__ = [
     "Judge", "Verdict", "Template",
     # metrics
     "Metric", "MetricContext", "metric_value",
-    # rows: context, Sample helpers, reading, paths, validation
-    "RowContext", "SCHEMA_VERSION", "MEDIA_SEGMENTS", "LETTERS", "text_segment", "user_message",
+    # rows: loader and preprocessor contracts, context, Sample helpers, reading, paths, validation
+    "Loader", "Preprocessor", "RowContext", "SCHEMA_VERSION", "MEDIA_SEGMENTS", "LETTERS", "text_segment", "user_message",
     "content_text", "messages_text", "text_chat", "last_user_text", "reference_text", "reference_texts",
     "label_text", "normalize_references", "from_legacy",
     "iter_json_rows", "check_data_file", "json_type",

@@ -104,8 +104,9 @@ class TaskRun:
         shots = (self.spec.raw.get("fewshot") or {}).get("path") if isinstance(self.spec.raw, Mapping) else None
         extra = [self.spec.folder / shots] if isinstance(shots, str) else []
         files = getattr(self.loader, "files", None)
-        if callable(files):
-            return [Path(f) for f in files()] + [p for p in extra if p.is_file()]
+        listed = files() if callable(files) else None
+        if listed is not None:
+            return [Path(f) for f in listed] + [p for p in extra if p.is_file()]
         data_files = getattr(self.loader, "data_files", None)
         if isinstance(data_files, str):
             data_files = [data_files]

@@ -11,13 +11,14 @@ from typing import Any, Mapping
 import click
 
 from gage_eval.errors import GageError
+from gage_eval.loader import Preprocessor
 from gage_eval.sample import RowContext, normalize_references
 from gage_eval.schemas import sample_v1_required_errors
 
 OBJECT_SCHEMAS = ("summary",)  # one JSON object per file, not rows
 
 
-class SampleIdentity:
+class SampleIdentity(Preprocessor):
     """For datasets already in Sample v1 form: the row is the sample (the builtin ``identity``
     preprocessor, and what ``validate --schema sample`` reads rows with).
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Iterator
 
-from gage_eval.api import GageError, RowError, check_data_file, iter_json_rows, json_type
+from gage_eval.api import GageError, Loader, RowError, check_data_file, iter_json_rows, json_type
 
 
 def _resolve(path: str, base_dir: str | None) -> Path:
@@ -14,7 +14,7 @@ def _resolve(path: str, base_dir: str | None) -> Path:
     return p
 
 
-class JsonlLoader:
+class JsonlLoader(Loader):
     """Rows of a .jsonl file (or a .json array), or of every .jsonl file in a folder (sorted
     by name; a folder without one: its .json files).
 
@@ -65,7 +65,7 @@ class JsonlLoader:
                     yield locator, record
 
 
-class HFLoader:
+class HFLoader(Loader):
     """Rows of a Hugging Face dataset: a hub id, or a builder (``json``, ``csv``,
     ``parquet``) with local ``data_files``. Locators read ``hf:ID[split][i]``."""
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from gage_eval.api import RowContext, SampleIdentity, from_legacy
+from gage_eval.api import Preprocessor, RowContext, SampleIdentity, from_legacy
 
 
 def _sample_id(record: Mapping[str, Any], ctx: RowContext, id_field: str | None) -> str:
@@ -26,7 +26,7 @@ def _tags(record: Mapping[str, Any], fields: Any) -> dict:
 Identity = SampleIdentity
 
 
-class Legacy:
+class Legacy(Preprocessor):
     """Map legacy fields to Sample v1 (spec 000 section 1.5), with column names as arguments.
 
     :param question: field holding the question text (default: question/prompt/text).

@@ -4,7 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping
 
-from gage_eval.api import (SCHEMA_VERSION, RowContext, base_folder, data_path, normalize_references,
+from gage_eval.api import (SCHEMA_VERSION, Preprocessor, RowContext, base_folder, data_path, normalize_references,
                            text_segment, validation_errors)
 
 from gage_plugins_builtin.legal.documents import attachment_text
@@ -16,7 +16,7 @@ ATTACHMENT_MODES = ("text", "file")
 DEFAULT_ROOTS = (".", "../curated")
 
 
-class LegalEvalV1:
+class LegalEvalV1(Preprocessor):
     """Map a legal_eval_v1 row to a Sample v1.
 
     - ``prompt`` (with ``context`` before it, when not empty) is the last user message;

@@ -11,7 +11,7 @@ import ast
 import re
 from typing import Any, Mapping
 
-from gage_eval.api import LETTERS, SCHEMA_VERSION, RowContext, normalize_references, text_segment
+from gage_eval.api import LETTERS, SCHEMA_VERSION, Preprocessor, RowContext, normalize_references, text_segment
 
 from gage_plugins_builtin.multimodal.media import image_segment, to_image_url
 
@@ -81,7 +81,7 @@ def subject_of(sample_id: str) -> str | None:
     return match.group(1) if match else None
 
 
-class MMMU:
+class MMMU(Preprocessor):
     """An MMMU row (``id``, ``question``, ``options``, ``answer``, ``question_type``,
     ``subfield``, ``image_1`` .. ``image_7``) as in lmms-eval ``mmmu_val``.
 
@@ -165,7 +165,7 @@ class MMMU:
         return sample
 
 
-class DocVQA:
+class DocVQA(Preprocessor):
     """A DocVQA row in the lmms-lab/DocVQA layout (``questionId``, ``question``, ``image``,
     ``answers``, ``question_types``) as in lmms-eval ``docvqa_val``: the page image,
     then the question followed by ``instruction`` on a new line. Every answer is a reference."""

@@ -22,6 +22,7 @@ import pytest
 from gage_eval import events, hookspecs
 from gage_eval.backend import Backend
 from gage_eval.judge import Judge
+from gage_eval.loader import Loader, Preprocessor
 from gage_eval.metric import Metric
 from gage_eval.writers import Writer
 
@@ -100,7 +101,8 @@ def test_no_documented_hook_is_missing_from_hookspecs():
 # -- the Backend / Judge / Metric tables ---------------------------------------------------
 
 TABLE_ROW = re.compile(r"^\|\s*`([A-Za-z_]\w*)(?:\([^`]*\))?`\s*\|\s*(declared|optional)\s*\|", re.MULTILINE)
-CONTRACTS = {"Backend": Backend, "Judge": Judge, "Metric": Metric, "Writer": Writer}
+CONTRACTS = {"Backend": Backend, "Judge": Judge, "Metric": Metric, "Writer": Writer, "Loader": Loader,
+             "Preprocessor": Preprocessor}
 
 
 def _table(title: str) -> dict[str, str]:
