@@ -202,7 +202,7 @@ class TaskRun:
         if self.failure:
             return "failed", self.failure
         if c["total"] == 0:
-            return "failed", "no rows: the dataset is empty (or --limit 0)"
+            return "failed", "no rows: the dataset is empty"
         if c["scored"] == 0:
             why = (f"all {c['total']} rows errored" if c["errored"] == c["total"]
                    else f"no row was scored ({c['errored']} errored, {c['skipped']} had no metric value)")

@@ -44,10 +44,11 @@ class Writer:
         """One finished sample record (the line written to ``samples/<task>.jsonl``)."""
 
     def task_end(self, event: TaskDone) -> None:
-        """After a task's last record (its counts and metrics)."""
+        """After a task's last record (its counts and metrics). Not called for the task in
+        progress when the run is interrupted."""
 
     def end(self, summary: Mapping[str, Any]) -> None:
-        """Once, with the summary that ``summary.json`` holds. Close files here."""
+        """Once, with the summary that ``summary.json`` holds. Close whatever is still open."""
 
 
 class SamplesWriter(Writer):
@@ -156,6 +157,7 @@ class WriterSet:
         self.core = core
         self.plugins = plugins
         self.failed: dict[str, str] = {}  # plugin writer name -> why it was dropped
+        self.started = False  # a run stopped before start() (in the model load) ends only the core's
         self._warn = warn or (lambda msg: print(f"gage-eval: warning: {msg}", file=sys.stderr))
 
     def _each(self, method: str, *args: Any, skip: int = 0) -> None:
@@ -172,6 +174,7 @@ class WriterSet:
                            f"the run: {why}; every record is in samples/, and --resume rebuilds its output")
 
     def start(self, run: RunStart) -> None:
+        self.started = True
         self._each("start", run)
 
     def task_start(self, task: str) -> None:
@@ -188,7 +191,8 @@ class WriterSet:
         self._each("task_end", event)
 
     def end(self, summary: Mapping[str, Any]) -> None:
-        """Every writer gets the end, even when one before it failed; the first core failure is raised."""
+        """Every writer that started gets the end, even when one before it failed; the first core
+        failure is raised."""
         first: OutputError | None = None
         for writer in self.core:
             try:
@@ -197,7 +201,8 @@ class WriterSet:
                 first = first or exc
         core, self.core = self.core, []
         try:
-            self._each("end", summary)
+            if self.started:
+                self._each("end", summary)
         finally:
             self.core = core
         if first is not None:

@@ -302,6 +302,8 @@ class TsvWriter:
 
     def end(self, summary):
         self.calls.append(f"end exit={summary['run']['exit_status']}")
+        if self.fh is not None and not self.fh.closed:  # interrupted mid-task: no task_end
+            self.fh.close()
 
 
 class WriterPlugin:
@@ -541,3 +543,31 @@ def test_run_end_is_sent_for_a_run_that_stopped_early(tmp_path, fresh_plugins, r
     assert result.exit_code == 130, result.output
     ends = [e for k, e in rec.events if k == "run_end"]
     assert len(ends) == 1 and ends[0].summary["run"]["interrupted"] == "stopped by the test"
+
+
+def test_writer_sees_the_end_of_an_interrupted_run(tmp_path, fresh_plugins, run_cli):
+    root = tmp_path / "tasks"
+    (root / "memtask").mkdir(parents=True)
+    (root / "memtask" / "task.yaml").write_text(TASK)
+    (root / "memtask" / "prompt.jinja").write_text("Repeat: {{ question }}")
+    fresh_plugins.register_plugin(Recorder(root), "recorder")
+    plugin = WriterPlugin()
+    fresh_plugins.register_plugin(plugin, "writerplugin")
+    seen = []
+
+    class StopAtSecond:
+        @hookimpl
+        def gage_sample_done(self, event):
+            seen.append(event.sample_id)
+            if len(seen) == 2:
+                raise KeyboardInterrupt("stopped by the test")
+
+    fresh_plugins.register_plugin(StopAtSecond(), "stopper")
+    out = tmp_path / "tsv"
+    out.mkdir()
+    result = run_cli("--tasks", "memtask", "--model", "lastword", "-o", tmp_path / "runs", "--run-id", "i1", "-q",
+                     "--writer", f"rec/tsv:folder={out}")
+    assert result.exit_code == 130, result.output
+    writer = plugin.made[-1]
+    assert writer.calls == ["start resume=False model_id=test/lastword", "task_start memtask", "end exit=130"]
+    assert [l.split("\t")[0] for l in (out / "memtask.tsv").read_text().splitlines()] == seen

@@ -63,3 +63,7 @@ class ScoresCsv(Writer):
         if self._columns is None:  # no row had metrics (all errored): still a header and every row
             self._header([])
         self._fh.close()
+
+    def end(self, summary) -> None:
+        if self._fh is not None and not self._fh.closed:  # a run interrupted mid-task: no task_end
+            self._fh.close()
