@@ -39,6 +39,9 @@ class RunOptions:
     apply_chat_template: bool | None = None  # None: the task's request.chat
     strip_reasoning: bool = False  # score the text after the last </think>; the raw text stays in the record
     writers: list[str] = field(default_factory=list)  # plugin writers: NAME or NAME:k=v,... (--writer)
+    cache: str | None = None  # --cache DIR: the response cache's folder (gage_eval.cache)
+    eee_version: str = "0.2.0"  # --eee-version: the Every Eval Ever version of instances/ (0.2.0, 0.3.0)
+    report: bool = True  # report.html at the end of the run (--no-report: none)
     quiet: bool = False
     command: str = ""
     config_file: str | None = None

@@ -22,8 +22,10 @@ from gage_eval.tasks import parse_data_overrides
 RUN_ID = re.compile(r"[A-Za-z0-9._-]{1,200}")
 CONFIG_KEYS = {"models", "tasks", "limit", "batch_size", "seed", "output_dir", "fail_fast", "include_paths", "data",
                "max_error_rate", "allow_paths", "allow_urls", "system_prompt", "gen_kwargs", "num_fewshot",
-               "fewshot_as_multiturn", "apply_chat_template", "strip_reasoning", "writers"}
+               "fewshot_as_multiturn", "apply_chat_template", "strip_reasoning", "writers", "cache", "eee_version",
+               "report"}
 ROLE_KEYS = {"backend", "args"}
+EEE_VERSIONS = ("0.2.0", "0.3.0")
 TASK_OVERRIDE_KEYS = {"name", "limit", "metrics", "generation", "data"}
 
 
@@ -89,6 +91,10 @@ def _check_values(p: Path, data: dict) -> None:
     for key in ("allow_urls", "fail_fast", "fewshot_as_multiturn", "apply_chat_template", "strip_reasoning"):
         if data.get(key) is not None and not isinstance(data[key], bool):
             raise GageError(f"{p}: key '{key}': expected true or false, got {data[key]!r}")
+    if data.get("cache") is not None and not (isinstance(data["cache"], str) and data["cache"]):
+        raise GageError(f"{p}: key 'cache': expected a folder path")
+    if data.get("report") is not None and not isinstance(data["report"], bool):
+        raise GageError(f"{p}: key 'report': expected true or false, got {data['report']!r}")
     if data.get("data") is not None and not isinstance(data["data"], dict):
         raise GageError(f"{p}: key 'data': expected a mapping TASK: PATH")
     writers = data.get("writers")
@@ -112,7 +118,7 @@ def build_options(*, tasks, model, model_args, judge_model, judge_args, batch_si
                   include_paths, data, config_file, seed, fail_fast, quiet, command, max_error_rate=None,
                   allow_paths=(), allow_urls=False, device=None, system_prompt=None, gen_kwargs=None,
                   num_fewshot=None, fewshot_as_multiturn=None, apply_chat_template=None,
-                  strip_reasoning=False, writers=()) -> RunOptions:
+                  strip_reasoning=False, writers=(), cache=None, eee_version=None, report=None) -> RunOptions:
     """The run's settings: the command line's flags over the run config file's keys over the defaults."""
     cfg = read_run_config(config_file) if config_file else {}
     task_names, overrides = _task_entries(cfg, tasks, limit)
@@ -148,6 +154,9 @@ def build_options(*, tasks, model, model_args, judge_model, judge_args, batch_si
                              else cfg.get("apply_chat_template")),
         strip_reasoning=strip_reasoning or bool(cfg.get("strip_reasoning")),
         writers=_writers([*(cfg.get("writers") or []), *writers]),
+        cache=_absolute(cache) if cache else (_config_folder(config_file, cfg["cache"]) if cfg.get("cache") else None),
+        eee_version=_eee_version(eee_version or cfg.get("eee_version") or "0.2.0", config_file if not eee_version else None),
+        report=report if report is not None else cfg.get("report", True) is not False,
         quiet=quiet,
         command=command,
         config_file=_absolute(config_file) if config_file else None,
@@ -184,6 +193,13 @@ def _role(spec: dict, name: str | None, args: str | None, flag: str, file_key: s
     kwargs = (parse_kv(args, option) if args is not None
               else dict(spec.get("args") or {}) if chosen == spec.get("backend") else {})
     return chosen, kwargs
+
+
+def _eee_version(version: Any, config_file: str | None) -> str:
+    if str(version) not in EEE_VERSIONS:
+        where = f"{config_file}: key 'eee_version'" if config_file else "--eee-version"
+        raise GageError(f"{where}: expected one of {', '.join(EEE_VERSIONS)}, got {version!r}")
+    return str(version)
 
 
 def _writers(specs: list[str]) -> list[str]:
@@ -324,7 +340,8 @@ def resume_command(run_dir: Path, options: RunOptions) -> str:
 RESUME_CHECKED = ("tasks", "model", "model_args", "judge_model", "judge_args", "batch_size", "limit", "seed",
                   "include_paths", "data", "allow_paths", "allow_urls", "system_prompt", "gen_kwargs", "num_fewshot",
                   "fewshot_as_multiturn", "apply_chat_template", "strip_reasoning")
-RESUME_FREE = ("fail_fast", "max_error_rate")  # how to treat errors may change on resume
+# how to treat errors, where responses are cached, and the outputs rebuilt on resume may change on resume
+RESUME_FREE = ("fail_fast", "max_error_rate", "cache", "eee_version", "report")
 # writers named on resume join the stored ones: each writer is rebuilt whole from the kept records
 
 
@@ -334,7 +351,7 @@ def resumed_options(run_dir: Path, given: dict) -> RunOptions:
     stored = load_options(run_dir)
     flags = {k: v for k, v in given.items()  # (0 is a value given; False is an unset switch, but not
              if k not in ("command", "output_dir", "run_id") and v is not None  # --no-apply-chat-template)
-             and (v is not False or k in ("apply_chat_template", "fewshot_as_multiturn"))
+             and (v is not False or k in ("apply_chat_template", "fewshot_as_multiturn", "report"))
              and not (isinstance(v, (str, list, tuple)) and not v)}
     explicit = set(RESUME_CHECKED) if "config_file" in flags else set(flags)
     diffs, supplied = [], {}
@@ -376,7 +393,8 @@ def _unset() -> dict:
                 limit=None, output_dir=None, run_id=None, include_paths=(), data=(), config_file=None, seed=None,
                 fail_fast=False, max_error_rate=None, allow_paths=(), allow_urls=False, device=None,
                 system_prompt=None, gen_kwargs=None, num_fewshot=None, fewshot_as_multiturn=None,
-                apply_chat_template=None, strip_reasoning=False, writers=())
+                apply_chat_template=None, strip_reasoning=False, writers=(), cache=None, eee_version=None,
+                report=None)
 
 
 def _fmt(x: Any) -> str:
