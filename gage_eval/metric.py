@@ -1,12 +1,14 @@
 """The metric contract, field paths, and streaming aggregation (mean, stderr, slices)."""
 from __future__ import annotations
 
+import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Mapping
 
 from gage_eval.errors import GageError
+from gage_eval.stats import ValueCounts, clustered_stderr, normal_interval
 
 ROOTS = ("sample", "model_output", "judge_output")
 _MISSING = object()
@@ -89,37 +91,89 @@ def metric_value(result: Any) -> float | None:
     raise GageError(f"metric returned {value!r}; a metric value must be a number or bool")
 
 
-@dataclass
 class MeanAccumulator:
-    """Running mean and sample variance (Welford), so memory does not grow with n."""
+    """Running mean and sample variance (Welford), plus the values as counts per distinct value
+    (:class:`gage_eval.stats.ValueCounts`) for the bootstrap interval; memory stays flat in n
+    for metrics with few distinct values (8 bytes a row past ``stats.MAX_DISTINCT`` of them)."""
 
-    n: int = 0
-    mean: float = 0.0
-    m2: float = 0.0
+    __slots__ = ("n", "mean", "m2", "values")
+
+    def __init__(self) -> None:
+        self.n = 0
+        self.mean = 0.0
+        self.m2 = 0.0
+        self.values = ValueCounts()
 
     def add(self, x: float) -> None:
         self.n += 1
         delta = x - self.mean
         self.mean += delta / self.n
         self.m2 += delta * (x - self.mean)
+        self.values.add(x)
+
+    def result(self, seed: str | None = None) -> dict[str, Any]:
+        """value, stderr, n and, with a ``seed`` for the bootstrap, ``ci95`` (normal and bootstrap)."""
+        if self.n == 0:
+            out = {"value": None, "stderr": None, "n": 0}
+        else:
+            # standard error of the mean with the sample (n-1) variance, as lm-eval reports it
+            stderr = math.sqrt(self.m2 / (self.n - 1) / self.n) if self.n > 1 else None
+            out = {"value": self.mean, "stderr": stderr, "n": self.n}
+        if seed is not None:
+            out["ci95"] = {"normal": normal_interval(out["value"], out["stderr"]),
+                           "bootstrap": self.values.bootstrap_interval(seed)}
+        return out
+
+
+class ClusterSums:
+    """Per cluster value: (rows, sum of values), for the cluster-robust stderr."""
+
+    __slots__ = ("sums", "singles")
+
+    def __init__(self) -> None:
+        self.sums: dict[str, list] = {}
+        self.singles: list[tuple[int, float]] = []  # rows without the field: each its own cluster
+
+    def add(self, key: str | None, x: float) -> None:
+        if key is None:
+            self.singles.append((1, x))
+            return
+        entry = self.sums.get(key)
+        if entry is None:
+            self.sums[key] = [1, x]
+        else:
+            entry[0] += 1
+            entry[1] += x
 
     def result(self) -> dict[str, Any]:
-        if self.n == 0:
-            return {"value": None, "stderr": None, "n": 0}
-        # standard error of the mean with the sample (n-1) variance, as lm-eval reports it
-        stderr = math.sqrt(self.m2 / (self.n - 1) / self.n) if self.n > 1 else None
-        return {"value": self.mean, "stderr": stderr, "n": self.n}
+        clusters = {("c", k): (c, s) for k, (c, s) in self.sums.items()}
+        clusters.update({("r", i): v for i, v in enumerate(self.singles)})
+        return {"stderr_clustered": clustered_stderr(clusters), "clusters": len(clusters)}
 
 
-@dataclass
+def cluster_key(record: Mapping[str, Any], path: str) -> str | None:
+    """The value at ``sample.<path>`` in a written record as a cluster key; None when absent."""
+    value = MetricContext(sample=record, model_output={}).get(path, None)
+    if value is None:
+        return None
+    return value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)
+
+
 class TaskAggregate:
-    """Aggregates for one task: each metric overall and by each ``data_tag`` value."""
+    """Aggregates for one task: each metric overall and by each ``data_tag`` value; with
+    ``cluster_by`` (task.yaml ``stderr.cluster_by``, a ``sample.`` field path) also each
+    metric's cluster-robust stderr over the clusters that field's values make."""
 
-    metrics: dict[str, MeanAccumulator] = field(default_factory=dict)
-    slices: dict[str, dict[str, dict[str, MeanAccumulator]]] = field(default_factory=dict)
+    def __init__(self, cluster_by: str | None = None) -> None:
+        self.metrics: dict[str, MeanAccumulator] = {}
+        self.slices: dict[str, dict[str, dict[str, MeanAccumulator]]] = {}
+        self.cluster_by = cluster_by
+        self.clusters: dict[str, ClusterSums] = {}
 
-    def add(self, values: Mapping[str, float | None], data_tag: Mapping[str, Any] | None) -> None:
+    def add(self, values: Mapping[str, float | None], data_tag: Mapping[str, Any] | None,
+            record: Mapping[str, Any] | None = None) -> None:
         metrics = self.metrics
+        key = cluster_key(record, self.cluster_by) if self.cluster_by and record is not None else None
         for name, value in values.items():
             if value is None:
                 continue
@@ -127,20 +181,33 @@ class TaskAggregate:
             if acc is None:
                 acc = metrics[name] = MeanAccumulator()
             acc.add(value)
+            if self.cluster_by:
+                sums = self.clusters.get(name)
+                if sums is None:
+                    sums = self.clusters[name] = ClusterSums()
+                sums.add(key, value)
             if not data_tag:
                 continue
-            for key, tag in data_tag.items():
+            for tag_key, tag in data_tag.items():
                 tags = tag if isinstance(tag, list) else [tag]
                 for t in tags:
-                    by_value = self.slices.setdefault(key, {}).setdefault(str(t), {})
+                    by_value = self.slices.setdefault(tag_key, {}).setdefault(str(t), {})
                     by_value.setdefault(name, MeanAccumulator()).add(value)
 
-    def result(self) -> dict[str, Any]:
+    def result(self, seed: str | int | None = None) -> dict[str, Any]:
+        """Each metric's and slice's mean and stderr; with ``seed`` (the run's seed, with the task's
+        name) also their 95% intervals, the bootstrap for metric M seeded by ``seed:M`` (and
+        ``seed:M:key=value`` for a slice), so each is reproducible on its own."""
+        def sub(*parts: str) -> str | None:
+            return None if seed is None else ":".join((str(seed),) + parts)
+
         out: dict[str, Any] = {}
         for name, acc in self.metrics.items():
-            out[name] = acc.result()
+            out[name] = acc.result(sub(name))
+            if self.cluster_by:
+                out[name].update(self.clusters[name].result(), cluster_by=self.cluster_by)
         slices = {
-            key: {value: {name: acc.result() for name, acc in metrics.items()}
+            key: {value: {name: acc.result(sub(name, f"{key}={value}")) for name, acc in metrics.items()}
                   for value, metrics in sorted(by_value.items())}
             for key, by_value in sorted(self.slices.items())
         }

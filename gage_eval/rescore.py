@@ -182,44 +182,66 @@ class Rescore:
                                            if k in (tasks or opts.tasks)},
                            **({"judge_model": judge_model, "judge_args": judge_args} if self.rejudge else {}))
         self.secrets: tuple[str, ...] = ()
+        self._gone: set[str] = set()
 
     def _clean(self, text: str) -> str:
         return strip_credentials(mask(text, self.secrets))
 
     def _task_runs(self) -> list:
-        from gage_eval.taskrun import TaskRun, resolve_tasks
+        from gage_eval.taskrun import TaskRun
 
-        specs = resolve_tasks(self.new, self.registry)
+        specs = self._specs()
         if self.metrics:
             for spec, failure in specs:
                 if failure is None:
                     entries = metric_entries(spec, self.metrics, self.registry)
                     self.new.task_overrides.setdefault(spec.name, {})["metrics"] = entries
-            specs = resolve_tasks(self.new, self.registry)
+            specs = self._specs()
         runs = [TaskRun(spec, self.registry, self.new, failure) for spec, failure in specs]
         for tr in runs:
             if not tr.failure and not (self.run_dir / "samples" / f"{tr.name}.jsonl").is_file():
                 tr.failure = f"{self.run_dir / 'samples' / (tr.name + '.jsonl')} is missing: the run wrote no row"
         return runs
 
-    def _warn_changed(self, runs: list) -> dict:
-        """Warn about each task folder or data file changed since the run; returns the hashes now."""
-        from gage_eval.rundir import changed_inputs, fingerprint
+    def _specs(self) -> list:
+        """Each task's spec as the run resolved it. The rows are not read again, so a --data file
+        that is gone since leaves the task's own dataset in its place (its metrics are the same)."""
+        from gage_eval.taskrun import resolve_tasks
+
+        specs = resolve_tasks(self.new, self.registry)
+        for i, (spec, failure) in enumerate(specs):
+            path = self.new.data.get(spec.name)
+            if failure is not None and path is not None and not Path(path).exists():
+                alone = replace(self.new, tasks=[spec.name], data={})
+                specs[i] = resolve_tasks(alone, self.registry)[0]
+                if specs[i][1] is None and spec.name not in self._gone:
+                    self._gone.add(spec.name)
+                    print(f"gage-eval: warning: {spec.name}: its data {path} is gone; the rows are not read "
+                          f"again (the run stored them), so the task is rescored without it", file=sys.stderr)
+        return specs
+
+    def _inputs(self, runs: list) -> dict:
+        """The new run's inputs.json: each task folder as it is now (it builds the metrics) and the
+        run's data hashes (the rows scored are the run's). A task folder changed since the run is
+        warned about."""
+        from gage_eval.rundir import folder_digest
 
         now = {}
         for tr in runs:
-            if not tr.failure:
-                try:
-                    files = tr.data_files()
-                except (GageError, OSError):
-                    files = []
-                now[tr.name] = fingerprint(tr.spec.folder, files)
-        if not self.inputs:
-            print(f"gage-eval: warning: {self.run_dir / 'inputs.json'} is missing, so the task folders cannot "
-                  f"be checked against the ones the run used", file=sys.stderr)
-        for line in changed_inputs({k: v for k, v in self.inputs.items() if k in now}, now):
-            print(f"gage-eval: warning: {line} since run {self.run_dir} (the scores follow the folder as it is "
-                  f"now)", file=sys.stderr)
+            if tr.failure:
+                continue
+            folder = tr.spec.folder
+            before = self.inputs.get(tr.name) or {}
+            now[tr.name] = {"task_folder": {"path": str(folder), "sha256": folder_digest(folder)},
+                            "data": dict(before.get("data") or {})}
+            was = before.get("task_folder") or {}
+            if not was:
+                print(f"gage-eval: warning: {tr.name}: {self.run_dir / 'inputs.json'} has no hash of its task "
+                      f"folder, so {folder} cannot be checked against the one the run used", file=sys.stderr)
+            elif was.get("sha256") != now[tr.name]["task_folder"]["sha256"] or was.get("path") != str(folder):
+                where = f"{was.get('path')} is now {folder}" if was.get("path") != str(folder) else str(folder)
+                print(f"gage-eval: warning: task folder {where} ({tr.name}) changed since run {self.run_dir}; "
+                      f"the metrics are built from it as it is now", file=sys.stderr)
         return now
 
     def _judge_backend(self, runs: list) -> Any:
@@ -244,7 +266,7 @@ class Rescore:
 
         wall0 = time.perf_counter()
         runs = self._task_runs()
-        now = self._warn_changed(runs)
+        now = self._inputs(runs)
         judge_backend = self._judge_backend(runs)
         model = StoredBackend((self.summary.get("run") or {}).get("model"))
         try:

@@ -63,7 +63,7 @@ class TaskRun:
         self.options = options
         self.limit = (options.task_overrides.get(spec.name) or {}).get("limit", options.limit)
         self._counted: int | None = None
-        self.aggregate = TaskAggregate()
+        self.aggregate = TaskAggregate(cluster_by=spec.cluster_by)
         self.counts = {"total": 0, "scored": 0, "errored": 0, "skipped": 0, "judge_errors": 0}
         self.errors_by_stage: dict[str, int] = {}
         self.timings = dict.fromkeys(STAGES, 0.0)
@@ -193,7 +193,7 @@ class TaskRun:
             self.counts["skipped"] += 1
             return
         self.counts["scored"] += 1
-        self.aggregate.add(values, record.get("data_tag"))
+        self.aggregate.add(values, record.get("data_tag"), record)
 
     def status(self, max_error_rate: float = 0.0) -> tuple[str, str | None]:
         """``ok``, ``errors`` (rows errored, more than ``max_error_rate`` of them) or ``failed``
@@ -212,7 +212,7 @@ class TaskRun:
         return "ok", None
 
     def summary(self, max_error_rate: float = 0.0) -> dict:
-        agg = self.aggregate.result()
+        agg = self.aggregate.result(seed=f"{self.options.seed}:{self.name}")  # the bootstrap's seed
         higher = {name: getattr(m, "higher_is_better", True) for name, m in self.metrics}
         for name, entry in agg["metrics"].items():
             entry["higher_is_better"] = higher.get(name, True)

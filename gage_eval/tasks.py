@@ -36,6 +36,7 @@ class TaskSpec:
     judge: dict | None = None
     requires: tuple[str, ...] = ()
     primary_metric: str | None = None
+    cluster_by: str | None = None  # stderr.cluster_by: a sample field whose values cluster the rows
     raw: dict = field(default_factory=dict, repr=False)
 
     @property
@@ -78,6 +79,7 @@ def read_task_file(folder: Path, origin: str = "") -> TaskSpec:
         judge=data.get("judge"),
         requires=tuple(data.get("requires", ())),
         primary_metric=data.get("primary_metric"),
+        cluster_by=(data.get("stderr") or {}).get("cluster_by"),
         raw=data,
     )
 

@@ -261,3 +261,20 @@ def test_rescoring_a_rescored_run_and_its_metric_subset(piqa_run, tmp_path):
     result = rescore(tmp_path / "a", "-o", tmp_path / "b", "-q")  # its config carries the override
     assert result.exit_code == 0, result.output
     assert tasks_part(tmp_path / "b") == tasks_part(tmp_path / "a")
+
+
+def test_a_data_file_gone_since_the_run_is_not_needed(tmp_path, run_cli):
+    data = tmp_path / "rows.jsonl"
+    data.write_text("".join((ROOT / "tasks" / "piqa" / "sample.jsonl").read_text().splitlines(True)[:6]))
+    result = run_cli("--tasks", "piqa", "--model", "dummy", "--data", f"piqa={data}", "-o", tmp_path,
+                     "--run-id", "src", "-q")
+    assert result.exit_code == 0, result.output
+    data.unlink()
+    result = CliRunner().invoke(rescore_command, [str(tmp_path / "src"), "-o", str(tmp_path / "new"), "-q"])
+    assert result.exit_code == 0, result.stderr
+    assert f"its data {data} is gone" in result.stderr
+    assert tasks_part(tmp_path / "new") == tasks_part(tmp_path / "src")
+    inputs = json.loads((tmp_path / "new" / "inputs.json").read_text())
+    source = json.loads((tmp_path / "src" / "inputs.json").read_text())
+    assert str(data) in inputs["piqa"]["data"]  # the rows scored are the run's
+    assert inputs["piqa"]["data"] == source["piqa"]["data"]

@@ -159,7 +159,7 @@ def test_open_where_plugins_add_keys(piqa_summary):
     extended = copy.deepcopy(piqa_summary)
     extended["run"]["model"]["settings"]["anything"] = {"a": 1}
     extended["run"]["model"]["args"]["url"] = "http://x"
-    extended["tasks"]["piqa"]["metrics"]["acc"]["ci95"] = [0.1, 0.9]
+    extended["tasks"]["piqa"]["metrics"]["acc"]["ci90"] = [0.1, 0.9]
     assert validation_errors(extended, "summary") == []
 
 

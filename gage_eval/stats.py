@@ -1,0 +1,169 @@
+"""Interval estimates for a task's metric means: the normal 95% interval, a seeded percentile
+bootstrap, and the cluster-robust standard error of a mean. Pure Python, no numpy.
+
+The bootstrap resamples the n row values with replacement and takes the 2.5% and 97.5%
+quantiles (linear interpolation, numpy's default) of the resampled means. When the values
+take few distinct values (binary accuracy, a 0-1-2 score) the rows are kept as a count per
+value (:class:`ValueCounts`) and a resample is drawn as multinomial counts over those values,
+which has exactly the distribution of resampling the rows one by one, at O(distinct values)
+per resample; memory stays flat in n. Past ``MAX_DISTINCT`` distinct values the rows are kept
+in an ``array('d')`` (8 bytes a row) and resampled by index (O(n) per resample).
+"""
+from __future__ import annotations
+
+import math
+import random
+from array import array
+from typing import Iterable, Mapping, Sequence
+
+Z95 = 1.959963984540054  # the standard normal's 97.5% quantile
+DEFAULT_RESAMPLES = 1000
+MAX_DISTINCT = 256
+
+
+def normal_interval(mean: float | None, stderr: float | None, z: float = Z95) -> list[float] | None:
+    """``[mean - z*stderr, mean + z*stderr]``; None without a stderr."""
+    if mean is None or stderr is None:
+        return None
+    return [mean - z * stderr, mean + z * stderr]
+
+
+def quantile(sorted_values: Sequence[float], q: float) -> float:
+    """The q-quantile of sorted values by linear interpolation between order statistics
+    (Hyndman and Fan's type 7, numpy's default)."""
+    if not sorted_values:
+        raise ValueError("quantile of no values")
+    h = (len(sorted_values) - 1) * q
+    lo = math.floor(h)
+    hi = min(lo + 1, len(sorted_values) - 1)
+    return sorted_values[lo] + (h - lo) * (sorted_values[hi] - sorted_values[lo])
+
+
+def binomial(n: int, p: float, rnd: random.Random) -> int:
+    """One Binomial(n, p) draw: inversion when n*min(p, 1-p) < 10, else Hormann's (1993)
+    transformed rejection with squeeze (BTRS), O(1) expected time."""
+    if n <= 0 or p <= 0.0:
+        return 0
+    if p >= 1.0:
+        return n
+    if p > 0.5:
+        return n - binomial(n, 1.0 - p, rnd)
+    q = 1.0 - p
+    if n * p < 10:
+        s, a = p / q, (n + 1) * p / q
+        r, u, x = q ** n, rnd.random(), 0
+        while u > r:
+            u -= r
+            x += 1
+            if x > n:  # rounding left u above the last term
+                return n
+            r *= a / x - s
+        return x
+    spq = math.sqrt(n * p * q)
+    b = 1.15 + 2.53 * spq
+    a = -0.0873 + 0.0248 * b + 0.01 * p
+    c = n * p + 0.5
+    vr = 0.92 - 4.2 / b
+    alpha = (2.83 + 5.1 / b) * spq
+    lpq = math.log(p / q)
+    m = math.floor((n + 1) * p)
+    h = math.lgamma(m + 1) + math.lgamma(n - m + 1)
+    while True:
+        u = rnd.random() - 0.5
+        v = rnd.random()
+        us = 0.5 - abs(u)
+        k = math.floor((2 * a / us + b) * u + c)
+        if k < 0 or k > n:
+            continue
+        if us >= 0.07 and v <= vr:
+            return k
+        v = math.log(v * alpha / (a / (us * us) + b))
+        if v <= h - math.lgamma(k + 1) - math.lgamma(n - k + 1) + (k - m) * lpq:
+            return k
+
+
+def multinomial(n: int, weights: Sequence[int], rnd: random.Random) -> list[int]:
+    """Counts of n draws over len(weights) cells with probabilities proportional to weights,
+    as a chain of conditional binomials."""
+    out, left, total = [], n, sum(weights)
+    for w in weights[:-1]:
+        k = binomial(left, w / total, rnd) if total > 0 else 0
+        out.append(k)
+        left -= k
+        total -= w
+    out.append(left)
+    return out
+
+
+class ValueCounts:
+    """The values added, kept as counts per distinct value while there are few of them, else
+    as an ``array('d')``; enough for an exact bootstrap of the mean."""
+
+    __slots__ = ("counts", "values", "n")
+
+    def __init__(self) -> None:
+        self.counts: dict[float, int] | None = {}
+        self.values: array | None = None
+        self.n = 0
+
+    def add(self, x: float) -> None:
+        self.n += 1
+        counts = self.counts
+        if counts is not None:
+            if x in counts:
+                counts[x] += 1
+                return
+            if len(counts) < MAX_DISTINCT:
+                counts[x] = 1
+                return
+            self.values = array("d", (v for v, c in counts.items() for _ in range(c)))
+            self.counts = None
+        self.values.append(x)
+
+    def bootstrap_interval(self, seed: str | int, resamples: int = DEFAULT_RESAMPLES,
+                           level: float = 0.95) -> list[float] | None:
+        """The percentile bootstrap interval of the mean; None for fewer than 2 values."""
+        if self.n < 2:
+            return None
+        rnd = random.Random(seed)
+        n = self.n
+        means = []
+        if self.counts is not None:
+            support = sorted(self.counts)  # order-free: the same rows in any order give the same interval
+            weights = [self.counts[v] for v in support]
+            for _ in range(resamples):
+                drawn = multinomial(n, weights, rnd)
+                means.append(math.fsum(v * k for v, k in zip(support, drawn)) / n)
+        else:
+            values = self.values
+            choices = rnd.choices
+            for _ in range(resamples):
+                means.append(math.fsum(choices(values, k=n)) / n)
+        means.sort()
+        tail = (1.0 - level) / 2
+        return [quantile(means, tail), quantile(means, 1.0 - tail)]
+
+
+def bootstrap_interval(values: Iterable[float], seed: str | int, resamples: int = DEFAULT_RESAMPLES,
+                       level: float = 0.95) -> list[float] | None:
+    store = ValueCounts()
+    for x in values:
+        store.add(float(x))
+    return store.bootstrap_interval(seed, resamples, level)
+
+
+def clustered_stderr(clusters: Mapping[object, tuple[int, float]], small_sample: bool = True) -> float | None:
+    """Cluster-robust standard error of the mean of all values, from each cluster's (count, sum):
+
+        SE = sqrt( sum_c (sum_{i in c} (x_i - mean))^2 ) / n,   sum_{i in c}(x_i - mean) = S_c - n_c * mean
+
+    times sqrt(G / (G - 1)) for G clusters with ``small_sample`` (the CR1 factor for a mean, with
+    which G = n clusters of one row give the usual stderr exactly). None for fewer than 2 clusters."""
+    g = len(clusters)
+    n = sum(c for c, _ in clusters.values())
+    if g < 2 or n == 0:
+        return None
+    mean = math.fsum(s for _, s in clusters.values()) / n
+    ss = math.fsum((s - c * mean) ** 2 for c, s in clusters.values())
+    se = math.sqrt(ss) / n
+    return se * math.sqrt(g / (g - 1)) if small_sample else se
