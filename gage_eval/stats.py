@@ -7,10 +7,13 @@ take few distinct values (binary accuracy, a 0-1-2 score) the rows are kept as a
 value (:class:`ValueCounts`) and a resample is drawn as multinomial counts over those values,
 which has exactly the distribution of resampling the rows one by one, at O(distinct values)
 per resample; memory stays flat in n. Past ``MAX_DISTINCT`` distinct values the rows are kept
-in an ``array('d')`` (8 bytes a row) and resampled by index (O(n) per resample).
+in an ``array('d')`` (8 bytes a row) and resampled by index (O(n) per resample): with numpy
+when it is installed, else in pure Python (slower; a different random stream, so the interval
+of such a metric depends on numpy being there).
 """
 from __future__ import annotations
 
+import hashlib
 import math
 import random
 from array import array
@@ -19,6 +22,7 @@ from typing import Iterable, Mapping, Sequence
 Z95 = 1.959963984540054  # the standard normal's 97.5% quantile
 DEFAULT_RESAMPLES = 1000
 MAX_DISTINCT = 256
+RESAMPLE_CHUNK = 1 << 20  # indices drawn at once by the numpy resampler
 
 
 def normal_interval(mean: float | None, stderr: float | None, z: float = Z95) -> list[float] | None:
@@ -135,13 +139,37 @@ class ValueCounts:
                 drawn = multinomial(n, weights, rnd)
                 means.append(math.fsum(v * k for v, k in zip(support, drawn)) / n)
         else:
-            values = self.values
-            choices = rnd.choices
-            for _ in range(resamples):
-                means.append(math.fsum(choices(values, k=n)) / n)
+            means = _resampled_means(self.values, seed, resamples, rnd)
         means.sort()
         tail = (1.0 - level) / 2
         return [quantile(means, tail), quantile(means, 1.0 - tail)]
+
+
+def _numpy():
+    try:
+        import numpy
+    except ImportError:
+        return None
+    return numpy
+
+
+def _resampled_means(values: array, seed: str | int, resamples: int, rnd: random.Random) -> list[float]:
+    """Means of ``resamples`` resamples of ``values`` by index: with numpy when it is installed
+    (a PCG64 stream seeded by the sha256 of the seed; about 1 s for 100k rows), else in pure
+    Python (about 0.2 s a resample of 100k rows)."""
+    n = len(values)
+    np = _numpy()
+    if np is None:
+        choices = rnd.choices
+        return [math.fsum(choices(values, k=n)) / n for _ in range(resamples)]
+    rng = np.random.Generator(np.random.PCG64(int.from_bytes(hashlib.sha256(str(seed).encode()).digest()[:8], "little")))
+    data = np.frombuffer(values, dtype=np.float64)
+    chunk = max(1, RESAMPLE_CHUNK // n)  # resamples drawn at once: memory stays near 16 bytes x RESAMPLE_CHUNK
+    means: list[float] = []
+    for start in range(0, resamples, chunk):
+        idx = rng.integers(0, n, size=(min(chunk, resamples - start), n))
+        means.extend(data[idx].mean(axis=1).tolist())
+    return means
 
 
 def bootstrap_interval(values: Iterable[float], seed: str | int, resamples: int = DEFAULT_RESAMPLES,

@@ -86,7 +86,12 @@ def test_bootstrap_is_seeded_and_order_free():
     assert a[0] == pytest.approx(0.64 - 0.094, abs=0.02) and a[1] == pytest.approx(0.64 + 0.094, abs=0.02)
 
 
-def test_bootstrap_past_many_distinct_values_keeps_an_array():
+@pytest.mark.parametrize("with_numpy", [True, False])
+def test_bootstrap_past_many_distinct_values_keeps_an_array(with_numpy, monkeypatch):
+    if not with_numpy:
+        monkeypatch.setattr(stats, "_numpy", lambda: None)
+    elif stats._numpy() is None:
+        pytest.skip("numpy is not installed")
     rnd = random.Random(3)
     store = stats.ValueCounts()
     xs = [rnd.random() for _ in range(2000)]
@@ -97,6 +102,7 @@ def test_bootstrap_past_many_distinct_values_keeps_an_array():
     mean = sum(xs) / len(xs)
     se = math.sqrt(sum((x - mean) ** 2 for x in xs) / (len(xs) - 1) / len(xs))
     assert lo == pytest.approx(mean - 1.96 * se, abs=0.3 * se) and hi == pytest.approx(mean + 1.96 * se, abs=0.3 * se)
+    assert store.bootstrap_interval(seed=5, resamples=400) == [lo, hi]
 
 
 def test_task_aggregate_intervals_and_clusters():
