@@ -176,10 +176,11 @@ class Rescore:
             if unknown:
                 raise GageError(f"--task: {', '.join(unknown)} not in run {run_dir} (its tasks: "
                                 f"{', '.join(opts.tasks)})")
-        self.new = replace(opts, tasks=list(tasks or opts.tasks), run_id=new_dir.name,
+        chosen = list(tasks or opts.tasks)
+        self.new = replace(opts, tasks=chosen, run_id=new_dir.name,
                            output_dir=str(new_dir.parent.resolve()), writers=[], command=command, quiet=quiet,
-                           task_overrides={k: dict(v) for k, v in opts.task_overrides.items()
-                                           if k in (tasks or opts.tasks)},
+                           data={k: v for k, v in opts.data.items() if k in chosen},
+                           task_overrides={k: dict(v) for k, v in opts.task_overrides.items() if k in chosen},
                            **({"judge_model": judge_model, "judge_args": judge_args} if self.rejudge else {}))
         self.secrets: tuple[str, ...] = ()
         self._gone: set[str] = set()

@@ -86,6 +86,11 @@ def test_every_builtin_task_rescored_unchanged_equals_the_original(tmp_path, run
     assert summary["run"]["model"]["model_id"] == source["run"]["model"]["model_id"]
     start = json.loads((new / "events.jsonl").read_text().splitlines()[0])
     assert start["event"] == "run_start" and start["rescored_from"] == str(src.resolve())
+    # one task of a run whose tasks read --data files
+    result = rescore(src, "--task", "mmmu", "-o", tmp_path / "one", "-q")
+    assert result.exit_code == 0, result.output
+    assert tasks_part(tmp_path / "one") == {"mmmu": before["mmmu"]}
+    assert list(json.loads((tmp_path / "one" / "config.json").read_text())["data"]) == ["mmmu"]
 
 
 def test_piqa_with_acc_mutual_info_rescored_unchanged(tmp_path, run_cli):
@@ -278,3 +283,19 @@ def test_a_data_file_gone_since_the_run_is_not_needed(tmp_path, run_cli):
     source = json.loads((tmp_path / "src" / "inputs.json").read_text())
     assert str(data) in inputs["piqa"]["data"]  # the rows scored are the run's
     assert inputs["piqa"]["data"] == source["piqa"]["data"]
+
+
+def test_judge_errors_are_judged_again_with_judge_model(tmp_path, run_cli, shared_data):
+    legal = golden.write_slices(shared_data, tmp_path / "slices")["legal_eval_v1"]
+    base = ["--tasks", "legal_eval_v1", "--model", "dummy", "--judge-model", "dummy", "--data",
+            f"legal_eval_v1={legal}", "-o", tmp_path, "-q", "--max-error-rate", "1"]
+    assert run_cli(*base, "--judge-args", golden.JUDGE_ARGS, "--run-id", "clean").exit_code == 0
+    assert run_cli(*base, "--judge-args", golden.JUDGE_ARGS + ",fail_every=2", "--run-id", "src").exit_code == 0
+    flaky = tasks_part(tmp_path / "src")["legal_eval_v1"]
+    assert flaky["counts"]["judge_errors"] > 0
+    kept = rescore(tmp_path / "src", "-o", tmp_path / "kept", "-q")  # without --judge-model: kept as they were
+    assert kept.exit_code == 0 and tasks_part(tmp_path / "kept")["legal_eval_v1"] == flaky
+    result = rescore(tmp_path / "src", "--judge-model", "dummy", "--judge-args", golden.JUDGE_ARGS,
+                     "-o", tmp_path / "new", "-q")
+    assert result.exit_code == 0, result.output
+    assert tasks_part(tmp_path / "new") == tasks_part(tmp_path / "clean")
