@@ -88,8 +88,8 @@ class Engine:
         runs = [TaskRun(spec, self.registry, opts, failure) for spec, failure in resolve_tasks(opts, self.registry)]
         ready = [tr for tr in runs if not tr.failure]
         backend, judge_backend = self._backends(ready)
-        check_inputs(self.run_dir, {tr.name: fingerprint(tr.spec.folder, tr.data_files()) for tr in ready},
-                     self.resume)
+        inputs = {tr.name: fingerprint(tr.spec.folder, tr.data_files()) for tr in ready}
+        check_inputs(self.run_dir, inputs, self.resume)
         # (rewritten on resume: writers named then, and a new --fail-fast/--max-error-rate, are kept)
         write_json_atomic(self.run_dir / "config.json", redact(asdict(opts), self.secrets))
         events = EventLog(self.run_dir / "events.jsonl", self.run_id)
@@ -112,7 +112,7 @@ class Engine:
                 raise
         finally:
             summary = redact(build_summary(self.run_id, opts, runs, (backend, judge_backend), time.perf_counter() - wall0,
-                                           load_s, interrupted, stopped, self._versions()), self.secrets)
+                                           load_s, interrupted, stopped, self._versions(), inputs), self.secrets)
             self._finish(summary, events, interrupted, (backend, judge_backend))
         if interrupted:
             raise Interrupted(interrupted, stopped)

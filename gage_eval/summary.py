@@ -7,6 +7,7 @@ from datetime import datetime
 from typing import Any, Mapping
 
 from gage_eval.errors import EXIT_OK, EXIT_ROW_ERRORS, EXIT_TASK_FAILED
+from gage_eval.repro import reproducibility
 
 STAGES = ("dataset_materialization_s", "inference_s", "judge_s", "evaluation_s", "writing_s")
 
@@ -63,8 +64,10 @@ def run_summary(*, run_id: str, options: Any, tasks: Mapping[str, Any], timings:
 
 
 def build_summary(run_id: str, options: Any, runs: list, backends: tuple, wall: float, load_s: float,
-                  interrupted: str | None, stopped: int | None, versions: Mapping[str, Any]) -> dict:
-    """The summary of a run from its task runs (``TaskRun``) and its (model, judge) backends."""
+                  interrupted: str | None, stopped: int | None, versions: Mapping[str, Any],
+                  inputs: Mapping[str, Any] | None = None) -> dict:
+    """The summary of a run from its task runs (``TaskRun``) and its (model, judge) backends;
+    ``inputs``: the tasks' fingerprints (inputs.json) for ``run.reproducibility``."""
     backend, judge_backend = backends
     tasks = {tr.name: tr.summary(options.max_error_rate) for tr in runs}
     timings = derived_timings({k: sum(tr.timings[k] for tr in runs) for k in STAGES},
@@ -75,6 +78,8 @@ def build_summary(run_id: str, options: Any, runs: list, backends: tuple, wall: 
     judge = ({"name": options.judge_model or options.model, "model_id": judge_backend.model_id,
               "args": options.judge_args, "settings": judge_backend.settings()} if any(tr.judge for tr in runs)
              else None)
-    return run_summary(run_id=run_id, options=options, tasks=tasks, timings=timings, model=model, judge=judge,
-                       interrupted=interrupted, stopped=stopped, versions=versions,
-                       created=datetime.now().astimezone().isoformat(timespec="seconds"))
+    summary = run_summary(run_id=run_id, options=options, tasks=tasks, timings=timings, model=model, judge=judge,
+                          interrupted=interrupted, stopped=stopped, versions=versions,
+                          created=datetime.now().astimezone().isoformat(timespec="seconds"))
+    summary["run"]["reproducibility"] = reproducibility(options, runs, inputs)
+    return summary
