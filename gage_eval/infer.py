@@ -1,11 +1,16 @@
 """The infer stage: a window of rows through the model backend's stream, each row handed on
-the moment its outputs arrived (its unconditioned scores too, when it has a second request)."""
+the moment its outputs arrived (its unconditioned scores too, when it has a second request).
+
+With a response cache (``--cache``, :mod:`gage_eval.cache`) each request of the window is looked
+up first: hits are handed on at once, as if the backend had answered, only misses go to the
+backend, and the misses' outputs without an error are stored when the window's stream ends."""
 from __future__ import annotations
 
 import time
 from typing import Callable, Iterator
 
 from gage_eval.backend import LOGLIKELIHOOD, Backend, ModelOutput, Request
+from gage_eval.cache import ModelCache
 from gage_eval.errors import FatalBackendError, GageError
 from gage_eval.scoring import model_output
 from gage_eval.taskrun import Item, TaskRun
@@ -31,10 +36,12 @@ class Stops:
 class Inference:
     """Runs rows through the model backend; ``done(item)`` gets each row once, finished."""
 
-    def __init__(self, backend: Backend, stops: Stops, strip_reasoning: bool = False):
+    def __init__(self, backend: Backend, stops: Stops, strip_reasoning: bool = False,
+                 cache: ModelCache | None = None):
         self.backend = backend
         self.stops = stops
         self.strip_reasoning = strip_reasoning
+        self.cache = cache
 
     def run(self, tr: TaskRun, live: list[Item], done: Callable[[Item], None]) -> None:
         if self.stops.get("model"):
@@ -59,13 +66,59 @@ class Inference:
                 self._finish(it)
                 done(it)
 
-        got, stopped, busy, t0 = self._stream(requests, arrived)
+        if self.cache is None:
+            got, stopped, busy, t0 = self._stream(requests, arrived)
+        else:
+            got, stopped, busy, t0 = self._cached(tr, requests, arrived)
         tr.timings["inference_s"] += time.perf_counter() - t0 - busy
         if self.stops.get("model"):
             tr.failure = tr.failure or f"the model backend stopped the run: {self.stops.get('model')}"
         for j in range(len(requests)):
             if j not in got:
                 arrived(j, ModelOutput(error=stopped or f"backend returned no output for request {j} of the batch"))
+
+    def _cached(self, tr: TaskRun, requests: list[Request], arrived: Callable[[int, ModelOutput], None]
+                ) -> tuple[set[int], str | None, float, float]:
+        """:meth:`_stream` for the cache's misses only; the hits are handed on first."""
+        cache = self.cache
+        assert cache is not None
+        t0 = time.perf_counter()
+        keys = [cache.key(r) for r in requests]
+        stored = cache.lookup(keys)
+        got, misses, busy = set(), [], 0.0
+        for j, key in enumerate(keys):
+            out = stored.get(key)
+            if out is None:
+                misses.append(j)
+                continue
+            got.add(j)
+            t_in = time.perf_counter()
+            arrived(j, out)
+            busy += time.perf_counter() - t_in
+        tr.cache_counts["hits"] += len(got)
+        tr.cache_counts["misses"] += len(misses)
+        answered: list[tuple[str, str]] = []  # (key, stored text) of the outputs to keep
+
+        def miss_arrived(m: int, out: ModelOutput) -> None:
+            row = cache.row(keys[misses[m]], out)  # serialized before a later stage can touch it
+            if row is not None:
+                answered.append(row)
+            arrived(misses[m], out)
+
+        stopped = None
+        if misses:
+            try:
+                got_m, stopped, busy_m, _ = self._stream([requests[j] for j in misses], miss_arrived)
+            except BaseException:  # an interrupted window keeps what had arrived; the interrupt wins
+                try:
+                    cache.put(answered)
+                except GageError:
+                    pass
+                raise
+            cache.put(answered)
+            got.update(misses[m] for m in got_m)
+            busy += busy_m
+        return got, stopped, busy, t0
 
     def _stream(self, requests: list[Request], arrived: Callable[[int, ModelOutput], None]
                 ) -> tuple[set[int], str | None, float, float]:

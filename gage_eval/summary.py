@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import asdict
 from datetime import datetime
+from pathlib import Path
 from typing import Any, Mapping
 
 from gage_eval.errors import EXIT_OK, EXIT_ROW_ERRORS, EXIT_TASK_FAILED
@@ -82,4 +83,7 @@ def build_summary(run_id: str, options: Any, runs: list, backends: tuple, wall: 
                           interrupted=interrupted, stopped=stopped, versions=versions,
                           created=datetime.now().astimezone().isoformat(timespec="seconds"))
     summary["run"]["reproducibility"] = reproducibility(options, runs, inputs)
+    if options.cache:  # the response cache's hits and misses, per request (gage_eval.cache)
+        summary["run"]["cache"] = {"path": str(Path(options.cache) / "responses.sqlite"),
+                                   **{k: sum(tr.cache_counts[k] for tr in runs) for k in ("hits", "misses")}}
     return summary

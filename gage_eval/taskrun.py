@@ -68,6 +68,7 @@ class TaskRun:
         self.errors_by_stage: dict[str, int] = {}
         self.timings = dict.fromkeys(STAGES, 0.0)
         self.extra_counts: dict[str, int] = {}
+        self.cache_counts = {"hits": 0, "misses": 0}  # the response cache's, per request (--cache)
         self.metrics: list = []
         self.judge = None
         self.primary = spec.primary_metric
@@ -229,6 +230,7 @@ class TaskRun:
             "counts": dict(self.counts, **({"by_counter": self.extra_counts} if self.extra_counts else {})),
             "errors_by_stage": self.errors_by_stage,
             "timings": {k: round(v, 6) for k, v in t.items()},
+            **({"cache": dict(self.cache_counts)} if self.options.cache else {}),
         }
 
 
