@@ -154,7 +154,8 @@ def collect_registry(pm: pluggy.PluginManager) -> Registry:
     return registry
 
 
-CORE_SCHEMAS = ("sample", "instance", "task", "summary")  # gage_eval.schemas owns these names
+# gage_eval.schemas owns these names
+CORE_SCHEMAS = ("sample", "instance", "task", "summary", "instance_0.3.0", "aggregate_0.3.0")
 
 
 def _collect_schemas(pm: pluggy.PluginManager, registry: Registry) -> None:

@@ -23,6 +23,9 @@ SCHEMA_FILES = {
     "instance": "instance_level_eval_0.2.0.schema.json",
     "task": "task.schema.json",
     "summary": "summary.schema.json",  # a run folder's summary.json: one JSON object, not rows
+    # Every Eval Ever 0.3.0 (--eee-version 0.3.0; gage_eval.eee), EEE's files as published
+    "instance_0.3.0": "every_eval_ever_0.3.0/instance_level_eval.schema.json",
+    "aggregate_0.3.0": "every_eval_ever_0.3.0/eval.schema.json",  # eee_aggregate.json: one object
 }
 
 SAMPLE_REQUIRED = ("schema_version", "id", "messages", "references")

@@ -2,7 +2,8 @@
 
 The run folder's own files are the core's writers: ``samples/<task>.jsonl`` (the record of
 truth, which ``--resume`` reads back), ``instances/<task>.jsonl`` (Every Eval Ever instance
-records, spec 002) and ``summary.json``. A plugin adds formats with the
+records: 0.2.0, spec 002, or 0.3.0 with ``eee_aggregate.json``, :mod:`gage_eval.eee`) and
+``summary.json``. A plugin adds formats with the
 ``gage_register_writers`` hook; a run names the ones it wants with ``--writer NAME[:k=v,...]``.
 
 On ``--resume`` every writer starts each task afresh and first receives the records kept
@@ -16,6 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
 
+from gage_eval import eee
 from gage_eval.errors import GageError, OutputError
 from gage_eval.events import RunStart, TaskDone
 from gage_eval.kv import parse_kv
@@ -85,20 +87,32 @@ class SamplesWriter(Writer):
 
 
 class InstancesWriter(SamplesWriter):
-    """``instances/<task>.jsonl``: the instance_level_eval 0.2.0 record (spec 002) of each sample."""
+    """``instances/<task>.jsonl``: the Every Eval Ever record(s) of each sample, in the version
+    the run names (``--eee-version``): 0.2.0 (spec 002, the default), one instance_level_eval
+    record a sample; or 0.3.0 (:mod:`gage_eval.eee`), one record per metric value a sample
+    contributed, and at the end the aggregate record ``eee_aggregate.json`` in the run folder.
+
+    ``eee_version`` None: the run folder's ``config.json`` says (read at :meth:`start`; it is
+    written before). A run in 0.2.0 removes an ``eee_aggregate.json`` an earlier 0.3.0 run of the
+    folder left (a resume rebuilds instances/ in the version it names)."""
 
     name = "instances"
 
-    def __init__(self, run_dir: Path):
+    def __init__(self, run_dir: Path, eee_version: str | None = None):
         super().__init__(run_dir)
         self.model_id = ""
         self.run_id = run_dir.name
+        self.eee_version = eee_version
+        self._notes = eee.MetricNotes()  # what the 0.3.0 aggregate needs from the records
+        self._started = False
 
     def path(self, task: str) -> Path:
         return self.run_dir / "instances" / f"{task}.jsonl"
 
     def start(self, run: RunStart) -> None:
-        self.model_id, self.run_id = run.model_id, run.run_id
+        self.model_id, self.run_id, self._started = run.model_id, run.run_id, True
+        if self.eee_version is None:
+            self.eee_version = _config_eee_version(self.run_dir)
 
     def task_start(self, task: str) -> None:
         try:  # rebuilt whole from the kept records on resume
@@ -107,7 +121,38 @@ class InstancesWriter(SamplesWriter):
             raise output_error(self.path(task), exc) from None
 
     def write(self, task: str, record: Mapping[str, Any]) -> None:
-        super().write(task, build_instance(record, task=task, model_id=self.model_id, evaluation_id=self.run_id))
+        if self.eee_version != "0.3.0":
+            super().write(task, build_instance(record, task=task, model_id=self.model_id, evaluation_id=self.run_id))
+            return
+        self._notes.add(task, record)
+        for instance in eee.build_instances(record, task=task, model_id=self.model_id, evaluation_id=self.run_id):
+            super().write(task, instance)
+
+    def end(self, summary: Mapping[str, Any]) -> None:
+        super().end(summary)
+        if not self._started:  # stopped before start() (the model load): instances/ is as it was
+            return
+        path = self.run_dir / eee.AGGREGATE_FILE
+        if self.eee_version == "0.3.0":
+            write_json_atomic(path, eee.build_aggregate(summary, notes=self._notes,
+                                                        inputs=eee.read_inputs(self.run_dir)))
+        else:
+            try:
+                path.unlink(missing_ok=True)
+            except OSError as exc:
+                raise output_error(path, exc) from None
+
+
+def _config_eee_version(run_dir: Path) -> str:
+    """The run's --eee-version as its config.json holds it (0.2.0 when absent or unreadable)."""
+    import json
+
+    try:
+        config = json.loads((run_dir / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return "0.2.0"
+    version = config.get("eee_version") if isinstance(config, dict) else None
+    return version if version in ("0.2.0", "0.3.0") else "0.2.0"
 
 
 class SummaryWriter(Writer):
