@@ -134,6 +134,10 @@ def test_aggregate_numbers_are_the_summarys(judged_run):
             assert "standard_error" not in details["uncertainty"]
         else:
             assert details["uncertainty"]["standard_error"]["value"] == stats["stderr"]
+        normal = (stats.get("ci95") or {}).get("normal")
+        if normal is not None:  # summary.json's normal 95% interval; the bootstrap one in details
+            ci = details["uncertainty"]["confidence_interval"]
+            assert [ci["lower"], ci["upper"], ci["confidence_level"]] == [*normal, 0.95]
         config = got["metric_config"]
         if config.get("metric_unit") == "proportion":  # the bounds contain the score (EEE's semantic check)
             assert 0.0 <= details["score"] <= 1.0
