@@ -179,7 +179,8 @@ class ResponseCache:
 
 
 class ModelCache:
-    """The responses of one model identity: :meth:`lookup` before the backend, :meth:`store` after."""
+    """The responses of one model identity: :meth:`lookup` before the backend; :meth:`row` of
+    each output as it arrives, :meth:`put` of those rows after."""
 
     def __init__(self, cache: ResponseCache, identity: str, secrets: tuple[str, ...]):
         self.cache = cache
@@ -220,10 +221,6 @@ class ModelCache:
 
     def put(self, rows: Iterable[tuple[str, str]]) -> None:
         self.cache.put(self.identity, rows)
-
-    def store(self, pairs: Iterable[tuple[str, ModelOutput]]) -> None:
-        """Keep each output without an error."""
-        self.put(r for r in (self.row(k, out) for k, out in pairs) if r is not None)
 
     def _media_digests(self, messages: Any) -> list[str]:
         """sha256 of each local file a ``url``/``path`` in the messages names (in order)."""
