@@ -114,6 +114,10 @@ def test_mcnemar_hand_computed():
     assert mcnemar_exact_p(3, 3) == 1.0
     # no discordant pair: p = 1
     assert mcnemar_exact_p(0, 0) == 1.0
+    # the recurrence equals the textbook sum of math.comb terms
+    for b, c in [(7, 19), (120, 150), (333, 300), (0, 45)]:
+        n = b + c
+        assert mcnemar_exact_p(b, c) == min(1.0, 2 * sum(math.comb(n, k) for k in range(min(b, c) + 1)) / 2 ** n)
     # large n stays finite and tiny: b=0, c=2000 -> 2/2^2000 underflows to 0
     assert mcnemar_exact_p(0, 2000) == 0.0
     assert 0 < mcnemar_exact_p(400, 600) < 1e-9
