@@ -292,7 +292,9 @@ def _natural_key(sid: str) -> tuple:
 
 
 def _task_version(run: RunFolder, task: str) -> Any:
-    """The task's version as recorded (summary task entry or reproducibility), else ABSENT."""
+    """The task's version as recorded (summary task entry or reproducibility); runs that did not
+    record it: the ``version`` of the task.yaml in the run's task folder as it is now (its
+    folder hash, beside it in the diff, says whether the folder changed since), else ABSENT."""
     entry = run.tasks.get(task) or {}
     if "version" in entry:
         return entry["version"]
@@ -301,6 +303,16 @@ def _task_version(run: RunFolder, task: str) -> Any:
         tasks = repro.get("tasks")
         if isinstance(tasks, dict) and isinstance(tasks.get(task), dict) and "version" in tasks[task]:
             return tasks[task]["version"]
+    folder = (entry.get("source") or {}).get("folder")
+    if isinstance(folder, str) and (Path(folder) / "task.yaml").is_file():
+        from gage_eval.jsonio import read_yaml
+
+        try:
+            spec = read_yaml(Path(folder) / "task.yaml")
+        except GageError:
+            return ABSENT
+        if isinstance(spec, dict) and "version" in spec:
+            return spec["version"]
     return ABSENT
 
 
@@ -333,7 +345,10 @@ def _settings_side(run: RunFolder, tasks: list[str]) -> dict[str, Any]:
         flat[f"task.{task}.data_files"] = sorted(data) if isinstance(data, dict) else ABSENT
     _flatten("versions", run.run.get("versions") or {}, flat)
     repro = run.run.get("reproducibility")
-    if repro is not None:
+    if isinstance(repro, dict):
+        repro = dict(repro)
+        if isinstance(repro.get("tasks"), dict):  # only the compared tasks
+            repro["tasks"] = {t: v for t, v in repro["tasks"].items() if t in tasks}
         _flatten("reproducibility", repro, flat)
     return flat
 
@@ -341,6 +356,13 @@ def _settings_side(run: RunFolder, tasks: list[str]) -> dict[str, Any]:
 def settings_diff(run_a: RunFolder, run_b: RunFolder, tasks: list[str]) -> list[dict[str, Any]]:
     """One row per setting of either run: key, a, b (None when absent), in_a, in_b, same."""
     a, b = _settings_side(run_a, tasks), _settings_side(run_b, tasks)
+    # a run from before run.reproducibility existed: one row says so, not one per missing leaf
+    for mine, other, run in ((a, b, run_a), (b, a, run_b)):
+        if not isinstance(run.run.get("reproducibility"), dict):
+            for key in [k for k in other if k.startswith("reproducibility.")]:
+                del other[key]
+            mine["reproducibility"] = ABSENT
+            other.setdefault("reproducibility", "(recorded)")
     keys = list(a) + [k for k in b if k not in a]
     rows = []
     for key in keys:
@@ -408,7 +430,7 @@ def _show(value: Any, present: bool) -> str:
     if not present:
         return "(absent)"
     text = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
-    return text if len(text) <= 60 else text[:57] + "..."
+    return text if len(text) <= 72 else text[:69] + "..."  # a sha256 (64) is shown whole
 
 
 def metric_rows(task_result: Mapping[str, Any]) -> list[list[str]]:

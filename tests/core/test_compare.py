@@ -272,9 +272,19 @@ def test_versions_and_reproducibility_diff(tmp_path):
     assert differ["versions.gage_eval"]["a"] == "0.1.0" and differ["versions.gage_eval"]["b"] == "0.2.0"
     assert "versions.plugins.builtin" in differ
     assert differ["task.toy.data_sha256"]["b"] == ["e" * 64]
-    # reproducibility only in B: its leaves are absent in A
-    torch = differ["reproducibility.libraries.torch"]
-    assert torch["in_a"] is False and torch["in_b"] is True and torch["b"] == "2.4.0"
+    # reproducibility only in B (A from before it was recorded): one row, not one per leaf
+    assert differ["reproducibility"]["in_a"] is False and differ["reproducibility"]["b"] == "(recorded)"
+    assert not any(key.startswith("reproducibility.") for key in differ)
+    # in both: leaf by leaf, only the compared tasks' entries
+    c = write_run(tmp_path / "c", "toy", rows, run_id="c", extra_run={"reproducibility": {
+        "python": "3.11.7", "libraries": {"torch": "2.5.1", "vllm": "0.6.0"},
+        "tasks": {"toy": {"sha256": "1" * 64, "git_commit": "abc"}, "other": {"sha256": "2" * 64}}}})
+    differ = {r["key"]: r for r in compare_json(b, c)["settings"] if not r["same"]}
+    assert differ["reproducibility.libraries.torch"]["a"] == "2.4.0"
+    assert differ["reproducibility.libraries.torch"]["b"] == "2.5.1"
+    assert differ["reproducibility.libraries.vllm"]["in_a"] is False
+    assert differ["reproducibility.tasks.toy.git_commit"]["b"] == "abc"
+    assert not any(key.startswith("reproducibility.tasks.other") for key in differ)
 
 
 # ---------------------------------------------------------------- HTML
