@@ -363,3 +363,31 @@ def test_real_dummy_runs_metric_set_differs(run_cli, tmp_path):
     assert {"task.piqa.folder_sha256", "model.args.seed"} <= differ
     text = CliRunner().invoke(compare_command, [str(tmp_path / "a"), str(tmp_path / "b")]).stdout
     assert "metrics only in A (not compared): acc_norm" in text
+
+
+def test_repeated_id_warns_and_keeps_the_last(tmp_path):
+    a = write_run(tmp_path / "a", "toy", {"s0": {"acc": 1.0}, "s1": {"acc": 0.0}}, run_id="a")
+    b = write_run(tmp_path / "b", "toy", {"s0": {"acc": 1.0}, "s1": {"acc": 0.0}}, run_id="b")
+    with (b / "samples" / "toy.jsonl").open("a") as fh:  # s1 again, now right
+        fh.write(json.dumps({"id": "s1", "eval_result": {"metrics": {"acc": {"value": 1.0}},
+                                                         "overall": {"score": 1.0, "passed": True}}}) + "\n")
+    result = invoke(a, b, "--json")
+    assert result.exit_code == 0 and "more than once" in result.stderr
+    assert json.loads(result.stdout)["tasks"]["toy"]["metrics"]["acc"]["flips"]["0->1"] == ["s1"]
+
+
+def test_docs_example_is_true(run_cli, tmp_path):
+    """docs/compare.md's example output: piqa's 24 shipped rows, dummy seed 1234 vs seed 7."""
+    assert run_cli("--tasks", "piqa", "--model", "dummy", "-o", tmp_path, "--run-id", "base", "-q").exit_code == 0
+    assert run_cli("--tasks", "piqa", "--model", "dummy", "--model-args", "seed=7", "-o", tmp_path,
+                   "--run-id", "seed7", "-q").exit_code == 0
+    result = invoke(tmp_path / "base", tmp_path / "seed7")
+    assert result.exit_code == 0, result.stderr
+    doc = (ROOT / "docs" / "compare.md").read_text()
+    shown = result.stdout.splitlines()[2:]  # the lines after the two run paths
+    assert len(shown) > 10
+    for line in shown:
+        if line.startswith("settings: "):  # "2 differ, N the same": N counts this machine's library versions
+            assert line.startswith("settings: 2 differ, ") and "settings: 2 differ, " in doc
+            continue
+        assert line in doc, line
