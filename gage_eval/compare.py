@@ -34,7 +34,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 import click
 
-from gage_eval.errors import EXIT_USAGE, GageError
+from gage_eval.errors import EXIT_USAGE, GageError, OutputError
 from gage_eval.metric import metric_value
 from gage_eval.records import read_jsonl
 
@@ -576,7 +576,7 @@ def compare_command(run_a, run_b, tasks, resamples, seed, html_file, as_json):
             try:
                 html_file.write_text(render_html(result), encoding="utf-8")
             except OSError as exc:
-                raise GageError(f"{html_file}: cannot write ({exc.strerror or exc})") from None
+                raise OutputError(f"{html_file}: cannot write ({exc.strerror or exc})") from None
     except GageError as exc:
         click.echo(f"gage-eval: error: {exc}", err=True)
         sys.exit(getattr(exc, "exit_code", EXIT_USAGE))

@@ -314,6 +314,8 @@ def test_html_page(flipped_pair, tmp_path):
     text = " ".join(parser.text)
     assert parser.tags.count("table") == 2 and "style" in parser.tags
     assert parser.urls == [] and "script" not in parser.tags  # self-contained: nothing to fetch
+    result = invoke(a, b, "--html", tmp_path / "no" / "such" / "cmp.html")
+    assert result.exit_code == 4 and "cannot write" in result.stderr
     for figure in ("0.5000", "0.6333", "+0.1333", "0.2188", "s15, s16, s17, s18, s19", "model.args.temperature"):
         assert figure in text, figure
 
