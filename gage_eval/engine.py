@@ -19,6 +19,7 @@ from typing import Any, Mapping
 
 from gage_eval import __version__
 from gage_eval.backend import Backend
+from gage_eval.cache import ModelCache, ResponseCache
 from gage_eval.errors import FailFast, GageError, OutputError
 from gage_eval.events import RunEnd, RunStart, SampleDone, TaskDone
 from gage_eval.idset import IdSet
@@ -30,6 +31,7 @@ from gage_eval.plugins import load_plugins, plugin_versions
 from gage_eval.progress import Progress, status
 from gage_eval.records import EventLog, read_jsonl, write_json_atomic
 from gage_eval.redact import mask, redact, strip_credentials
+from gage_eval.report import ReportWriter
 from gage_eval.rowlog import RowLog
 from gage_eval.rundir import check_inputs, fingerprint
 from gage_eval.sample import elide_inline_media
@@ -49,11 +51,14 @@ class Engine:
         self.pm, self.registry = load_plugins()
         self.run_id = run_dir.name
         self.secrets: tuple[str, ...] = ()
+        self.cache: ResponseCache | None = None  # --cache (gage_eval.cache)
+        self.model_cache: ModelCache | None = None
         self.stops = Stops(self._clean)
         self._observers: dict[str, list] = {}  # hook -> its implementations (plugins do not change mid-run)
         self.allowed_dirs = tuple(Path(p).expanduser().resolve() for p in options.allow_paths)
         self.samples = SamplesWriter(run_dir)
-        self.writers = WriterSet([self.samples, InstancesWriter(run_dir), SummaryWriter(run_dir)],
+        self.writers = WriterSet([self.samples, InstancesWriter(run_dir, options.eee_version), SummaryWriter(run_dir),
+                                  ReportWriter(run_dir, options)],
                                  plugin_writers(self.registry, list(options.writers)))
 
     def _notify(self, hook: str, event: Any) -> None:
@@ -88,6 +93,7 @@ class Engine:
         runs = [TaskRun(spec, self.registry, opts, failure) for spec, failure in resolve_tasks(opts, self.registry)]
         ready = [tr for tr in runs if not tr.failure]
         backend, judge_backend = self._backends(ready)
+        self.cache = ResponseCache(opts.cache) if opts.cache else None  # a bad cache file stops here (exit 2)
         inputs = {tr.name: fingerprint(tr.spec.folder, tr.data_files()) for tr in ready}
         check_inputs(self.run_dir, inputs, self.resume)
         # (rewritten on resume: writers named then, and a new --fail-fast/--max-error-rate, are kept)
@@ -172,6 +178,8 @@ class Engine:
                 raise
         finally:
             gc.unfreeze()
+            if self.cache is not None:
+                self.cache.close()
             for b in {id(b): b for b in backends}.values():
                 b.close()
             self._notify("gage_run_end", RunEnd(self.run_id, self.run_dir, summary))
@@ -188,7 +196,9 @@ class Engine:
             expected = None
         progress = Progress(tr.name, total=expected, quiet=opts.quiet, start=len(done))
         log = RowLog(events, self.stops, opts.quiet)
-        infer = Inference(backend, self.stops, opts.strip_reasoning)
+        if self.cache is not None and self.model_cache is None:  # (keyed by the settings after open())
+            self.model_cache = self.cache.bind(backend, opts.model, opts.seed, self.secrets)
+        infer = Inference(backend, self.stops, opts.strip_reasoning, self.model_cache)
         write = lambda it: self._write(tr, it, log, progress)  # noqa: E731
         judging = Judging(judge_backend, self.stops, then=write) if tr.judge is not None else None
         seen, window, shown = IdSet(), [], 0
