@@ -1,11 +1,13 @@
 """The judge stage: finished rows whose task has a judge wait in small chunks, then their
-judge requests run together on the judge backend and each row gets its verdict."""
+judge requests run together on the judge backend and each row gets its verdict. With a response
+cache (``--cache``) the judge's requests are looked up first, as the model's are (:mod:`gage_eval.infer`)."""
 from __future__ import annotations
 
 import time
 from typing import Callable
 
 from gage_eval.backend import Backend, ModelOutput
+from gage_eval.cache import ModelCache
 from gage_eval.errors import FatalBackendError
 from gage_eval.infer import Stops, safe_run
 from gage_eval.taskrun import Item, TaskRun
@@ -14,8 +16,10 @@ from gage_eval.taskrun import Item, TaskRun
 class Judging:
     """Collects finished rows of a judged task and passes them on judged, ``chunk`` at a time."""
 
-    def __init__(self, judge_backend: Backend, stops: Stops, then: Callable[[Item], None]):
+    def __init__(self, judge_backend: Backend, stops: Stops, then: Callable[[Item], None],
+                 cache: ModelCache | None = None):
         self.backend = judge_backend
+        self.cache = cache
         self.stops = stops
         self.then = then
         self.pending: list[Item] = []
@@ -50,7 +54,7 @@ class Judging:
         if not requests:
             return
         t0 = time.perf_counter()
-        replies = self._replies(requests)
+        replies = self._replies(requests) if self.cache is None else self._cached(tr, requests)
         if self.stops.get("judge"):
             tr.failure = tr.failure or f"the judge backend stopped the run: {self.stops.get('judge')}"
         tr.timings["judge_s"] += time.perf_counter() - t0
@@ -61,6 +65,28 @@ class Judging:
             it.verdict = verdict
             if verdict.error:
                 it.error = {"stage": "judge", "message": verdict.error, "locator": it.locator}
+
+    def _cached(self, tr: TaskRun, requests: list) -> list[ModelOutput]:
+        """:meth:`_replies` for the cache's misses only; their answers without an error are kept."""
+        cache = self.cache
+        assert cache is not None
+        keys = [cache.key(r) for r in requests]
+        stored = cache.lookup(keys)
+        misses = [j for j, key in enumerate(keys) if key not in stored]
+        counts = tr.cache_counts
+        counts["judge_hits"] = counts.get("judge_hits", 0) + len(requests) - len(misses)
+        counts["judge_misses"] = counts.get("judge_misses", 0) + len(misses)
+        replies = [stored.get(key) for key in keys]
+        if misses:
+            answered = self._replies([requests[j] for j in misses])
+            rows = []
+            for j, out in zip(misses, answered):
+                replies[j] = out
+                row = cache.row(keys[j], out)
+                if row is not None:
+                    rows.append(row)
+            cache.put(rows)
+        return replies
 
     def _replies(self, requests: list) -> list[ModelOutput]:
         if not self.stops.get("judge"):
