@@ -30,6 +30,7 @@ from gage_eval.options import RunOptions
 from gage_eval.plugins import load_plugins, plugin_versions
 from gage_eval.progress import Progress, status
 from gage_eval.records import EventLog, read_jsonl, write_json_atomic
+from gage_eval.repro import warn_changed_environment
 from gage_eval.redact import mask, redact, strip_credentials
 from gage_eval.report import ReportWriter
 from gage_eval.rowlog import RowLog
@@ -37,7 +38,7 @@ from gage_eval.rundir import check_inputs, fingerprint
 from gage_eval.sample import elide_inline_media
 from gage_eval.scoring import finish_record
 from gage_eval.summary import build_summary
-from gage_eval.taskrun import Item, TaskRun, _check_capabilities, make_backend, resolve_tasks
+from gage_eval.taskrun import Item, TaskRun, make_backends, resolve_tasks
 from gage_eval.writers import InstancesWriter, SamplesWriter, SummaryWriter, WriterSet, plugin_writers
 
 __all__ = ["Engine", "RunOptions", "TaskRun"]
@@ -53,6 +54,7 @@ class Engine:
         self.secrets: tuple[str, ...] = ()
         self.cache: ResponseCache | None = None  # --cache (gage_eval.cache)
         self.model_cache: ModelCache | None = None
+        self.judge_cache: ModelCache | None = None  # the model's own when the judge is the model
         self.stops = Stops(self._clean)
         self._observers: dict[str, list] = {}  # hook -> its implementations (plugins do not change mid-run)
         self.allowed_dirs = tuple(Path(p).expanduser().resolve() for p in options.allow_paths)
@@ -92,10 +94,14 @@ class Engine:
         opts = self.options
         runs = [TaskRun(spec, self.registry, opts, failure) for spec, failure in resolve_tasks(opts, self.registry)]
         ready = [tr for tr in runs if not tr.failure]
-        backend, judge_backend = self._backends(ready)
+        backend, judge_backend = make_backends(self.registry, opts, ready)
+        # (read with getattr: a plugin's backend may be duck-typed rather than derived from Backend)
+        self.secrets = tuple(getattr(backend, "secrets", ()) or ()) + tuple(getattr(judge_backend, "secrets", ()) or ())
         self.cache = ResponseCache(opts.cache) if opts.cache else None  # a bad cache file stops here (exit 2)
         inputs = {tr.name: fingerprint(tr.spec.folder, tr.data_files()) for tr in ready}
         check_inputs(self.run_dir, inputs, self.resume)
+        if self.resume:
+            warn_changed_environment(self.run_dir)
         # (rewritten on resume: writers named then, and a new --fail-fast/--max-error-rate, are kept)
         write_json_atomic(self.run_dir / "config.json", redact(asdict(opts), self.secrets))
         events = EventLog(self.run_dir / "events.jsonl", self.run_id)
@@ -123,23 +129,6 @@ class Engine:
         if interrupted:
             raise Interrupted(interrupted, stopped)
         return summary
-
-    def _backends(self, ready: list[TaskRun]) -> tuple[Backend, Backend]:
-        """The model's backend and the judge's (the same object when they are the same), checked
-        against what the tasks need."""
-        opts = self.options
-        backend = make_backend(self.registry, opts.model, opts.model_args, opts.batch_size, opts.seed)
-        judge_backend = backend
-        if any(tr.judge for tr in ready):
-            if opts.judge_model and (opts.judge_model, opts.judge_args) != (opts.model, opts.model_args):
-                judge_backend = make_backend(self.registry, opts.judge_model, opts.judge_args, opts.batch_size,
-                                             opts.seed)
-            _check_capabilities([tr.spec for tr in ready if tr.judge], judge_backend,
-                                opts.judge_model or opts.model, role="judge model")
-        _check_capabilities([tr.spec for tr in ready], backend, opts.model, chat=opts.apply_chat_template)
-        # (read with getattr: a plugin's backend may be duck-typed rather than derived from Backend)
-        self.secrets = tuple(getattr(backend, "secrets", ()) or ()) + tuple(getattr(judge_backend, "secrets", ()) or ())
-        return backend, judge_backend
 
     def _open(self, backend: Backend, judge_backend: Backend, events: EventLog) -> float:
         """Load the model (and the judge's); returns the seconds it took."""
@@ -200,7 +189,10 @@ class Engine:
             self.model_cache = self.cache.bind(backend, opts.model, opts.seed, self.secrets)
         infer = Inference(backend, self.stops, opts.strip_reasoning, self.model_cache)
         write = lambda it: self._write(tr, it, log, progress)  # noqa: E731
-        judging = Judging(judge_backend, self.stops, then=write) if tr.judge is not None else None
+        if self.cache is not None and tr.judge is not None and self.judge_cache is None:
+            self.judge_cache = (self.model_cache if judge_backend is backend else
+                                self.cache.bind(judge_backend, opts.judge_model or opts.model, opts.seed, self.secrets))
+        judging = Judging(judge_backend, self.stops, write, self.judge_cache) if tr.judge is not None else None
         seen, window, shown = IdSet(), [], 0
         t_load = time.perf_counter()
         try:

@@ -168,3 +168,34 @@ def reproducibility(options: Any, runs: list, inputs: Mapping[str, Mapping[str, 
         "tasks": {tr.name: task_record(tr.spec, inputs[tr.name]) for tr in runs if tr.name in inputs},
         "seeds": seeds(options, runs),
     }
+
+
+def changed_environment(run_dir: Path) -> list[str]:
+    """What differs between the software a run folder's summary.json recorded and this
+    process's (gage-eval, Python, the model libraries), as ``name: then -> now`` lines; empty
+    when nothing differs or nothing was recorded. A resume warns with these: its rows would
+    mix two environments."""
+    import json
+
+    from gage_eval import __version__
+
+    try:
+        run = json.loads((run_dir / "summary.json").read_text(encoding="utf-8")).get("run") or {}
+    except (OSError, ValueError, AttributeError):
+        return []
+    then: dict[str, Any] = {"gage-eval": (run.get("versions") or {}).get("gage_eval")}
+    recorded = run.get("reproducibility") or {}
+    then["python"] = (recorded.get("python") or {}).get("version")
+    then.update(recorded.get("libraries") or {})
+    now: dict[str, Any] = {"gage-eval": __version__, "python": platform.python_version(), **library_versions()}
+    return [f"{name}: {then[name]} -> {now.get(name, 'not installed')}"
+            for name in sorted(then) if then[name] is not None and then[name] != now.get(name, "not installed")]
+
+
+def warn_changed_environment(run_dir: Path) -> None:
+    """On resume: say what software changed since the run began (not refused: an upgrade rarely
+    changes scores, but the rows written before and after may differ)."""
+    changed = changed_environment(run_dir)
+    if changed:
+        print(f"gage-eval: warning: --resume {run_dir}: the software differs from the run's start "
+              f"({'; '.join(changed)}); rows written before and after may differ", file=sys.stderr)

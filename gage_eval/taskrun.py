@@ -317,3 +317,17 @@ def make_backend(registry: Registry, name: str, args: Mapping[str, Any], batch_s
     except TypeError as exc:
         raise GageError(f"backend {name!r}: bad arguments: {exc}") from None
 
+
+
+def make_backends(registry: Registry, opts: RunOptions, ready: list["TaskRun"]) -> tuple[Backend, Backend]:
+    """The model's backend and the judge's (the same object when they are the same), checked
+    against what the tasks that can run need."""
+    backend = make_backend(registry, opts.model, opts.model_args, opts.batch_size, opts.seed)
+    judge_backend = backend
+    if any(tr.judge for tr in ready):
+        if opts.judge_model and (opts.judge_model, opts.judge_args) != (opts.model, opts.model_args):
+            judge_backend = make_backend(registry, opts.judge_model, opts.judge_args, opts.batch_size, opts.seed)
+        _check_capabilities([tr.spec for tr in ready if tr.judge], judge_backend,
+                            opts.judge_model or opts.model, role="judge model")
+    _check_capabilities([tr.spec for tr in ready], backend, opts.model, chat=opts.apply_chat_template)
+    return backend, judge_backend

@@ -131,3 +131,22 @@ def test_gpu_named_only_when_torch_is_imported(monkeypatch):
 def test_cpu_model_is_a_string_or_none():
     cpu = repro.cpu_model()
     assert cpu is None or (isinstance(cpu, str) and cpu)
+
+
+def test_resume_warns_when_the_software_changed(tmp_path, run_cli):
+    """--resume reads run.reproducibility: a library or Python version that differs from the
+    run's start is named in a warning; the resume still runs."""
+    result = run_cli("--tasks", "piqa", "--model", "dummy", "--limit", 4, "-o", tmp_path, "--run-id", "r", "-q")
+    assert result.exit_code == 0, result.output
+    run_dir = tmp_path / "r"
+    assert repro.changed_environment(run_dir) == []
+    summary = json.loads((run_dir / "summary.json").read_text())
+    summary["run"]["reproducibility"]["libraries"]["jinja2"] = "0.0.1"
+    summary["run"]["reproducibility"]["python"]["version"] = "2.7.18"
+    (run_dir / "summary.json").write_text(json.dumps(summary))
+    changed = repro.changed_environment(run_dir)
+    assert any(c.startswith("jinja2: 0.0.1 -> ") for c in changed) and any(c.startswith("python: 2.7.18 -> ")
+                                                                         for c in changed), changed
+    result = run_cli("--resume", run_dir, "-q")
+    assert result.exit_code == 0, result.output
+    assert "the software differs from the run's start" in result.output and "jinja2: 0.0.1 ->" in result.output
