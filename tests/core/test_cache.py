@@ -299,3 +299,31 @@ def assert_close(a, b):
         assert b == pytest.approx(a, rel=1e-12, abs=1e-15)
     else:
         assert a == b
+
+
+def test_judge_requests_go_through_the_cache(run_cli, tmp_path):
+    sys.path.insert(0, str(ROOT / "tests" / "backends"))
+    from openai_fake_server import FakeServer
+
+    tasks = ROOT / "tests" / "backends" / "openai_tasks"
+    fast = "timeout=1,backoff=0.01,backoff_max=0.05,max_retries=4"
+    summaries, sent = [], []
+    with FakeServer() as server:
+        for run_id in ("a", "b"):
+            before = len(server.log)
+            result = run_cli("--tasks", "http_judged", "--include-path", tasks, "--model", "openai", "--model-args",
+                             f"base_url={server.url},model=fake-model,{fast}", "--judge-model", "openai",
+                             "--judge-args", f"base_url={server.url},model=fake-model,{fast},concurrency=2",
+                             "-o", tmp_path / "runs", "--run-id", run_id, "-q", "--cache", tmp_path / "cache")
+            assert result.exit_code in (0, 1), result.output
+            summaries.append(json.loads((tmp_path / "runs" / run_id / "summary.json").read_text()))
+            sent.append([e["body"]["messages"][-1]["content"] for e in server.log[before:]])
+    first, second = (s["tasks"]["http_judged"]["cache"] for s in summaries)
+    assert first["hits"] == 0 and first["judge_hits"] == 0 and first["judge_misses"] == 4
+    # the rerun: every model answer and every judge verdict that did not fail comes from the cache
+    judged_ok = 4 - summaries[0]["tasks"]["http_judged"]["counts"]["judge_errors"]
+    assert judged_ok == 3  # j-judge-fails: its judge gave up, and is asked again
+    assert second["misses"] == 0 and second["hits"] == first["misses"]
+    assert second["judge_hits"] == judged_ok and second["judge_misses"] == 4 - judged_ok
+    assert all("Grade the answer" in text for text in sent[1])  # only judge prompts reached the server
+    assert summaries[1]["run"]["cache"]["judge_hits"] == judged_ok
