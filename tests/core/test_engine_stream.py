@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-import gage_eval.engine as engine_mod
+import gage_eval.taskrun as taskrun_mod
 from gage_eval.backend import LOGLIKELIHOOD, Backend, ModelOutput, Request
 from gage_eval.engine import Engine, RunOptions
 from gage_eval.errors import FatalBackendError
@@ -54,7 +54,7 @@ def run_with(monkeypatch, tmp_path, backend: Scripted, task="piqa", include=()):
     run_dir = tmp_path / "r"
     run_dir.mkdir()
     backend.samples_path = run_dir / "samples" / f"{task}.jsonl"
-    monkeypatch.setattr(engine_mod, "make_backend", lambda *a, **k: backend)
+    monkeypatch.setattr(taskrun_mod, "make_backend", lambda *a, **k: backend)
     summary = Engine(RunOptions(tasks=[task], model="dummy", quiet=True, include_paths=list(include)),
                      run_dir).run()
     records = [json.loads(l) for l in backend.samples_path.read_text().splitlines()]
