@@ -51,6 +51,7 @@ class Judging:
                 continue
             requests.extend(reqs)
             owners.append((it, len(reqs)))
+            it.judge_prompts = [r.messages if r.chat and r.messages is not None else r.prompt for r in reqs]
         if not requests:
             return
         t0 = time.perf_counter()

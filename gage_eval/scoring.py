@@ -20,6 +20,8 @@ def finish_record(tr: Any, it: Any) -> dict:
     result: dict[str, Any] = {}
     if it.verdict is not None:
         result["judge"] = it.verdict.to_dict()
+        if it.judge_prompts:  # the judge's prompts, for reading a verdict back (report.html)
+            result["judge"]["prompts"] = it.judge_prompts
     if it.error is not None:
         result["error"] = it.error
         record["eval_result"] = result

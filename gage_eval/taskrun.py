@@ -34,6 +34,7 @@ class Item:
     aux_output: ModelOutput | None = None  # the unconditioned scores (Request.unconditioned)
     model_output: dict = field(default_factory=dict)  # output + rendered prompt pieces, for judges and metrics
     verdict: Any = None
+    judge_prompts: list = field(default_factory=list)  # what the judge was asked (text, or chat messages)
 
 
 MAX_WARNINGS_SHOWN = 20  # per task, on the console; events.jsonl has all of them

@@ -571,3 +571,11 @@ def test_writer_sees_the_end_of_an_interrupted_run(tmp_path, fresh_plugins, run_
     writer = plugin.made[-1]
     assert writer.calls == ["start resume=False model_id=test/lastword", "task_start memtask", "end exit=130"]
     assert [l.split("\t")[0] for l in (out / "memtask.tsv").read_text().splitlines()] == seen
+
+
+def test_the_judges_prompts_are_written_with_its_verdict(plugin_run):
+    _, samples, _, _ = plugin_run
+    for s in samples:
+        judge = s["eval_result"]["judge"]
+        assert judge["prompts"] == [f"grade {s['predict_result'][0]['message']['content'][0]['text']}"], judge
+        assert "score" in judge
