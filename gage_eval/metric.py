@@ -92,23 +92,19 @@ def metric_value(result: Any) -> float | None:
 
 
 class MeanAccumulator:
-    """Running mean and sample variance (Welford), plus the values as counts per distinct value
-    (:class:`gage_eval.stats.ValueCounts`) for the bootstrap interval; memory stays flat in n
-    for metrics with few distinct values (8 bytes a row past ``stats.MAX_DISTINCT`` of them)."""
+    """The values as counts per distinct value (:class:`gage_eval.stats.ValueCounts`): their
+    mean and sample variance, computed at the end so that they do not depend on the order rows
+    finished in, and the bootstrap interval. Memory stays flat in n for metrics with few distinct
+    values (8 bytes a row past ``stats.MAX_DISTINCT`` of them)."""
 
-    __slots__ = ("n", "mean", "m2", "values")
+    __slots__ = ("n", "values")
 
     def __init__(self) -> None:
         self.n = 0
-        self.mean = 0.0
-        self.m2 = 0.0
         self.values = ValueCounts()
 
     def add(self, x: float) -> None:
         self.n += 1
-        delta = x - self.mean
-        self.mean += delta / self.n
-        self.m2 += delta * (x - self.mean)
         self.values.add(x)
 
     def result(self, seed: str | None = None) -> dict[str, Any]:
@@ -116,9 +112,11 @@ class MeanAccumulator:
         if self.n == 0:
             out = {"value": None, "stderr": None, "n": 0}
         else:
-            # standard error of the mean with the sample (n-1) variance, as lm-eval reports it
-            stderr = math.sqrt(self.m2 / (self.n - 1) / self.n) if self.n > 1 else None
-            out = {"value": self.mean, "stderr": stderr, "n": self.n}
+            mean, m2 = self.values.moments()
+            # standard error of the mean with the sample (n-1) variance, as lm-eval reports it:
+            # sqrt(sum((x - mean)^2) / (n - 1)) / sqrt(n)
+            stderr = math.sqrt(m2 / (self.n - 1)) / math.sqrt(self.n) if self.n > 1 else None
+            out = {"value": mean, "stderr": stderr, "n": self.n}
         if seed is not None:
             out["ci95"] = {"normal": normal_interval(out["value"], out["stderr"]),
                            "bootstrap": self.values.bootstrap_interval(seed)}

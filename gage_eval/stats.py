@@ -124,6 +124,22 @@ class ValueCounts:
             self.counts = None
         self.values.append(x)
 
+    def moments(self) -> tuple[float, float]:
+        """The mean and the sum of squared deviations from it, the same whatever order the values
+        came in (a resume, a cached rerun and a run in completion order agree to the last bit):
+        correctly rounded sums (``math.fsum``) over the values, or over the distinct values in
+        sorted order."""
+        n = self.n
+        if not n:
+            return math.nan, 0.0
+        if self.counts is not None:
+            items = sorted(self.counts.items())
+            mean = math.fsum(v * c for v, c in items) / n
+            return mean, math.fsum(c * (v - mean) ** 2 for v, c in items)
+        values = self.values if self.values is not None else ()
+        mean = math.fsum(values) / n
+        return mean, math.fsum((x - mean) ** 2 for x in values)
+
     def bootstrap_interval(self, seed: str | int, resamples: int = DEFAULT_RESAMPLES,
                            level: float = 0.95) -> list[float] | None:
         """The percentile bootstrap interval of the mean; None for fewer than 2 values."""

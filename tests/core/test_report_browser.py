@@ -157,6 +157,7 @@ def test_an_mmmu_sample_shows_its_image(driver, tmp_path):
     _wait(driver, lambda: _matches(driver) == 1)
     card = driver.find_element(By.CSS_SELECTOR, "#list details.sample")
     card.find_element(By.TAG_NAME, "summary").click()
+    _wait(driver, lambda: card.find_elements(By.CSS_SELECTOR, "img.thumb"))  # built when the card opens
     img = card.find_element(By.CSS_SELECTOR, "img.thumb")
     driver.execute_script("arguments[0].scrollIntoView()", img)
     _wait(driver, lambda: driver.execute_script("return arguments[0].complete && arguments[0].naturalWidth > 0", img))
