@@ -155,6 +155,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--top", type=int, default=25)
     ap.add_argument("--keep", metavar="DIR", help="write data and runs here (default: a temp dir, removed)")
     ap.add_argument("--json", action="store_true", help="print the figures as JSON")
+    ap.add_argument("--new-extra", action="append", default=[], metavar="ARG",
+                    help="an argument for the new code only (repeatable), e.g. --new-extra=--no-report to leave "
+                         "out the end-of-run report.html, which the old code does not write")
     ap.add_argument("extra", nargs="*", help="extra gage-eval arguments after --")
     args = ap.parse_args(argv)
     sizes = [args.rows] if args.rows else [int(s) for s in args.sizes.split(",") if s.strip()]
@@ -162,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
     work.mkdir(parents=True, exist_ok=True)
     try:
         base = [run_size(n, work, args.extra, args.baseline, "old") for n in sizes] if args.baseline else []
-        results = [run_size(n, work, args.extra, args.code) for n in sizes]
+        results = [run_size(n, work, args.extra + args.new_extra, args.code) for n in sizes]
         if not args.json:
             print(f"{'code':>4}  {'rows':>8}  {'wall s':>7}  {'samples/s':>9}  {'engine/s':>8}  {'peak RSS MiB':>12}  "
                   "stages (s)")

@@ -27,6 +27,7 @@ import io
 import json
 import os
 import sys
+import tempfile
 from collections import OrderedDict
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
@@ -354,8 +355,10 @@ def _plot(rows: list[dict], n_runs: int) -> dict | None:
 
 def report_data(run_dirs: Sequence[Path | str], out_dir: Path | None = None,
                 summaries: Mapping[Path, Mapping[str, Any]] | None = None,
-                warn: Callable[[str], None] | None = None) -> dict:
-    """Everything the page shows, from the run folders (the first is the reference column)."""
+                warn: Callable[[str], None] | None = None, spool: Any = None) -> dict:
+    """Everything the page shows, from the run folders (the first is the reference column).
+    With ``spool`` (a text file), each sample's compact JSON goes there, one per line, instead
+    of into ``samples``: memory stays flat however many samples the runs hold."""
     warn = warn or _warn
     dirs = [Path(d) for d in run_dirs]
     out_dir = out_dir or dirs[0]
@@ -372,7 +375,10 @@ def report_data(run_dirs: Sequence[Path | str], out_dir: Path | None = None,
             n_samples = 0
             for record in _iter_records(run_dir / "samples" / f"{name}.jsonl"):
                 compact = _compact(record, i, name, run_dir, images)
-                samples.append(compact)
+                if spool is None:
+                    samples.append(compact)
+                else:
+                    spool.write(_json_for_script(compact) + "\n")
                 n_samples += 1
                 e = compact.get("e")
                 if e:
@@ -398,7 +404,8 @@ def report_data(run_dirs: Sequence[Path | str], out_dir: Path | None = None,
                      "tasks": tasks, "summary": summary})
     if images.wanted:
         images.recover(dirs, warn)
-    return {"runs": runs, "samples": samples, "images": images.embedded, "compare": _compare(runs)}
+    return {"runs": runs, "samples": samples, "images": images.embedded, "compare": _compare(runs),
+            "n_samples": sum(t["samples"] for r in runs for t in r["tasks"])}
 
 
 def _compare(runs: list[dict]) -> list[dict]:
@@ -439,27 +446,42 @@ def render_report(run_dirs: Sequence[Path | str], out: Path | str,
     import jinja2
 
     out = Path(out)
-    data = report_data(run_dirs, out.parent.resolve(), summaries, warn)
-    env = jinja2.Environment(loader=jinja2.PackageLoader("gage_eval", "templates"),
-                             autoescape=True, undefined=jinja2.StrictUndefined)
-    env.filters["fmt"] = _fmt
-    env.filters["tojson_compact"] = lambda v: json.dumps(v, ensure_ascii=False, sort_keys=False, indent=1,
-                                                         default=str)
-    blob = {"samples": data["samples"], "images": data["images"], "page": PAGE_SIZE,
-            "runs": [{"id": r["id"], "tasks": [t["name"] for t in r["tasks"]]} for r in data["runs"]],
-            "summaries": [r["summary"] for r in data["runs"]]}
-    html = env.get_template(TEMPLATE).render(runs=data["runs"], compare=data["compare"], z=Z95,
-                                             n_samples=len(data["samples"]), page_size=PAGE_SIZE,
-                                             data_json=_json_for_script(blob))
-    tmp = out.with_name(out.name + ".tmp")
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_text(html, encoding="utf-8")
-        os.replace(tmp, out)
-    except OSError as exc:
-        tmp.unlink(missing_ok=True)
-        raise GageError(f"{out}: cannot write the report ({exc.strerror or exc})") from None
+    with tempfile.TemporaryFile("w+", encoding="utf-8") as spool:
+        data = report_data(run_dirs, out.parent.resolve(), summaries, warn, spool=spool)
+        env = jinja2.Environment(loader=jinja2.PackageLoader("gage_eval", "templates"),
+                                 autoescape=True, undefined=jinja2.StrictUndefined)
+        env.filters["fmt"] = _fmt
+        env.filters["tojson_compact"] = lambda v: json.dumps(v, ensure_ascii=False, sort_keys=False, indent=1,
+                                                             default=str)
+        rest = {"images": data["images"], "page": PAGE_SIZE,
+                "runs": [{"id": r["id"], "tasks": [t["name"] for t in r["tasks"]]} for r in data["runs"]],
+                "summaries": [r["summary"] for r in data["runs"]]}
+        html = env.get_template(TEMPLATE).render(runs=data["runs"], compare=data["compare"], z=Z95,
+                                                 n_samples=data["n_samples"], page_size=PAGE_SIZE,
+                                                 data_json=_DATA_MARK)
+        head, mark, tail = html.partition(_DATA_MARK)
+        if not mark:
+            raise GageError(f"the report template {TEMPLATE} has no place for the samples")
+        tmp = out.with_name(out.name + ".tmp")
+        try:
+            out.parent.mkdir(parents=True, exist_ok=True)
+            with tmp.open("w", encoding="utf-8") as fh:  # the samples are copied from the spool, not held
+                fh.write(head)
+                fh.write('{"samples":[')
+                spool.seek(0)
+                for j, line in enumerate(spool):
+                    fh.write("," if j else "")
+                    fh.write(line.rstrip("\n"))
+                fh.write("]," + _json_for_script(rest)[1:])
+                fh.write(tail)
+            os.replace(tmp, out)
+        except OSError as exc:
+            tmp.unlink(missing_ok=True)
+            raise GageError(f"{out}: cannot write the report ({exc.strerror or exc})") from None
     return out
+
+
+_DATA_MARK = "\x00gage-eval-report-data\x00"  # where the samples' JSON goes in the rendered page
 
 
 def _warn(msg: str) -> None:
