@@ -100,11 +100,28 @@ class ResponseCache:
             self.db = sqlite3.connect(str(self.path), timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None,
                                       check_same_thread=False)
             self.db.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
-            self._setup()
+            self._setup_when_free()
         except sqlite3.DatabaseError as exc:
             self.close()
             raise GageError(f"--cache {self.folder}: {self.path} is not a readable response cache ({exc}); "
                             f"delete it or give another folder") from None
+
+    def _setup_when_free(self) -> None:
+        """:meth:`_setup`, tried again while another process holds the file: SQLite answers a
+        change of journal mode (two runs creating one cache at once) with "database is locked"
+        at once, without waiting the busy timeout."""
+        import random
+        import time
+
+        deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
+        while True:
+            try:
+                return self._setup()
+            except sqlite3.OperationalError as exc:
+                busy = "locked" in str(exc) or "busy" in str(exc)
+                if not busy or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.02 + random.random() * 0.08)
 
     def _setup(self) -> None:
         db = self.db

@@ -10,6 +10,7 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -313,3 +314,19 @@ def test_judge_requests_go_through_the_cache(run_cli, tmp_path):
     assert second["judge_hits"] == judged_ok and second["judge_misses"] == 4 - judged_ok
     assert all("Grade the answer" in text for text in sent[1])  # only judge prompts reached the server
     assert summaries[1]["run"]["cache"]["judge_hits"] == judged_ok
+
+
+def test_many_processes_creating_one_cache_at_once_all_open_it(tmp_path):
+    """SQLite answers two connections switching a new file to WAL at once with "database is
+    locked" without waiting: the cache tries again until its busy timeout."""
+    script = ("import sys, time; from gage_eval.cache import ResponseCache; start = float(sys.argv[2]);"
+              "time.sleep(max(0.0, start - time.time())); ResponseCache(sys.argv[1]).close(); print('ok')")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    for round_ in range(4):
+        folder = tmp_path / f"cache{round_}"
+        start = time.time() + 1.5  # every process is started and importing before this
+        procs = [subprocess.Popen([sys.executable, "-c", script, str(folder), repr(start)], stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True, env=env) for _ in range(6)]
+        for p in procs:
+            out, err = p.communicate(timeout=120)
+            assert p.returncode == 0 and out.strip() == "ok", err
