@@ -213,6 +213,20 @@ def _paired_metric(ids: list[str], a: list[float], b: list[float]) -> dict[str, 
     return out
 
 
+def _add_intervals(compared: dict[str, dict[str, Any]], diffs: Mapping[str, list[float]], missing: Mapping[str, int],
+                   per_metric_ids: Mapping[str, list[str]], resamples: int, seed: int) -> None:
+    """Each compared metric's paired bootstrap interval; one bootstrap per set of ids (usually
+    one: every metric has a value on every paired row)."""
+    groups: dict[tuple[str, ...], list[str]] = {}
+    for name, ids in per_metric_ids.items():
+        groups.setdefault(tuple(ids), []).append(name)
+    for ids, group in groups.items():
+        cis = bootstrap_intervals({name: diffs[name] for name in group}, len(ids), resamples, seed)
+        for name in group:
+            compared[name]["ci"] = cis.get(name)
+            compared[name]["missing"] = missing[name]
+
+
 def compare_task(run_a: RunFolder, run_b: RunFolder, task: str, *, resamples: int, seed: int,
                  warn: Callable[[str], None]) -> dict[str, Any]:
     sum_a, sum_b = run_a.tasks[task], run_b.tasks[task]
@@ -256,15 +270,7 @@ def compare_task(run_a: RunFolder, run_b: RunFolder, task: str, *, resamples: in
             missing[name] = len(paired) - len(ids)
             compared[name] = _paired_metric(ids, a, b)
             diffs[name] = [y - x for x, y in zip(a, b)]
-    # one bootstrap per set of ids (usually one: every metric has a value on every paired row)
-    groups: dict[tuple[str, ...], list[str]] = {}
-    for name, ids in per_metric_ids.items():
-        groups.setdefault(tuple(ids), []).append(name)
-    for ids, group in groups.items():
-        cis = bootstrap_intervals({name: diffs[name] for name in group}, len(ids), resamples, seed)
-        for name in group:
-            compared[name]["ci"] = cis.get(name)
-            compared[name]["missing"] = missing[name]
+    _add_intervals(compared, diffs, missing, per_metric_ids, resamples, seed)
     return {
         "primary_metric": primary,
         "ids": {"a": len(rec_a), "b": len(rec_b), "common": len(common),

@@ -82,7 +82,31 @@ def build_instances(record: Mapping[str, Any], *, task: str, model_id: str, eval
     evaluation_result_id for a row that errored or that no metric scored."""
     result = record.get("eval_result") or {}
     overall = result.get("overall") or {}
-    error = result.get("error")
+    parts = _instance_parts(record, task=task, model_id=model_id, evaluation_id=evaluation_id)
+    metrics = result.get("metrics") or {}
+    values = {name: _metric_value(detail) for name, detail in metrics.items()}
+    scored = [name for name, v in values.items() if v is not None]
+    if result.get("error") or not scored:
+        score = overall.get("score")
+        return [_instance(parts, task, float(score) if _metric_value(score) is not None else 0.0,
+                          bool(overall.get("passed", False)), overall.get("extracted"), overall.get("method"), None)]
+    primary = overall.get("metric")
+    scored.sort(key=lambda name: name != primary)  # stable: the primary first, then as recorded
+    out = []
+    for name in scored:
+        detail = metrics[name] if isinstance(metrics[name], Mapping) else {}
+        correct = detail.get("correct")
+        if not isinstance(correct, bool):
+            correct = bool(overall.get("passed", False)) if name == primary else values[name] == 1.0
+        out.append(_instance(parts, task, values[name], correct, detail.get("extracted", overall.get("extracted")),
+                             detail.get("method", overall.get("method")), name))
+    return out
+
+
+def _instance_parts(record: Mapping[str, Any], *, task: str, model_id: str, evaluation_id: str) -> dict:
+    """What every instance record of one sample shares: the base record, token usage,
+    performance, metadata, and the pieces its attribution reads."""
+    result = record.get("eval_result") or {}
     preds = [p for p in record.get("predict_result") or [] if isinstance(p, Mapping)]
     pred = preds[0] if preds else {}
     outputs = [content_text((p.get("message") or {}).get("content")) for p in preds]
@@ -97,70 +121,49 @@ def build_instances(record: Mapping[str, Any], *, task: str, model_id: str, eval
     if record.get("options"):
         inp["choices"] = [str(o.get("content", "")) for o in record["options"]]
     base: dict[str, Any] = {
-        "schema_version": EEE_VERSION,
-        "evaluation_id": evaluation_id,
-        "model_id": model_id,
-        "evaluation_name": task,
-        "sample_id": str(record.get("id")),
-        "sample_hash": sample_hash(inp["raw"], refs),
-        "interaction_type": "single_turn",
-        "input": inp,
-        "output": {"raw": outputs},
+        "schema_version": EEE_VERSION, "evaluation_id": evaluation_id, "model_id": model_id,
+        "evaluation_name": task, "sample_id": str(record.get("id")), "sample_hash": sample_hash(inp["raw"], refs),
+        "interaction_type": "single_turn", "input": inp, "output": {"raw": outputs},
     }
     usage = pred.get("usage") or {}
+    tokens = None
     if isinstance(usage.get("input_tokens"), int) and isinstance(usage.get("output_tokens"), int):
         inp_t, out_t = usage["input_tokens"], usage["output_tokens"]
         tokens = {"input_tokens": inp_t, "output_tokens": out_t, "total_tokens": inp_t + out_t}
-    else:
-        tokens = None
     perf = {k: float(pred[k]) for k in ("latency_ms", "time_to_first_token_ms")
             if isinstance(pred.get(k), (int, float)) and pred[k] >= 0}
     meta: dict[str, Any] = {"task_type": record.get("task_type")}
     for key, tag in (record.get("data_tag") or {}).items():
         meta[f"data_tag.{key}"] = tag
-    judge = result.get("judge")
+    return {"base": base, "tokens": tokens, "perf": perf, "meta": meta, "outputs": outputs,
+            "overall": result.get("overall") or {}, "judge": result.get("judge"), "error": result.get("error")}
 
-    def one(score: float, correct: bool, extracted: Any, method: Any, metric: str | None) -> dict:
-        inst = dict(base)
-        if metric is not None:
-            inst["evaluation_result_id"] = result_id(task, metric)
-        inst["answer_attribution"] = [{
-            "turn_idx": 0, "source": overall.get("source", "output.raw"),
-            "extracted_value": str(extracted if extracted is not None else (outputs[0] if outputs else "")),
-            "extraction_method": str(method or "custom"), "is_terminal": True}]
-        if judge and method == "llm_judge":
-            inst["answer_attribution"].append({
-                "turn_idx": 0, "source": "output.raw",
-                "extracted_value": str(judge.get("score", judge.get("label", ""))),
-                "extraction_method": "llm_judge", "is_terminal": True})
-        inst["evaluation"] = {"score": score, "is_correct": correct, "num_turns": 1}
-        if tokens:
-            inst["token_usage"] = dict(tokens)
-        if perf:
-            inst["performance"] = dict(perf)
-        if error:
-            inst["error"] = f"{error.get('stage', 'error')}: {error.get('message', '')}"
-        inst["metadata"] = _strings({**meta, "metric": metric})
-        return inst
 
-    metrics = result.get("metrics") or {}
-    values = {name: _metric_value(detail) for name, detail in metrics.items()}
-    scored = [name for name, v in values.items() if v is not None]
-    if error or not scored:
-        score = overall.get("score")
-        return [one(float(score) if _metric_value(score) is not None else 0.0, bool(overall.get("passed", False)),
-                    overall.get("extracted"), overall.get("method"), None)]
-    primary = overall.get("metric")
-    scored.sort(key=lambda name: name != primary)  # stable: the primary first, then as recorded
-    out = []
-    for name in scored:
-        detail = metrics[name] if isinstance(metrics[name], Mapping) else {}
-        correct = detail.get("correct")
-        if not isinstance(correct, bool):
-            correct = bool(overall.get("passed", False)) if name == primary else values[name] == 1.0
-        out.append(one(values[name], correct, detail.get("extracted", overall.get("extracted")),
-                       detail.get("method", overall.get("method")), name))
-    return out
+def _instance(parts: Mapping[str, Any], task: str, score: float, correct: bool, extracted: Any, method: Any,
+              metric: str | None) -> dict:
+    """One instance record: the shared parts plus one metric's score and attribution."""
+    inst = dict(parts["base"])
+    overall, outputs, judge, error = parts["overall"], parts["outputs"], parts["judge"], parts["error"]
+    if metric is not None:
+        inst["evaluation_result_id"] = result_id(task, metric)
+    inst["answer_attribution"] = [{
+        "turn_idx": 0, "source": overall.get("source", "output.raw"),
+        "extracted_value": str(extracted if extracted is not None else (outputs[0] if outputs else "")),
+        "extraction_method": str(method or "custom"), "is_terminal": True}]
+    if judge and method == "llm_judge":
+        inst["answer_attribution"].append({
+            "turn_idx": 0, "source": "output.raw",
+            "extracted_value": str(judge.get("score", judge.get("label", ""))),
+            "extraction_method": "llm_judge", "is_terminal": True})
+    inst["evaluation"] = {"score": score, "is_correct": correct, "num_turns": 1}
+    if parts["tokens"]:
+        inst["token_usage"] = dict(parts["tokens"])
+    if parts["perf"]:
+        inst["performance"] = dict(parts["perf"])
+    if error:
+        inst["error"] = f"{error.get('stage', 'error')}: {error.get('message', '')}"
+    inst["metadata"] = _strings({**parts["meta"], "metric": metric})
+    return inst
 
 
 class MetricNotes:
@@ -346,42 +349,12 @@ def build_aggregate(summary: Mapping[str, Any], *, notes: MetricNotes | None = N
     """The EEE 0.3.0 aggregate record of a run from its summary.json (and its inputs.json):
     every number is the summary's."""
     notes = notes or MetricNotes()
-    inputs = inputs or {}
     run = summary.get("run") or {}
-    settings = run.get("settings") or {}
     versions = run.get("versions") or {}
     evaluated = _epoch(run.get("created"))
     results = []
     for task, entry in (summary.get("tasks") or {}).items():
-        folder_name = (entry.get("source") or {}).get("folder")
-        folder = Path(folder_name) if folder_name else None
-        spec = _task_file(folder)
-        source = _source_data(task, entry, inputs)
-        generation = _generation_config(spec, folder, settings, run.get("command"))
-        scoring = _llm_scoring(spec, folder, run["judge"]) if run.get("judge") else None
-        metrics = entry.get("metrics") or {}
-        primary = entry.get("primary_metric")
-        order = sorted(metrics, key=lambda m: m != primary)
-        higher = {m: bool(metrics[m].get("higher_is_better", True)) for m in metrics}
-
-        def add(metric: str, stats: Mapping[str, Any], tag: tuple[str, str] | None) -> None:
-            extra: dict[str, Any] = {}
-            if scoring is not None and (task, metric) in notes.judged:
-                extra["llm_scoring"] = scoring
-            name = task if tag is None else f"{task}/{tag[0]}={tag[1]}"
-            res = _result(task, metric, stats, higher=higher.get(metric, True), proportion=notes.proportion(task, metric),
-                          name=name, source=source, tag=tag, evaluated=evaluated, extra=extra)
-            if res is not None:
-                if generation:
-                    res["generation_config"] = generation
-                results.append(res)
-
-        for metric in order:
-            add(metric, metrics[metric], None)
-        for key, by_value in (entry.get("slices") or {}).items():
-            for value, slice_metrics in by_value.items():
-                for metric in sorted(slice_metrics, key=lambda m: order.index(m) if m in order else len(order)):
-                    add(metric, slice_metrics[metric], (key, value))
+        results.extend(_task_results(task, entry, run, notes, inputs or {}, evaluated))
     source_details = {"run_id": run.get("id"), "exit_status": run.get("exit_status"),
                       "interrupted": run.get("interrupted")}
     record: dict[str, Any] = {
@@ -402,6 +375,42 @@ def build_aggregate(summary: Mapping[str, Any], *, notes: MetricNotes | None = N
         "evaluation_results": results,
     })
     return record
+
+
+def _task_results(task: str, entry: Mapping[str, Any], run: Mapping[str, Any], notes: MetricNotes,
+                  inputs: Mapping[str, Any], evaluated: Any) -> list[dict]:
+    """One task's evaluation results: each metric (primary first), then each data_tag slice."""
+    folder_name = (entry.get("source") or {}).get("folder")
+    folder = Path(folder_name) if folder_name else None
+    spec = _task_file(folder)
+    source = _source_data(task, entry, inputs)
+    generation = _generation_config(spec, folder, run.get("settings") or {}, run.get("command"))
+    scoring = _llm_scoring(spec, folder, run["judge"]) if run.get("judge") else None
+    metrics = entry.get("metrics") or {}
+    primary = entry.get("primary_metric")
+    order = sorted(metrics, key=lambda m: m != primary)
+    higher = {m: bool(metrics[m].get("higher_is_better", True)) for m in metrics}
+    results: list[dict] = []
+
+    def add(metric: str, stats: Mapping[str, Any], tag: tuple[str, str] | None) -> None:
+        extra: dict[str, Any] = {}
+        if scoring is not None and (task, metric) in notes.judged:
+            extra["llm_scoring"] = scoring
+        name = task if tag is None else f"{task}/{tag[0]}={tag[1]}"
+        res = _result(task, metric, stats, higher=higher.get(metric, True), proportion=notes.proportion(task, metric),
+                      name=name, source=source, tag=tag, evaluated=evaluated, extra=extra)
+        if res is not None:
+            if generation:
+                res["generation_config"] = generation
+            results.append(res)
+
+    for metric in order:
+        add(metric, metrics[metric], None)
+    for key, by_value in (entry.get("slices") or {}).items():
+        for value, slice_metrics in by_value.items():
+            for metric in sorted(slice_metrics, key=lambda m: order.index(m) if m in order else len(order)):
+                add(metric, slice_metrics[metric], (key, value))
+    return results
 
 
 def read_inputs(run_dir: Path) -> Mapping[str, Any]:

@@ -241,12 +241,8 @@ def _tags(data_tag: Any) -> list[str]:
     return out
 
 
-def _compact(record: Mapping[str, Any], run: int, task: str, run_dir: Path, images: _Images) -> dict:
-    result = record.get("eval_result") or {}
-    out: dict[str, Any] = {"r": run, "t": task, "id": str(record.get("id", "")), "s": _status(result)}
-    tags = _tags(record.get("data_tag"))
-    if tags:
-        out["g"] = tags
+def _compact_messages(record: Mapping[str, Any], run: int, task: str, run_dir: Path, images: _Images) -> list:
+    """The sample's messages as [role, parts]: text clipped, images as thumbnail references."""
     messages = []
     for m in record.get("messages") or []:
         if not isinstance(m, dict):
@@ -266,6 +262,16 @@ def _compact(record: Mapping[str, Any], run: int, task: str, run_dir: Path, imag
                 if text:
                     parts.append(_clip(text))
         messages.append([m.get("role", ""), parts])
+    return messages
+
+
+def _compact(record: Mapping[str, Any], run: int, task: str, run_dir: Path, images: _Images) -> dict:
+    result = record.get("eval_result") or {}
+    out: dict[str, Any] = {"r": run, "t": task, "id": str(record.get("id", "")), "s": _status(result)}
+    tags = _tags(record.get("data_tag"))
+    if tags:
+        out["g"] = tags
+    messages = _compact_messages(record, run, task, run_dir, images)
     if messages:
         out["m"] = messages
     options = record.get("options")
@@ -291,9 +297,8 @@ def _compact(record: Mapping[str, Any], run: int, task: str, run_dir: Path, imag
     if overall.get("extracted") is not None:
         out["x"] = _clip(overall.get("extracted"))
     values = {}
-    for name, m in (result.get("metrics") or {}).items():
-        if isinstance(m, dict):
-            values[name] = m.get("value")
+    for name, m in (result.get("metrics") or {}).items():  # a result dict, or a bare number
+        values[name] = m.get("value") if isinstance(m, dict) else m
     if values:
         out["v"] = values
     error = result.get("error")

@@ -104,3 +104,20 @@ def test_import_linter_contracts():
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-2000:]
     assert "0 broken" in done.stdout
+
+
+def test_no_core_function_is_over_60_lines():
+    """Issue 13's bound on the core (gage_eval/): a function that grows past 60 lines is split."""
+    long = []
+    for path in sorted((ROOT / "gage_eval").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                lines = node.end_lineno - node.lineno + 1
+                if lines > 60:
+                    long.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name} ({lines} lines)")
+    assert not long, "core functions over 60 lines: " + "; ".join(long)
+
+
+def test_engine_is_under_300_lines():
+    lines = (ROOT / "gage_eval" / "engine.py").read_text(encoding="utf-8").count("\n")
+    assert lines < 300, f"gage_eval/engine.py has {lines} lines; move a stage out (issue 13: under 300)"
