@@ -39,7 +39,8 @@ from gage_eval.sample import elide_inline_media
 from gage_eval.scoring import finish_record
 from gage_eval.summary import build_summary
 from gage_eval.taskrun import Item, TaskRun, make_backends, resolve_tasks
-from gage_eval.writers import InstancesWriter, SamplesWriter, SummaryWriter, WriterSet, plugin_writers
+from gage_eval.writers import (InstancesWriter, SamplesWriter, SummaryWriter, WriterSet, plugin_writers,
+                               writer_secrets)
 
 __all__ = ["Engine", "RunOptions", "TaskRun"]
 
@@ -61,7 +62,8 @@ class Engine:
         self.samples = SamplesWriter(run_dir)
         self.writers = WriterSet([self.samples, InstancesWriter(run_dir, options.eee_version), SummaryWriter(run_dir),
                                   ReportWriter(run_dir, options)],
-                                 plugin_writers(self.registry, list(options.writers)))
+                                 plugin_writers(self.registry, list(options.writers)),
+                                 warn=lambda msg: print(f"gage-eval: warning: {self._clean(msg)}", file=sys.stderr))
 
     def _notify(self, hook: str, event: Any) -> None:
         """Each observer in turn; one that raises is reported and the others still hear the event."""
@@ -95,8 +97,8 @@ class Engine:
         runs = [TaskRun(spec, self.registry, opts, failure) for spec, failure in resolve_tasks(opts, self.registry)]
         ready = [tr for tr in runs if not tr.failure]
         backend, judge_backend = make_backends(self.registry, opts, ready)
-        # (read with getattr: a plugin's backend may be duck-typed rather than derived from Backend)
-        self.secrets = tuple(getattr(backend, "secrets", ()) or ()) + tuple(getattr(judge_backend, "secrets", ()) or ())
+        self.secrets = (tuple(getattr(backend, "secrets", ()) or ()) + tuple(getattr(judge_backend, "secrets", ()) or ())
+                        + writer_secrets(list(opts.writers)))  # (getattr: a plugin's backend may be duck-typed)
         self.cache = ResponseCache(opts.cache) if opts.cache else None  # a bad cache file stops here (exit 2)
         inputs = {tr.name: fingerprint(tr.spec.folder, tr.data_files()) for tr in ready}
         check_inputs(self.run_dir, inputs, self.resume)

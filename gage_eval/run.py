@@ -15,7 +15,7 @@ from gage_eval.interrupts import sigterm_interrupts
 from gage_eval.options import RunOptions, load_options, new_run_id
 from gage_eval.errors import EXIT_INTERRUPTED, EXIT_MEANING, GageError
 from gage_eval.kv import parse_kv, parse_value
-from gage_eval.redact import redact
+from gage_eval.redact import REDACTED, redact
 from gage_eval.rundir import LOCK_FILE, RunLock, masked_keys, matches_stored, remove_unused_run_dir
 from gage_eval.tasks import parse_data_overrides
 
@@ -376,6 +376,7 @@ def resumed_options(run_dir: Path, given: dict) -> RunOptions:
             setattr(stored, name, getattr(fresh, name))
     if fresh.writers:
         stored.writers = _writers([*stored.writers, *fresh.writers])
+    _check_writer_secrets(run_dir, stored.writers)
     for name, role in (("model_args", "--model-args"), ("judge_args", "--judge-args")):
         if name in supplied:
             setattr(stored, name, supplied[name])
@@ -386,6 +387,19 @@ def resumed_options(run_dir: Path, given: dict) -> RunOptions:
                             f"stored; give the arguments again with the secret: gage-eval --resume {run_dir} "
                             f"{role} ..., or pass keys through an environment variable (api_key_env)")
     return stored
+
+
+def _check_writer_secrets(run_dir: Path, specs: list[str]) -> None:
+    """A stored --writer argument that held a secret is stored masked: it must be given again."""
+    from gage_eval.writers import parse_writer
+
+    for spec in specs:
+        name, args = parse_writer(spec)
+        masked = [k for k, v in args.items() if v == REDACTED]
+        if masked:
+            raise GageError(f"--resume {run_dir}: --writer {name} held a secret ({', '.join(masked)}), which is "
+                            f"never stored; give it again: gage-eval --resume {run_dir} --writer "
+                            f"{name}:{','.join(f'{k}=...' for k in masked)}")
 
 
 def _unset() -> dict:

@@ -21,6 +21,7 @@ from gage_eval import eee
 from gage_eval.errors import GageError, OutputError
 from gage_eval.events import RunStart, TaskDone
 from gage_eval.kv import parse_kv
+from gage_eval.redact import REDACTED, is_secret_key
 from gage_eval.records import JsonlAppender, build_instance, output_error, recover_jsonl, write_json_atomic
 
 
@@ -173,6 +174,17 @@ def parse_writer(spec: str) -> tuple[str, dict]:
     if not name.strip():
         raise GageError(f"--writer {spec!r}: expected NAME or NAME:key=value,...")
     return name.strip(), parse_kv(args, f"--writer {name.strip()}")
+
+
+def writer_secrets(specs: list[str]) -> tuple[str, ...]:
+    """The values of secret-looking arguments (``api_key=``, ``token=``, ...) in ``--writer``
+    specs: masked wherever the run writes or prints, like a backend's secrets."""
+    out = []
+    for spec in specs:
+        for key, value in parse_writer(spec)[1].items():
+            if is_secret_key(key) and value not in (None, "", REDACTED):
+                out.append(str(value))
+    return tuple(out)
 
 
 def plugin_writers(registry: Any, specs: list[str]) -> list[Writer]:

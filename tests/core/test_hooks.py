@@ -579,3 +579,28 @@ def test_the_judges_prompts_are_written_with_its_verdict(plugin_run):
         judge = s["eval_result"]["judge"]
         assert judge["prompts"] == [f"grade {s['predict_result'][0]['message']['content'][0]['text']}"], judge
         assert "score" in judge
+
+
+def test_a_secret_in_writer_arguments_is_never_written(plugin_run, fresh_plugins, run_cli, tmp_path):
+    class KeyedPlugin:
+        @hookimpl
+        def gage_register_writers(self, register):
+            register("rec/keyed", lambda folder, api_key: TsvWriter(folder=folder))
+
+    fresh_plugins.register_plugin(KeyedPlugin(), "keyed")
+    out = tmp_path / "k"
+    out.mkdir()
+    secret = "sk-writer-0123456789"
+    result = run_cli("--tasks", "memtask", "--model", "lastword", "-o", tmp_path / "runs", "--run-id", "k1", "-q",
+                     "--writer", f"rec/keyed:folder={out},api_key={secret}")
+    assert result.exit_code == 0, result.output
+    run_dir = tmp_path / "runs" / "k1"
+    for path in run_dir.rglob("*"):
+        if path.is_file():
+            assert secret not in path.read_text(encoding="utf-8", errors="replace"), path
+    assert "api_key=***" in json.loads((run_dir / "config.json").read_text())["writers"][0]
+    refused = run_cli("--resume", run_dir, "-q")
+    assert refused.exit_code == 2 and "--writer rec/keyed held a secret (api_key)" in refused.output
+    again = run_cli("--resume", run_dir, "-q", "--writer", f"rec/keyed:folder={out},api_key={secret}")
+    assert again.exit_code == 0, again.output
+    assert secret not in (run_dir / "config.json").read_text()
