@@ -137,6 +137,9 @@ class PluginGroup(click.Group):
               help="Reuse model responses stored in DIR (one SQLite file) and store new ones there.")
 @click.option("--eee-version", type=click.Choice(["0.2.0", "0.3.0"]), default=None,
               help="Every Eval Ever version of the instance records in instances/ (default 0.2.0).")
+@click.option("--shard", default=None, metavar="I/N",
+              help="Run only shard I of N (0-based): the rows whose sample id hashes there. Each shard is an "
+                   "ordinary run; `gage-eval merge` joins them.")
 @click.option("--report/--no-report", "report", default=None,
               help="Write report.html into the run folder at the end (default: yes).")
 @click.option("--seed", type=int, default=None, help="Seed for sampling and for deterministic fallbacks.")
@@ -155,7 +158,7 @@ class PluginGroup(click.Group):
 @click.pass_context
 def cli(ctx, tasks, model, model_args, device, judge_model, judge_args, batch_size, limit, output_dir, run_id,
         include_path, data, config_file, system_prompt, gen_kwargs, num_fewshot, fewshot_as_multiturn,
-        apply_chat_template, strip_reasoning, dry_run, writers, cache, eee_version, report, seed, resume, fail_fast, max_error_rate, allow_path,
+        apply_chat_template, strip_reasoning, dry_run, writers, cache, eee_version, shard, report, seed, resume, fail_fast, max_error_rate, allow_path,
         allow_urls, quiet, debug):
     """Evaluate language and vision-language models on benchmark task folders.
 
@@ -185,7 +188,7 @@ def cli(ctx, tasks, model, model_args, device, judge_model, judge_args, batch_si
         allow_urls=allow_urls, quiet=quiet, system_prompt=system_prompt, gen_kwargs=gen_kwargs,
         num_fewshot=num_fewshot, fewshot_as_multiturn=fewshot_as_multiturn,
         apply_chat_template=apply_chat_template, strip_reasoning=strip_reasoning, dry_run=dry_run,
-        writers=list(writers), cache=cache, eee_version=eee_version, report=report,
+        writers=list(writers), cache=cache, eee_version=eee_version, report=report, shard=shard,
         command=" ".join(["gage-eval"] + [shlex.quote(a) for a in sys.argv[1:]]),
     )
 

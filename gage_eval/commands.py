@@ -68,8 +68,10 @@ def plugins_command(as_json):
 
 def core_commands() -> tuple[click.Command, ...]:
     from gage_eval.compare import compare_command
+    from gage_eval.merge import merge_command
     from gage_eval.report import report_command
     from gage_eval.rescore import rescore_command
     from gage_eval.validate import validate_command
 
-    return (tasks_command, plugins_command, validate_command, compare_command, rescore_command, report_command)
+    return (tasks_command, plugins_command, validate_command, compare_command, rescore_command, report_command,
+            merge_command)

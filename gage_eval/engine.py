@@ -26,7 +26,7 @@ from gage_eval.idset import IdSet
 from gage_eval.infer import Inference, Stops
 from gage_eval.interrupts import Interrupted, stop_reason
 from gage_eval.judging import Judging
-from gage_eval.options import RunOptions
+from gage_eval.options import RunOptions, in_shard
 from gage_eval.plugins import load_plugins, plugin_versions
 from gage_eval.progress import Progress, status
 from gage_eval.records import EventLog, read_jsonl, write_json_atomic
@@ -185,7 +185,7 @@ class Engine:
             expected = tr.expected()
         except (GageError, OSError):  # unreadable data: reading the rows below fails the task with it
             expected = None
-        progress = Progress(tr.name, total=expected, quiet=opts.quiet, start=len(done))
+        progress = Progress(tr.name, total=None if opts.shard else expected, quiet=opts.quiet, start=len(done))
         log = RowLog(events, self.stops, opts.quiet)
         if self.cache is not None and self.model_cache is None:  # (keyed by the settings after open())
             self.model_cache = self.cache.bind(backend, opts.model, opts.seed, self.secrets)
@@ -195,12 +195,12 @@ class Engine:
             self.judge_cache = (self.model_cache if judge_backend is backend else
                                 self.cache.bind(judge_backend, opts.judge_model or opts.model, opts.seed, self.secrets))
         judging = Judging(judge_backend, self.stops, write, self.judge_cache) if tr.judge is not None else None
-        seen, window, shown = IdSet(), [], 0
+        seen, window, shown, shard = IdSet(), [], 0, opts.shard
         t_load = time.perf_counter()
         try:
             for item, warnings in tr.items(self.allowed_dirs, opts.allow_urls, seen):
                 shown = log.warnings(tr, item.locator, warnings, progress, shown)
-                if done and item.sample["id"] in done:  # (an empty set: not resuming, no lookup)
+                if (done and item.sample["id"] in done) or (shard and not in_shard(item.sample["id"], shard)):
                     continue
                 window.append(item)
                 if len(window) >= window_size or (opts.fail_fast and _failed(item)):

@@ -42,6 +42,7 @@ class RunOptions:
     cache: str | None = None  # --cache DIR: the response cache's folder (gage_eval.cache)
     eee_version: str = "0.2.0"  # --eee-version: the Every Eval Ever version of instances/ (0.2.0, 0.3.0)
     report: bool = True  # report.html at the end of the run (--no-report: none)
+    shard: str | None = None  # --shard I/N: only the rows whose sample id hashes to shard I of N
     quiet: bool = False
     command: str = ""
     config_file: str | None = None
@@ -68,3 +69,27 @@ def load_options(run_dir: Path) -> RunOptions:
         raise GageError(f"--resume {run_dir}: {path} is not a gage-eval run config"
                         + (f" (unknown keys: {', '.join(extra)})" if extra else ""))
     return RunOptions(**data)
+
+
+def parse_shard(text: str | None, where: str = "--shard") -> str | None:
+    """``I/N`` (0 <= I < N) checked and normalised; None stays None."""
+    if text is None:
+        return None
+    index, slash, count = str(text).partition("/")
+    try:
+        i, n = int(index), int(count)
+    except ValueError:
+        i = n = -1
+    if not slash or n < 1 or not 0 <= i < n:
+        raise GageError(f"{where}: expected I/N with 0 <= I < N (e.g. 0/4), got {text!r}")
+    return f"{i}/{n}"
+
+
+def in_shard(sample_id: str, shard: str) -> bool:
+    """Whether a row belongs to ``shard`` (``I/N``): a stable hash of its sample id, so every
+    shard of a run, on any machine, splits the rows the same way."""
+    import hashlib
+
+    index, _, count = shard.partition("/")
+    digest = hashlib.sha256(str(sample_id).encode("utf-8", "surrogatepass")).digest()
+    return int.from_bytes(digest[:8], "big") % int(count) == int(index)

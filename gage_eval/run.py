@@ -12,7 +12,7 @@ from gage_eval.conventions import check_gen_kwargs, parse_gen_kwargs, parse_limi
 from gage_eval.defaults import DEFAULT_MODEL, DEFAULT_OUTPUT_DIR, DEFAULT_SEED
 from gage_eval.engine import Engine
 from gage_eval.interrupts import sigterm_interrupts
-from gage_eval.options import RunOptions, load_options, new_run_id
+from gage_eval.options import RunOptions, load_options, new_run_id, parse_shard
 from gage_eval.errors import EXIT_INTERRUPTED, EXIT_MEANING, GageError
 from gage_eval.kv import parse_kv, parse_value
 from gage_eval.redact import REDACTED, redact
@@ -23,7 +23,7 @@ RUN_ID = re.compile(r"[A-Za-z0-9._-]{1,200}")
 CONFIG_KEYS = {"models", "tasks", "limit", "batch_size", "seed", "output_dir", "fail_fast", "include_paths", "data",
                "max_error_rate", "allow_paths", "allow_urls", "system_prompt", "gen_kwargs", "num_fewshot",
                "fewshot_as_multiturn", "apply_chat_template", "strip_reasoning", "writers", "cache", "eee_version",
-               "report"}
+               "report", "shard"}
 ROLE_KEYS = {"backend", "args"}
 EEE_VERSIONS = ("0.2.0", "0.3.0")
 TASK_OVERRIDE_KEYS = {"name", "limit", "metrics", "generation", "data"}
@@ -118,7 +118,8 @@ def build_options(*, tasks, model, model_args, judge_model, judge_args, batch_si
                   include_paths, data, config_file, seed, fail_fast, quiet, command, max_error_rate=None,
                   allow_paths=(), allow_urls=False, device=None, system_prompt=None, gen_kwargs=None,
                   num_fewshot=None, fewshot_as_multiturn=None, apply_chat_template=None,
-                  strip_reasoning=False, writers=(), cache=None, eee_version=None, report=None) -> RunOptions:
+                  strip_reasoning=False, writers=(), cache=None, eee_version=None, report=None,
+                  shard=None) -> RunOptions:
     """The run's settings: the command line's flags over the run config file's keys over the defaults."""
     cfg = read_run_config(config_file) if config_file else {}
     task_names, overrides = _task_entries(cfg, tasks, limit)
@@ -157,6 +158,7 @@ def build_options(*, tasks, model, model_args, judge_model, judge_args, batch_si
         cache=_absolute(cache) if cache else (_config_folder(config_file, cfg["cache"]) if cfg.get("cache") else None),
         eee_version=_eee_version(eee_version or cfg.get("eee_version") or "0.2.0", config_file if not eee_version else None),
         report=report if report is not None else cfg.get("report", True) is not False,
+        shard=parse_shard(shard) if shard is not None else parse_shard(cfg.get("shard"), f"{config_file}: key 'shard'"),
         quiet=quiet,
         command=command,
         config_file=_absolute(config_file) if config_file else None,
@@ -337,7 +339,7 @@ def resume_command(run_dir: Path, options: RunOptions) -> str:
 
 
 # flags a resume may repeat (they must then equal the stored settings), by RunOptions field
-RESUME_CHECKED = ("tasks", "model", "model_args", "judge_model", "judge_args", "batch_size", "limit", "seed",
+RESUME_CHECKED = ("tasks", "model", "model_args", "judge_model", "judge_args", "batch_size", "limit", "seed", "shard",
                   "include_paths", "data", "allow_paths", "allow_urls", "system_prompt", "gen_kwargs", "num_fewshot",
                   "fewshot_as_multiturn", "apply_chat_template", "strip_reasoning")
 # how to treat errors, where responses are cached, and the outputs rebuilt on resume may change on resume
@@ -408,7 +410,7 @@ def _unset() -> dict:
                 fail_fast=False, max_error_rate=None, allow_paths=(), allow_urls=False, device=None,
                 system_prompt=None, gen_kwargs=None, num_fewshot=None, fewshot_as_multiturn=None,
                 apply_chat_template=None, strip_reasoning=False, writers=(), cache=None, eee_version=None,
-                report=None)
+                report=None, shard=None)
 
 
 def _fmt(x: Any) -> str:

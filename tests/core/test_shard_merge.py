@@ -1,0 +1,107 @@
+"""--shard I/N and `gage-eval merge`: the shards of a run, merged, give the unsharded run's
+summary (metrics, stderr, intervals, slices, counts) and its records; what cannot be merged is
+refused naming the folder and the reason."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from gage_eval.options import in_shard
+from gage_eval.schemas import validation_errors
+
+
+def summary_of(run_dir: Path) -> dict:
+    return json.loads((run_dir / "summary.json").read_text())
+
+
+def records(run_dir: Path, task: str = "piqa") -> list[dict]:
+    """The task's records by id, without the measured latencies."""
+    out = []
+    for line in (run_dir / "samples" / f"{task}.jsonl").read_text().splitlines():
+        record = json.loads(line)
+        for pred in record.get("predict_result") or []:
+            pred.pop("latency_ms", None)
+        out.append(record)
+    return sorted(out, key=lambda r: r["id"])
+
+
+def untimed(task: dict) -> dict:
+    return {k: v for k, v in task.items() if k != "timings"}
+
+
+def run(run_cli, tmp_path, run_id, *args):
+    result = run_cli("--tasks", "piqa", "--model", "dummy", "-o", tmp_path, "--run-id", run_id, "-q", "--no-report",
+                     *args)
+    assert result.exit_code in (0, 1), result.output
+    return tmp_path / run_id
+
+
+@pytest.mark.parametrize("count, extra", [(2, ()), (3, ("--limit", "0.75"))])
+def test_merged_shards_equal_the_unsharded_run(run_cli, tmp_path, count, extra):
+    full = run(run_cli, tmp_path, "full", *extra)
+    shards = [run(run_cli, tmp_path, f"s{i}", "--shard", f"{i}/{count}", *extra) for i in range(count)]
+    sizes = [summary_of(s)["tasks"]["piqa"]["counts"]["total"] for s in shards]
+    assert sum(sizes) == summary_of(full)["tasks"]["piqa"]["counts"]["total"] and all(sizes)
+    result = run_cli("merge", *reversed(shards), "-o", tmp_path / "merged")  # any order
+    merged = tmp_path / "merged"
+    assert result.exit_code == summary_of(full)["run"]["exit_status"], result.output
+    a, b = summary_of(full), summary_of(merged)
+    assert untimed(b["tasks"]["piqa"]) == untimed(a["tasks"]["piqa"])
+    assert b["run"]["exit_status"] == a["run"]["exit_status"] and b["run"]["settings"]["shard"] is None
+    assert validation_errors(b, "summary") == []
+    assert records(merged) == records(full)
+    assert len((merged / "instances" / "piqa.jsonl").read_text().splitlines()) == len(records(full))
+
+
+def test_the_shards_partition_the_rows_by_sample_id():
+    ids = [f"piqa-{i}" for i in range(1000)]
+    owners = [[i for i in range(4) if in_shard(sid, f"{i}/4")] for sid in ids]
+    assert all(len(o) == 1 for o in owners)
+    sizes = [sum(o == [i] for o in owners) for i in range(4)]
+    assert min(sizes) > 200, sizes  # a hash, not a range: every shard gets about a quarter
+
+
+@pytest.mark.parametrize("shard", ["2/2", "1", "a/b", "-1/2", "0/0"])
+def test_a_bad_shard_is_a_usage_error(run_cli, tmp_path, shard):
+    result = run_cli("--tasks", "piqa", "--model", "dummy", "-o", tmp_path, "--run-id", "x", "--shard", shard)
+    assert result.exit_code == 2 and "--shard: expected I/N" in result.output, result.output
+    assert not (tmp_path / "x").exists()
+
+
+def test_merge_refuses_what_is_not_one_runs_complete_set(run_cli, tmp_path):
+    s0 = run(run_cli, tmp_path, "s0", "--shard", "0/2")
+    s1 = run(run_cli, tmp_path, "s1", "--shard", "1/2")
+    other = run(run_cli, tmp_path, "o1", "--shard", "1/2", "--seed", "7")
+    third = run(run_cli, tmp_path, "t1", "--shard", "1/3")
+    full = run(run_cli, tmp_path, "full")
+    cases = [
+        ((s0,), "shard(s) 1/2 missing"),
+        ((s0, other), "differ in seed"),
+        ((s0, s1, s1), "given twice"),
+        ((s0, third), "is shard 1/3"),
+        ((s0, full), "is not a shard"),
+        ((s0, tmp_path), "is not a gage-eval run folder"),
+    ]
+    for i, (dirs, words) in enumerate(cases):
+        result = run_cli("merge", *dirs, "-o", tmp_path / f"m{i}")
+        assert result.exit_code == 2 and words in result.output, (words, result.output)
+        assert "Traceback" not in result.output and not (tmp_path / f"m{i}").exists()
+    summary = summary_of(s1)
+    summary["run"]["interrupted"] = "interrupted by the user (Ctrl-C)"
+    (s1 / "summary.json").write_text(json.dumps(summary))
+    result = run_cli("merge", s0, s1, "-o", tmp_path / "mi")
+    assert result.exit_code == 2 and "did not finish" in result.output and f"--resume {s1}" in result.output
+    (tmp_path / "exists").mkdir()
+    summary["run"]["interrupted"] = None
+    (s1 / "summary.json").write_text(json.dumps(summary))
+    result = run_cli("merge", s0, s1, "-o", tmp_path / "exists")
+    assert result.exit_code == 2 and "already exists" in result.output
+
+
+def test_a_shard_resumes_as_itself_only(run_cli, tmp_path):
+    s0 = run(run_cli, tmp_path, "s0", "--shard", "0/2")
+    result = run_cli("--resume", s0, "--shard", "1/2", "-q")
+    assert result.exit_code == 2 and "shard" in result.output, result.output
+    assert run_cli("--resume", s0, "-q").exit_code == 0
