@@ -1,9 +1,9 @@
 """Every Eval Ever 0.3.0: the instance records of ``instances/<task>.jsonl`` and the aggregate
 (evaluation-level) record ``eee_aggregate.json`` that ``--eee-version 0.3.0`` writes.
 
-The schemas are EEE's own, shipped in ``schemas/every_eval_ever_0.3.0/`` (core schema names
-``instance_0.3.0`` and ``aggregate_0.3.0``). 0.2.0 (spec 002, :func:`gage_eval.records.build_instance`)
-stays the default.
+The schemas are EEE's own, not shipped with gage-eval: ``validate --schema instance_0.3.0`` (or
+``aggregate_0.3.0``) reads them from ``$GAGE_EVAL_EEE_SCHEMAS`` or the shared data beside a
+checkout. 0.2.0 (spec 002, :func:`gage_eval.records.build_instance`) stays the default.
 
 How a run maps onto them:
 

@@ -7,6 +7,7 @@ the schema's own errors, so they tolerate rows the schema already refuses.
 from __future__ import annotations
 
 import json
+import os
 import re
 from functools import lru_cache
 from pathlib import Path
@@ -23,10 +24,15 @@ SCHEMA_FILES = {
     "instance": "instance_level_eval_0.2.0.schema.json",
     "task": "task.schema.json",
     "summary": "summary.schema.json",  # a run folder's summary.json: one JSON object, not rows
-    # Every Eval Ever 0.3.0 (--eee-version 0.3.0; gage_eval.eee), EEE's files as published
-    "instance_0.3.0": "every_eval_ever_0.3.0/instance_level_eval.schema.json",
-    "aggregate_0.3.0": "every_eval_ever_0.3.0/eval.schema.json",  # eee_aggregate.json: one object
 }
+# Every Eval Ever 0.3.0 (--eee-version 0.3.0; gage_eval.eee): EEE's own files, not shipped with
+# gage-eval; read from GAGE_EVAL_EEE_SCHEMAS, else from ../shared/data beside a checkout.
+EEE_SCHEMA_FILES = {
+    "instance_0.3.0": "instance_level_eval.schema.json",
+    "aggregate_0.3.0": "eval.schema.json",  # eee_aggregate.json: one object
+}
+EEE_SCHEMAS_ENV = "GAGE_EVAL_EEE_SCHEMAS"
+EEE_SHARED = Path("shared", "data", "every_eval_ever", "schemas", "v0.3.0_HEAD_9bce413")
 
 SAMPLE_REQUIRED = ("schema_version", "id", "messages", "references")
 _REQUIRED_MESSAGE = re.compile(r"^'([^']+)' is a required property$")
@@ -70,13 +76,28 @@ def _registered() -> dict:
 
 
 def schema_names() -> list[str]:
-    """Every schema that can be named: gage-eval's own, then the plugins' (sorted)."""
-    return [*SCHEMA_FILES, *sorted(_registered())]
+    """Every schema that can be named: gage-eval's own, EEE 0.3.0's, then the plugins' (sorted)."""
+    return [*SCHEMA_FILES, *EEE_SCHEMA_FILES, *sorted(_registered())]
+
+
+def eee_schema_path(name: str) -> Path:
+    """An Every Eval Ever 0.3.0 schema file: in $GAGE_EVAL_EEE_SCHEMAS, else in the shared data
+    beside this checkout; a one-line error saying how to provide it when neither has it."""
+    folder = os.environ.get(EEE_SCHEMAS_ENV)
+    base = Path(folder) if folder else schemas_dir().resolve().parent.parent / EEE_SHARED
+    path = base / EEE_SCHEMA_FILES[name]
+    if not path.is_file():
+        raise GageError(f"schema {name!r}: Every Eval Ever's 0.3.0 schema files are not part of gage-eval and "
+                        f"{path} is missing; set {EEE_SCHEMAS_ENV} to the folder holding "
+                        f"{' and '.join(EEE_SCHEMA_FILES.values())} (EEE's schemas/v0.3.0)")
+    return path
 
 
 def schema_path(name: str) -> Path:
     if name in SCHEMA_FILES:
         return schemas_dir() / SCHEMA_FILES[name]
+    if name in EEE_SCHEMA_FILES:
+        return eee_schema_path(name)
     entry = _registered().get(name)
     if entry is None:
         raise GageError(f"unknown schema {name!r}; choose one of {', '.join(schema_names())}")

@@ -1,6 +1,6 @@
 """--eee-version 0.3.0: the instance records and the aggregate record validate against Every Eval
-Ever's 0.3.0 schemas as shipped in ../shared/data/every_eval_ever and against our copies in
-schemas/every_eval_ever_0.3.0/; the aggregate's numbers are summary.json's; each instance links
+Ever's 0.3.0 schemas as shipped in ../shared/data/every_eval_ever (which `validate` reads too;
+gage-eval ships no copy); the aggregate's numbers are summary.json's; each instance links
 to the result it counts in; 0.2.0 stays the default; a resume switches instances/ between them."""
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from gage_eval.eee import AGGREGATE_FILE, result_id
-from gage_eval.schemas import SCHEMA_FILES, schemas_dir, validation_errors
+from gage_eval.schemas import EEE_SCHEMA_FILES, eee_schema_path, validation_errors
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "golden"))
 
@@ -89,10 +89,18 @@ def judged_run(tmp_path_factory, shipped):
     return work / "r"
 
 
-def test_our_schema_copies_are_eees(shipped):
+def test_the_schemas_are_read_from_shared_data_or_the_environment(shipped, tmp_path, run_cli, monkeypatch):
+    """EEE's schema files are not part of gage-eval: validate reads them from ../shared/data
+    beside the checkout, or from $GAGE_EVAL_EEE_SCHEMAS; without them it says how to give them."""
     for name, file in OURS.items():
-        assert SCHEMA_FILES[name].endswith(file)
-        assert (schemas_dir() / SCHEMA_FILES[name]).read_bytes() == (SHIPPED / file).read_bytes()
+        assert EEE_SCHEMA_FILES[name] == file and eee_schema_path(name) == SHIPPED / file
+    row = tmp_path / "row.json"
+    row.write_text("{}")
+    monkeypatch.setenv("GAGE_EVAL_EEE_SCHEMAS", str(tmp_path / "none"))
+    result = run_cli("validate", row, "--schema", "aggregate_0.3.0")
+    assert result.exit_code == 2 and "GAGE_EVAL_EEE_SCHEMAS" in result.output and "Traceback" not in result.output
+    monkeypatch.setenv("GAGE_EVAL_EEE_SCHEMAS", str(SHIPPED))
+    assert eee_schema_path("instance_0.3.0") == SHIPPED / OURS["instance_0.3.0"]
 
 
 def test_every_record_validates(judged_run, shipped):
