@@ -14,6 +14,7 @@ import re
 from typing import Any, Iterable, Mapping
 
 from gage_eval.errors import GageError
+from gage_eval.kv import parse_value
 
 # lm-eval's spelling -> ours, where the meaning is the same
 ALIASES = {
@@ -280,15 +281,9 @@ def _stop_value(raw: str, option: str) -> Any:
 
 
 def _scalar(text: str) -> Any:
-    low = text.lower()
-    if low in ("true", "false"):
-        return low == "true"
-    for cast in (int, float):
-        try:
-            return cast(text)
-        except ValueError:
-            pass
-    return text
+    """A --gen-kwargs value as --model-args reads one (kv.parse_value), except that none/null stay
+    text: a generation setting has no "unset" value to give."""
+    return text if text.lower() in ("none", "null") else parse_value(text)
 
 
 def check_gen_kwargs(value: Any, where: str) -> dict:

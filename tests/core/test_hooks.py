@@ -133,14 +133,20 @@ metrics: [exact_match, chars]
 """
 
 
-@pytest.fixture
-def plugin_run(tmp_path, fresh_plugins, run_cli):
+def recorder(tmp_path: Path, fresh_plugins) -> Recorder:
+    """The memtask task folder under tmp_path and a Recorder plugin registered for it."""
     root = tmp_path / "tasks"
     (root / "memtask").mkdir(parents=True)
     (root / "memtask" / "task.yaml").write_text(TASK)
     (root / "memtask" / "prompt.jinja").write_text("Repeat: {{ question }}")
     rec = Recorder(root)
     fresh_plugins.register_plugin(rec, "recorder")
+    return rec
+
+
+@pytest.fixture
+def plugin_run(tmp_path, fresh_plugins, run_cli):
+    rec = recorder(tmp_path, fresh_plugins)
     result = run_cli("--tasks", "memtask", "--model", "lastword", "-o", tmp_path / "runs", "--run-id", "r1", "-q")
     assert result.exit_code == 0, result.output
     run_dir = tmp_path / "runs" / "r1"
@@ -506,12 +512,7 @@ def test_sample_done_carries_the_written_record(plugin_run):
 
 
 def test_a_failing_observer_does_not_silence_the_others(tmp_path, fresh_plugins, run_cli):
-    root = tmp_path / "tasks"
-    (root / "memtask").mkdir(parents=True)
-    (root / "memtask" / "task.yaml").write_text(TASK)
-    (root / "memtask" / "prompt.jinja").write_text("Repeat: {{ question }}")
-    rec = Recorder(root)
-    fresh_plugins.register_plugin(rec, "recorder")
+    rec = recorder(tmp_path, fresh_plugins)
 
     class Loud:
         @hookimpl
@@ -526,12 +527,7 @@ def test_a_failing_observer_does_not_silence_the_others(tmp_path, fresh_plugins,
 
 
 def test_run_end_is_sent_for_a_run_that_stopped_early(tmp_path, fresh_plugins, run_cli):
-    root = tmp_path / "tasks"
-    (root / "memtask").mkdir(parents=True)
-    (root / "memtask" / "task.yaml").write_text(TASK)
-    (root / "memtask" / "prompt.jinja").write_text("Repeat: {{ question }}")
-    rec = Recorder(root)
-    fresh_plugins.register_plugin(rec, "recorder")
+    rec = recorder(tmp_path, fresh_plugins)
 
     class Stopper:
         @hookimpl
@@ -546,11 +542,7 @@ def test_run_end_is_sent_for_a_run_that_stopped_early(tmp_path, fresh_plugins, r
 
 
 def test_writer_sees_the_end_of_an_interrupted_run(tmp_path, fresh_plugins, run_cli):
-    root = tmp_path / "tasks"
-    (root / "memtask").mkdir(parents=True)
-    (root / "memtask" / "task.yaml").write_text(TASK)
-    (root / "memtask" / "prompt.jinja").write_text("Repeat: {{ question }}")
-    fresh_plugins.register_plugin(Recorder(root), "recorder")
+    recorder(tmp_path, fresh_plugins)
     plugin = WriterPlugin()
     fresh_plugins.register_plugin(plugin, "writerplugin")
     seen = []
