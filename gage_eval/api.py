@@ -42,7 +42,9 @@ What is here, by what a plugin does with it:
   frozen objects the event hooks receive.
 - secrets: :func:`redact` (a settings mapping with secret values masked),
   :func:`scrub`/:func:`mask` (secrets removed from a message), :func:`is_secret_key`,
-  :func:`strip_credentials`, :func:`url_credentials` and the placeholder :data:`REDACTED`.
+  :func:`strip_credentials`, :func:`url_credentials`, the query-string ones
+  (:func:`is_secret_query_name`, :func:`query_secrets`, :func:`masked_url`, :func:`secret_forms`)
+  and the placeholder :data:`REDACTED`.
 """
 from __future__ import annotations
 
@@ -58,7 +60,8 @@ from gage_eval.loglikelihood import (Encode, TokenPair, encode_choices, encode_p
                                      request_context, tokenizer_encoder)
 from gage_eval.metric import Metric, MetricContext, metric_value
 from gage_eval.paths import REMOTE_SCHEMES, base_folder, checked_url, context_for, data_path
-from gage_eval.redact import REDACTED, is_secret_key, mask, redact, scrub, strip_credentials, url_credentials
+from gage_eval.redact import (REDACTED, is_secret_key, is_secret_query_name, mask, masked_url, query_secrets, redact,
+                             scrub, secret_forms, strip_credentials, url_credentials)
 from gage_eval.rows import field_message
 from gage_eval.sample import (LETTERS, MEDIA_SEGMENTS, SCHEMA_VERSION, RowContext, content_text, from_legacy,
                               label_text, last_user_text, messages_text, normalize_references, reference_text,
@@ -95,4 +98,5 @@ __all__ = [
     "RunStart", "SampleDone", "TaskDone", "RunEnd",
     # secrets
     "REDACTED", "redact", "scrub", "mask", "is_secret_key", "strip_credentials", "url_credentials",
+    "is_secret_query_name", "query_secrets", "masked_url", "secret_forms",
 ]

@@ -3,8 +3,9 @@
 A value is secret by its key (:data:`SECRET_KEY`: ``api_key``, ``hf_token``, ``password``,
 ``cookie``, every ``header_NAME`` and every value of a ``headers`` mapping, ...) or by being
 a known secret string (a backend's ``secrets``). URL user-info (``http://user:PASS@host``)
-is secret wherever it appears, and so is the value in ``header_NAME=VALUE`` text (a
-command line).
+is secret wherever it appears, and so are the value in ``header_NAME=VALUE`` text (a
+command line) and the value of a URL query parameter whose name looks secret
+(:func:`is_secret_query_name`: ``?api-key=K``, Azure's form, ``?sig=...``, ``?token=...``).
 """
 from __future__ import annotations
 
@@ -26,12 +27,26 @@ HEADERS_KEY = re.compile(r"^(?:http[_-])?headers$", re.I)  # a mapping NAME: VAL
 # scheme://user[:password]@ up to the netloc's last '@', as urllib reads it
 URL_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.\-]*://)[^/\s?#]+@")
 HEADER_ARG = re.compile(r"(?i)(?<![\w-])(header_[^=,\s]+=)[^,'\"\n]+")  # a value may hold spaces ("Bearer X")
+# query parameters that carry a credential under a name SECRET_KEY does not catch: a bare ``key``
+# (Google APIs), ``code`` (Azure Functions), ``sig``/``signature`` (Azure SAS, AWS presigned
+# ``X-Amz-Signature``), ``subscription-key`` (Azure API Management); ``api-key``, ``access_token``,
+# ``token``, ``x-api-key``, ``password``, ``client_secret`` ... are SECRET_KEY's
+SECRET_QUERY_NAME = re.compile(r"^(?:key|code|sig)$|(?:^|[_\-.])(?:signature|subscription[_-]?key)$", re.I)
+# ?name=value / &name=value in free text; the value ends where a URL ends in a message or a
+# command line does (an argument's comma, a closing quote or bracket)
+QUERY_PARAM = re.compile(r"([?&])([^=&#?\s'\"<>]+)=([^&#\s'\"<>,;)\]}]*)")
 SHORT = 6  # secrets shorter than this are masked only as whole words (a key "1" must not eat "HTTP 401")
 
 
 def is_secret_key(key: Any) -> bool:
     key = str(key)
     return bool(SECRET_KEY.search(key)) and not key.endswith("_env")
+
+
+def is_secret_query_name(name: Any) -> bool:
+    """A URL query parameter named ``name`` (percent-encoded or not) carries a credential."""
+    name = urllib.parse.unquote_plus(str(name))
+    return is_secret_key(name) or bool(SECRET_QUERY_NAME.search(name))
 
 
 def redact(value: Any, secrets: tuple[str, ...] = ()) -> Any:
@@ -76,13 +91,50 @@ def mask(text: str, secrets: tuple[str, ...]) -> str:
 
 
 def strip_credentials(text: str) -> str:
-    """URL user-info (``http://user:PASS@host`` -> ``http://***@host``) and ``header_NAME=VALUE``
-    values masked in free text."""
+    """URL user-info (``http://user:PASS@host`` -> ``http://***@host``), secret query values
+    (``?api-key=K`` -> ``?api-key=***``) and ``header_NAME=VALUE`` values masked in free text."""
     if "@" in text:
         text = URL_USERINFO.sub(lambda m: m.group(1) + REDACTED + "@", text)
+    if "=" in text and ("?" in text or "&" in text):
+        text = QUERY_PARAM.sub(_masked_param, text)
     if "header_" in text or "HEADER_" in text:
         text = HEADER_ARG.sub(lambda m: m.group(1) + REDACTED, text)
     return text
+
+
+def _masked_param(m: re.Match) -> str:
+    if m.group(3) and is_secret_query_name(m.group(2)):
+        return f"{m.group(1)}{m.group(2)}={REDACTED}"
+    return m.group(0)
+
+
+def query_secrets(url: str) -> list[tuple[str, str]]:
+    """The ``(name, value)`` of each query parameter of ``url`` whose name looks secret, as
+    written (percent-encoded); empty values left out."""
+    query = urllib.parse.urlsplit(url).query
+    pairs = (part.partition("=") for part in query.split("&") if part)
+    return [(urllib.parse.unquote_plus(name), value) for name, _, value in pairs
+            if value and is_secret_query_name(name)]
+
+
+def masked_url(url: str) -> str:
+    """``url`` with each secret query value masked (``?api-key=***&api-version=1``), read as a
+    URL rather than as free text: a value may hold any character."""
+    parts = urllib.parse.urlsplit(url)
+    if not parts.query:
+        return url
+    query = "&".join(f"{name}={REDACTED}" if value and is_secret_query_name(name) else part
+                     for part in parts.query.split("&") for name, _, value in [part.partition("=")])
+    return urllib.parse.urlunsplit(parts._replace(query=query))
+
+
+def secret_forms(value: str) -> list[str]:
+    """A query value as written and as a server or a client library may print it: decoded
+    (``%2B`` -> ``+``, ``+`` -> space) and encoded again."""
+    decoded = urllib.parse.unquote(value)
+    forms = [value, decoded, urllib.parse.unquote_plus(value), urllib.parse.quote(decoded, safe=""),
+             urllib.parse.quote_plus(decoded, safe="")]
+    return list(dict.fromkeys(f for f in forms if f))
 
 
 def url_credentials(url: str) -> tuple[str, str | None, str | None]:

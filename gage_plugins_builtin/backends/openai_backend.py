@@ -81,10 +81,11 @@ import urllib.request
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from gage_eval.api import (GENERATE, LOGLIKELIHOOD, REDACTED, Backend, FatalBackendError, GageError,
-                           ModelOutput, Request, loglikelihood, strip_credentials, url_credentials)
+                           ModelOutput, Request, loglikelihood, masked_url, query_secrets, secret_forms,
+                           strip_credentials, url_credentials)
 from gage_plugins_builtin.backends import openai_payload as payload
 from gage_plugins_builtin.backends.args import NO_MINIMUM, as_bool, as_number, image_args
-from gage_plugins_builtin.backends.openai_endpoints import SEPARATOR, Endpoint, Router, split_urls
+from gage_plugins_builtin.backends.openai_endpoints import SEPARATOR, Endpoint, Router, sent_url, split_urls
 from gage_plugins_builtin.backends.openai_http import (
     Fatal, Poster, RequestFailed, ServerUnsupported, TooLarge, classify, eager_body_writes, error_detail, error_text,
     read_body)
@@ -141,15 +142,17 @@ def _number(name: str, value: Any, cast: type, minimum: float) -> Any:
 
 
 def normalize_base_url(url: str) -> str:
-    """``http://host:8000`` and ``http://host:8000/v1/`` both mean ``http://host:8000/v1``."""
-    url = str(url).strip().rstrip("/")
+    """``http://host:8000`` and ``http://host:8000/v1/`` both mean ``http://host:8000/v1``
+    (a query string stays at the end: ``http://host:8000?api-key=K`` is ``http://host:8000/v1?api-key=K``)."""
+    url, mark, query = str(url).strip().partition("?")
+    url = url.partition("#")[0].rstrip("/")
     if not url.startswith(("http://", "https://")):
         raise GageError(f"openai backend: base_url must start with http:// or https://, not "
-                        f"{strip_credentials(url)!r}")
+                        f"{strip_credentials(url + mark + query)!r}")
     rest = url.partition("://")[2]
     if "/" not in rest.rpartition("@")[2]:
         url += "/v1"
-    return url
+    return url + mark + query.partition("#")[0]
 
 
 def _placeholder(what: str) -> GageError:
@@ -166,16 +169,25 @@ class Credentials:
     """
 
     def __init__(self, base_url: str, api_key_env: str | None, headers: Mapping[str, str]):
-        self.url, user, password = url_credentials(base_url)
+        url, user, password = url_credentials(base_url)
         if REDACTED in (user, password):
             raise _placeholder("the user-info in base_url")
+        parts = urllib.parse.urlsplit(url)
+        self.base = urllib.parse.urlunsplit(parts._replace(query="", fragment=""))  # a request: base + path
+        self.query = parts.query  # sent after the path of every request (Azure's ?api-key=K)
+        self.url = masked_url(url)  # user-info removed, secret query values masked: shown anywhere
+        query_keys: list[str] = []
+        for name, value in query_secrets(url):
+            if urllib.parse.unquote_plus(value) == REDACTED:
+                raise _placeholder(f"the {name} query parameter of base_url")
+            query_keys += secret_forms(value)
         self.api_key_env = str(api_key_env or "OPENAI_API_KEY")
         self.api_key = os.environ.get(self.api_key_env) or None
         if api_key_env is not None and self.api_key is None:
             raise GageError(f"openai backend: api_key_env={self.api_key_env} names an environment variable that "
                             f"is not set (leave api_key_env out for a server that needs no key)")
         self.headers = {"Content-Type": "application/json", **headers}
-        secrets: list[str] = list(headers.values())
+        secrets: list[str] = [*headers.values(), *query_keys]
         for name, value in headers.items():
             if value == REDACTED:
                 raise _placeholder(f"header_{name}")
@@ -250,12 +262,12 @@ class OpenAIBackend(Backend):
         # several base URLs (A|B, or a list): one Credentials each (user-info may differ), one router
         self.endpoint_credentials = [Credentials(normalize_base_url(u), api_key_env, given_headers)
                                      for u in split_urls(base_url)]
-        self.base_urls = [c.url for c in self.endpoint_credentials]  # user-info removed: shown anywhere
+        self.base_urls = [c.url for c in self.endpoint_credentials]  # no user-info, query keys masked: shown anywhere
         seen = set()
-        for url in self.base_urls:
-            if url in seen:
-                raise GageError(f"openai backend: base_url lists {url} twice")
-            seen.add(url)
+        for c in self.endpoint_credentials:
+            if (c.base, c.query) in seen:
+                raise GageError(f"openai backend: base_url lists {c.url} twice")
+            seen.add((c.base, c.query))
         self.credentials = self.endpoint_credentials[0]
         self.base_url = self.base_urls[0] if len(self.base_urls) == 1 else SEPARATOR.join(self.base_urls)
         self.model = None if model in (None, "") else str(model)
@@ -284,7 +296,7 @@ class OpenAIBackend(Backend):
         else:
             self.max_batch = _number("batch_size", batch_size, int, 1)
         self.seed = None if seed is None else _number("seed", seed, int, NO_MINIMUM)
-        proxies = [env_proxy(url) for url in self.base_urls]
+        proxies = [env_proxy(c.base) for c in self.endpoint_credentials]
         for proxy in dict.fromkeys(p for p in proxies if p):  # never echo a proxy's password in an error message
             _, proxy_user, proxy_password = url_credentials(proxy)
             if proxy_password:
@@ -293,7 +305,8 @@ class OpenAIBackend(Backend):
         not_found = "no such endpoint there: check base_url (it usually ends in /v1) and endpoint"
         several = len(self.base_urls) > 1
         self.router = Router(
-            [Endpoint(i, c.url, c.headers if several else None, proxies[i], {**c.hints(), "not_found": not_found})
+            [Endpoint(i, c.base, c.headers if several else None, proxies[i], {**c.hints(), "not_found": not_found},
+                      query=c.query, shown=c.url)
              for i, c in enumerate(self.endpoint_credentials)],
             backoff=_number("endpoint_backoff", endpoint_backoff, float, 0),
             backoff_max=_number("endpoint_backoff_max", endpoint_backoff_max, float, 0))
@@ -322,7 +335,7 @@ class OpenAIBackend(Backend):
         self._model_hint()
 
     def _model_hint(self) -> None:
-        models = f"{self.base_url}/models" if len(self.base_urls) == 1 else "BASE_URL/models"
+        models = f"{self.credentials.base}/models" if len(self.base_urls) == 1 else "BASE_URL/models"
         self.poster.hints["model"] = (f"check model={self.model} (GET {models} lists what the "
                                       f"server has)")
 
@@ -356,7 +369,7 @@ class OpenAIBackend(Backend):
         last: GageError | None = None
         for ep, creds in zip(self.router.endpoints, self.endpoint_credentials):
             try:
-                return await self._find_model_at(ep.url, dict(creds.headers), ep.proxy, ep.hints)
+                return await self._find_model_at(ep, dict(creds.headers))
             except _Unreachable as exc:
                 last = exc
         if len(self.base_urls) > 1:
@@ -364,15 +377,16 @@ class OpenAIBackend(Backend):
                                               f"are the servers running? (or give model=NAME)"))
         raise GageError(str(last))
 
-    async def _find_model_at(self, base_url: str, headers: dict, proxy: str | None, hints: dict) -> str:
+    async def _find_model_at(self, ep: Endpoint, headers: dict) -> str:
         aiohttp = self.aiohttp
         poster = self.poster
-        url = f"{base_url}/models"
+        proxy, hints = ep.proxy, ep.hints
+        url = f"{ep.url}/models"  # in messages; the request carries the query too
         try:
             timeout = aiohttp.ClientTimeout(total=min(poster.timeout, 30.0), sock_connect=poster.connect_timeout,
                                             sock_read=poster.read_timeout)
             async with aiohttp.ClientSession(headers=headers, timeout=timeout) as s:
-                async with s.get(url, proxy=proxy) as r:
+                async with s.get(sent_url(url, ep), proxy=proxy) as r:
                     status = r.status
                     if status >= 400:
                         text = await error_text(r)

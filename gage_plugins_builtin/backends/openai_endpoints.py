@@ -37,15 +37,23 @@ def split_urls(value: Any) -> list[str]:
     return urls
 
 
+def sent_url(url: str, ep: "Endpoint | None") -> str:
+    """``url`` (an endpoint's URL and a path) as it is requested: with the endpoint's query string."""
+    return f"{url}?{ep.query}" if ep is not None and ep.query else url
+
+
 class Endpoint:
     """One base URL: what is sent there (headers, proxy) and how it is doing."""
 
-    __slots__ = ("index", "url", "headers", "proxy", "hints", "inflight", "sent", "failed", "failures", "until")
+    __slots__ = ("index", "url", "query", "shown", "headers", "proxy", "hints", "inflight", "sent", "failed",
+                 "failures", "until")
 
     def __init__(self, index: int, url: str, headers: dict | None = None, proxy: str | None = None,
-                 hints: dict | None = None):
+                 hints: dict | None = None, query: str = "", shown: str | None = None):
         self.index = index
-        self.url = url  # user-info removed: shown anywhere
+        self.url = url  # user-info and query removed: a request goes to url + path (+ ?query)
+        self.query = query  # may hold a key (?api-key=K): sent, never shown
+        self.shown = shown or url  # the URL as settings and counts show it (query keys masked)
         self.headers = headers  # None: the session's own headers (one endpoint)
         self.proxy = proxy
         self.hints = hints or {}
@@ -56,7 +64,7 @@ class Endpoint:
         self.until = 0.0  # end of its back-off (clock time)
 
     def counts(self) -> dict[str, Any]:
-        return {"url": self.url, "requests": self.sent, "failures": self.failed}
+        return {"url": self.shown, "requests": self.sent, "failures": self.failed}
 
 
 class Router:

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any, AsyncIterator, Callable
 
 from gage_eval.api import FatalBackendError, mask
-from gage_plugins_builtin.backends.openai_endpoints import Router
+from gage_plugins_builtin.backends.openai_endpoints import Router, sent_url
 from gage_plugins_builtin.backends.openai_payload import BadReply, Unscorable, Unsupported
 
 RETRY_STATUS = frozenset({408, 429})
@@ -338,7 +338,7 @@ class Poster:
 
     async def _once(self, session: Any, url: str, data: bytes, parse: Callable[[Any], Any],
                     ep: Any = None) -> tuple[Any, None]:
-        async with session.post(url, data=data, proxy=self.proxy if ep is None else ep.proxy,
+        async with session.post(sent_url(url, ep), data=data, proxy=self.proxy if ep is None else ep.proxy,
                                 headers=None if ep is None else ep.headers) as response:
             status = response.status
             if status >= 400:
@@ -355,7 +355,7 @@ class Poster:
         t0 = time.perf_counter()
         ttft = None
         chunks: list[dict] = []
-        async with session.post(url, data=data, proxy=self.proxy if ep is None else ep.proxy,
+        async with session.post(sent_url(url, ep), data=data, proxy=self.proxy if ep is None else ep.proxy,
                                 headers=None if ep is None else ep.headers) as response:
             if response.status >= 400:
                 self._check_status(response.status, response.headers, await error_text(response))

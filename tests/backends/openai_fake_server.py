@@ -24,8 +24,9 @@ request), midreset (headers and half the body, then RST), truncated (fewer bytes
 Content-Length), garbage (200 with HTML), badjson (200, JSON content type, broken JSON),
 empty (200 with no choices), huge (200 announcing and sending ``huge_bytes``), hugechunked
 (the same without Content-Length). ``require_headers={name: value}`` answers 401 to a request
-without those exact credentials. ``echo_headers=True`` quotes the request's headers (its
-credentials included) in error messages, as a careless server might.
+without those exact credentials; ``require_query={name: value}`` the same for query parameters
+(Azure's ``?api-key=K``). ``echo_headers=True`` quotes the request's headers and its full
+URL (its credentials included) in error messages, as a careless server might.
 
 Used by tests/backends/test_openai_*.py (benchmarks/http_concurrency.py uses the leaner
 benchmarks/latency_server.py); run it by
@@ -42,6 +43,7 @@ import socket
 import struct
 import threading
 import time
+import urllib.parse
 from typing import Any
 
 TOKEN = re.compile(r"\s*\S+|\s+$")
@@ -107,7 +109,8 @@ class FakeServer:
     def __init__(self, *, latency: float = 0.0, echo: bool = True, model: str = "fake-model",
                  retry_after: str = "0", stall_s: float = 30.0, chunk_delay: float = 0.0, port: int = 0,
                  fault: str | None = None, fault_models: bool = False, drip_s: float = 1.0,
-                 huge_bytes: int = 50 * 2 ** 20, echo_headers: bool = False, require_headers: dict | None = None):
+                 huge_bytes: int = 50 * 2 ** 20, echo_headers: bool = False, require_headers: dict | None = None,
+                 require_query: dict | None = None):
         self.latency = latency
         self.echo = echo
         self.model = model
@@ -122,6 +125,7 @@ class FakeServer:
         self.echo_headers = echo_headers  # error replies quote every request header back (a careless server)
         # credentials every request must carry (header name -> exact value), else 401
         self.require_headers = {k.lower(): v for k, v in (require_headers or {}).items()}
+        self.require_query = dict(require_query or {})  # the same for query parameters (decoded)
         self.rejected = 0  # requests answered 401 for lacking those credentials
         self.sent_bytes = 0  # of huge replies, what the client took before it hung up
         self.attempts: dict[str, int] = {}
@@ -222,17 +226,20 @@ class FakeServer:
         await self._respond(writer, status, json.dumps(obj).encode(), extra=extra)
         return True
 
-    async def _handle(self, method: str, path: str, headers: dict, raw: bytes, writer) -> bool:
-        if any(headers.get(k) != v for k, v in self.require_headers.items()):
+    async def _handle(self, method: str, target: str, headers: dict, raw: bytes, writer) -> bool:
+        path, _, query = target.partition("?")
+        given = dict(urllib.parse.parse_qsl(query, keep_blank_values=True))
+        if any(headers.get(k) != v for k, v in self.require_headers.items()) or \
+                any(given.get(k) != v for k, v in self.require_query.items()):
             self.rejected += 1
-            return await self._fault("401", writer, headers)
+            return await self._fault("401", writer, headers, target)
         if method == "GET" and path.rstrip("/") == "/v1/models":
             self.model_lookups.append(headers)
             if self.fault_models and self.fault:
-                return await self._fault(self.fault, writer, headers)
+                return await self._fault(self.fault, writer, headers, target)
             return await self._json(writer, 200, {"object": "list", "data": [{"id": self.model, "object": "model"}]})
         if method != "POST" or path not in ("/v1/chat/completions", "/v1/completions"):
-            return await self._json(writer, 404, {"error": {"message": f"no route {method} {path}"}})
+            return await self._json(writer, 404, {"error": {"message": f"no route {method} {target}"}})
         try:
             body = json.loads(raw)
         except ValueError:
@@ -255,15 +262,15 @@ class FakeServer:
             if delay:
                 await asyncio.sleep(delay[0])
             if fault is not None:
-                return await self._fault(fault, writer, headers)
+                return await self._fault(fault, writer, headers, target)
             if chat:
                 return await self._chat(body, prompt, writer)
             return await self._completion(body, prompt, writer)
         finally:
             self.inflight -= 1
 
-    async def _fault(self, fault: str, writer: asyncio.StreamWriter, headers: dict) -> bool:
-        said = f" (you sent {json.dumps(headers)})" if self.echo_headers else ""
+    async def _fault(self, fault: str, writer: asyncio.StreamWriter, headers: dict, target: str = "") -> bool:
+        said = f" (you sent {json.dumps(headers)} to {target})" if self.echo_headers else ""
         if fault == "429":
             return await self._json(writer, 429, {"error": {"message": "rate limited", "type": "rate_limit"}},
                                     {"Retry-After": self.retry_after})
