@@ -52,6 +52,8 @@ def read_run_config(path: str) -> dict:
             raise GageError(f"{p}: key 'models.{role}': expected {{backend: NAME, args: {{...}}}}")
     if not all(isinstance(x, str) for x in data.get("include_paths") or []):
         raise GageError(f"{p}: key 'include_paths': expected a list of folders")
+    for role, spec in (data.get("models") or {}).items():
+        spec["args"] = _env_refs(spec.get("args") or {}, f"{p}: key 'models.{role}.args")
     _check_values(p, data)
     for i, task in enumerate(data.get("tasks") or []):
         if isinstance(task, dict):
@@ -64,6 +66,29 @@ def read_run_config(path: str) -> dict:
         elif not isinstance(task, str):
             raise GageError(f"{p}: key 'tasks.{i}': expected a task name or a mapping")
     return data
+
+
+ENV_REF = re.compile(r"\$\{([A-Za-z_]\w*)(?::-([^}]*))?\}")
+
+
+def _env_refs(value: Any, where: str) -> Any:
+    """``value`` with each ``${VAR}`` / ``${VAR:-default}`` read from the environment now, so that a
+    run config (``gage-eval convert`` writes one) names a secret rather than holding it."""
+    if isinstance(value, dict):
+        return {k: _env_refs(v, f"{where}.{k}") for k, v in value.items()}
+    if isinstance(value, list):
+        return [_env_refs(v, where) for v in value]
+    if not isinstance(value, str) or "${" not in value:
+        return value
+
+    def one(m: re.Match) -> str:
+        got = os.environ.get(m.group(1))
+        if m.group(2) is not None:
+            return got or m.group(2)
+        if got is None:
+            raise GageError(f"{where}': ${{{m.group(1)}}} names an environment variable that is not set")
+        return got
+    return ENV_REF.sub(one, value)
 
 
 def _check_values(p: Path, data: dict) -> None:

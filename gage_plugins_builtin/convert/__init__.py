@@ -19,13 +19,14 @@ import os
 import re
 import shutil
 import tempfile
+import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from gage_eval.api import GageError, is_secret_key, url_credentials
+from gage_eval.api import GageError, is_secret_key, query_secrets, url_credentials
 
 from gage_plugins_builtin.convert.yamlpos import Lines, load
 
@@ -99,6 +100,7 @@ class Report:
     lines: Lines
     skipped: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    secrets: list[str] = field(default_factory=list)  # literal secrets left out, named in run.yaml
 
     def line(self, where: tuple) -> int:
         while where and where not in self.lines:
@@ -110,6 +112,11 @@ class Report:
 
     def skip(self, where: tuple, why: str) -> None:
         self.skipped.append(f"{self.loc(where)}: {why}")
+
+    def secret(self, where: tuple, what: str, why: str) -> None:
+        """A literal secret left out (never written): named in CONVERSION.txt, on stderr and in run.yaml."""
+        self.skip(where, why)
+        self.secrets.append(f"{self.loc(where)}: {what}")
 
     def note(self, where: tuple, what: str) -> None:
         self.notes.append(f"{self.loc(where)}: {what}")
@@ -286,6 +293,46 @@ def _expand(value: str) -> str:
     return ENV_REF.sub(lambda m: os.environ.get(m.group(1)) or (m.group(2) or ""), value)
 
 
+def _reference(text: str) -> bool:
+    return "${" in urllib.parse.unquote(text)
+
+
+def _clean_url(rep: Report, where: tuple, url: str) -> str:
+    """``url`` without the secrets it holds literally (user-info, query keys), each one named; a
+    ``${VAR}`` reference is kept as written (gage-eval reads it from the environment when it runs)."""
+    clean, user, password = url_credentials(url)
+    if (user or password) and not _reference(f"{user or ''}:{password or ''}"):
+        url = clean  # a password in a URL is a secret too: never written to a file
+        rep.note(where, "the user and password in the URL are not written: give the URL with them "
+                        "when running (--model-args base_url=...)")
+    left = [name for name, value in query_secrets(url) if not _reference(value)]
+    if left:
+        parts = urllib.parse.urlsplit(url)
+        keep = [p for p in parts.query.split("&") if urllib.parse.unquote_plus(p.partition("=")[0]) not in left]
+        url = urllib.parse.urlunsplit(parts._replace(query="&".join(keep)))
+        for name in left:
+            rep.secret(where, f"the {name} query parameter", f"the {name} query parameter is a secret and is not written: export it and add "
+                            f"{name}=${{VAR}} to base_url in run.yaml (read from the environment when gage-eval runs)")
+    if ENV_REF.search(url):
+        rep.note(where, "kept as written: gage-eval reads ${VAR} from the environment when it runs")
+    return url
+
+
+def _headers(rep: Report, where: tuple, headers: dict) -> dict[str, str]:
+    """A seed backend's HTTP headers as ``header_NAME`` arguments: a ``${VAR}`` reference is kept,
+    a literal value (a credential, as every header value is taken to be) is left out and named."""
+    out = {}
+    for name, value in headers.items():
+        if isinstance(value, str) and ENV_REF.search(value):
+            out[f"header_{name}"] = value
+        elif value not in (None, ""):
+            rep.secret((*where, name), f"header {name}", f"the value of header {name} is a secret and is not written: export it and add "
+                                     f"header_{name}: ${{VAR}} to the model's args in run.yaml")
+    if out:
+        rep.note(where, "kept as written: gage-eval reads ${VAR} from the environment when it runs")
+    return out
+
+
 def _step_list(pipe: Pipeline, task: dict | None, tindex: int | None) -> tuple[Any, tuple | None]:
     """A task's steps (its own, else the default flow's; None when neither) and where they were declared."""
     if task is not None and task.get("steps") is not None:
@@ -378,16 +425,25 @@ def _backend(pipe: Pipeline, rep: Report, adapter: tuple[str, int, dict]) -> tup
         elif key in GENERATION_KEYS and key not in renames:
             generation[GENERATION_KEYS[key]] = value
         elif is_secret_key(key):  # api_key, token, password, ...
-            rep.skip(cwhere, "a key is never written to a file: export it and set api_key_env=VAR (the openai "
-                             "backend reads OPENAI_API_KEY by default)")
+            whole = ENV_REF.fullmatch(value.strip()) if isinstance(value, str) else None
+            if gage == "openai" and whole and not whole.group(2) and re.search(r"api[_-]?key$", key, re.I):
+                args["api_key_env"] = whole.group(1)  # the reference, never its value
+                rep.note(cwhere, f"{value.strip()} becomes api_key_env={whole.group(1)}: gage-eval reads the key "
+                                 f"from that variable when it runs")
+            else:
+                why = ("a key is never written to a file: export it and set api_key_env=VAR (the openai backend "
+                       "reads OPENAI_API_KEY by default)")
+                if value in (None, ""):
+                    rep.skip(cwhere, why)
+                else:
+                    rep.secret(cwhere, key, why)
+        elif key in ("headers", "extra_headers") and gage == "openai" and isinstance(value, dict):
+            args.update(_headers(rep, cwhere, value))
         elif key in renames:
-            value = _expand(value) if isinstance(value, str) else value
             if renames[key] == "base_url" and isinstance(value, str):
-                clean, user, password = url_credentials(value)
-                if user or password:  # a password in a URL is a secret too: never written to a file
-                    value = clean
-                    rep.note(cwhere, "the user and password in the URL are not written: give the URL with them "
-                                     "when running (--model-args base_url=...)")
+                value = _clean_url(rep, cwhere, value)
+            elif isinstance(value, str) and ENV_REF.search(value):
+                rep.note(cwhere, "kept as written: gage-eval reads ${VAR} from the environment when it runs")
             args[renames[key]] = value
         else:
             rep.skip(cwhere, f"the {gage} backend has no such argument")
@@ -849,7 +905,7 @@ def convert(pipeline: Path, out_dir: Path) -> tuple[Path, Report]:
         run["models"] = models
     run["include_paths"] = ["tasks"]  # relative to run.yaml's folder: the folder moves whole
     run["tasks"] = run_tasks
-    files["run.yaml"] = RUN_HEAD.format(name=pipeline.name) + yaml.safe_dump(run, sort_keys=False,
+    files["run.yaml"] = RUN_HEAD.format(name=pipeline.name) + _secrets_left_out(rep) + yaml.safe_dump(run, sort_keys=False,
                                                                              allow_unicode=True, width=100)
     files["CONVERSION.txt"] = _conversion_text(pipeline, rep)
     _write_all(out_dir, files)
@@ -897,6 +953,13 @@ RUN_HEAD = """\
 # Converted from {name} by `gage-eval convert`. Run: gage-eval --config THIS_FILE
 # (add --model dummy to check the tasks without a model). CONVERSION.txt lists what was not converted.
 """
+
+
+def _secrets_left_out(rep: Report) -> str:
+    if not rep.secrets:
+        return ""
+    return ("# Secrets in the pipeline that are not written here: export each one and refer to it as ${VAR}\n"
+            + "".join(f"#   {s}\n" for s in rep.secrets))
 
 
 def _task_text(pipeline: Path, ds_id: str, task: dict) -> str:
