@@ -105,6 +105,12 @@ def truncate_partial_line(path: Path) -> int:
 
 def read_jsonl(path: Path) -> Iterator[dict]:
     """The records of a jsonl file the run wrote; a line that is not one means the folder was damaged."""
+    for _, record in read_jsonl_numbered(path):
+        yield record
+
+
+def read_jsonl_numbered(path: Path) -> Iterator[tuple[int, dict]]:
+    """:func:`read_jsonl`'s records, each with its line number (for messages naming file:line)."""
     if not path.exists():
         return
     with path.open("rb") as fh:
@@ -117,7 +123,7 @@ def read_jsonl(path: Path) -> Iterator[dict]:
                 if not isinstance(record, dict):
                     raise GageError(f"{path}:{lineno}: not a record written by gage-eval ({record}); the run "
                                     f"folder was changed by hand: remove that line to run its row again")
-                yield record
+                yield lineno, record
 
 
 class JsonlAppender:
