@@ -12,12 +12,20 @@ The key of a response is the sha256 of
   its string). The sample id is not part of it: another task, or another metric, with the same
   prompts reuses the responses.
 
+The backend's secrets (its key, every header value, URL user-info: what routes a request through
+a gateway may choose the model, ``header_X-Model=gpt-big``) are part of the identity too, but
+only as a slow salted hash (:func:`_secrets_digest`) mixed into the identity's sha256: never in
+clear, and the stored description is redacted.
+
 The value is the :class:`~gage_eval.backend.ModelOutput` as JSON (its fields, latency included:
-a reused row is written as it was first written). An output with ``error`` set is never stored.
-The file holds hashes, outputs and, per model identity, its redacted description (table
-``models``): never a secret in clear. It runs in WAL mode with a busy timeout, so several runs
-may share one cache at once. A file that is no readable cache is a usage error naming it
-(exit 2): it is never replaced silently.
+a reused row is written as it was first written). An output with ``error`` set is never stored,
+nor one that quoted a secret (:func:`gage_eval.replies.scrub_output`): a hit must return what
+the model said, not its masked copy. The file holds hashes, outputs and, per model identity, its
+redacted description (table ``models``): never a secret in clear. It runs in WAL mode with a
+busy timeout, so several runs may share one cache at once. A file that is no readable cache, or
+an SQLite file holding tables of its own, is a usage error naming it (exit 2), left unchanged; a
+cache that becomes unreadable during a run stops it the same way (:class:`CacheError`), the rows
+written so far kept for ``--resume``.
 """
 from __future__ import annotations
 
@@ -35,8 +43,9 @@ except ImportError:  # pragma: no cover - orjson is a dependency; json stands in
     _orjson = None
 
 from gage_eval.backend import ModelOutput, Request
-from gage_eval.errors import GageError
-from gage_eval.redact import mask, redact
+from gage_eval.errors import EXIT_USAGE, GageError
+from gage_eval.redact import redact
+from gage_eval.replies import scrub_output
 from gage_eval.rundir import file_digest
 
 FILE_NAME = "responses.sqlite"
@@ -51,6 +60,9 @@ TRANSPORT = frozenset({
 })
 WEIGHT_KEYS = ("pretrained", "gguf_file", "tokenizer")  # settings that may name local weights
 _OUTPUT_FIELDS = tuple(ModelOutput.__dataclass_fields__)
+_COLUMNS = {"meta": {"name", "value"}, "models": {"identity", "description"},
+            "responses": {"key", "identity", "output", "created"}}
+SECRET_ROUNDS = 100_000  # pbkdf2 rounds of the secrets' digest: a guessed header value costs that much to test
 _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL)",
     "CREATE TABLE IF NOT EXISTS models (identity TEXT PRIMARY KEY, description TEXT NOT NULL)",
@@ -87,6 +99,34 @@ def _sha(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
+class CacheError(GageError):
+    """The cache file became unreadable or unwritable during the run: the run stops (the rows
+    written so far are kept) with the exit status of an unreadable cache at the start, 2."""
+
+    exit_code = EXIT_USAGE
+
+
+def _check_tables(path: Path, folder: Path) -> None:
+    """Refuse, before anything is written to it, an SQLite file that holds anything but the
+    cache's own tables (another program's database), read through a read-only connection so that
+    not even a journal checkpoint touches it. Not an SQLite file: sqlite3.DatabaseError."""
+    db = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_MS / 1000)
+    try:
+        objects = db.execute("SELECT type, name FROM sqlite_master").fetchall()
+        others = sorted({name for kind, name in objects
+                         if not name.startswith("sqlite_") and not (kind == "table" and name in _COLUMNS)})
+        if others:
+            raise GageError(f"--cache {folder}: {path} is not a gage-eval response cache: it holds other tables "
+                            f"({', '.join(others)}); it was left unchanged: give another folder")
+        for kind, name in objects:
+            if kind == "table" and name in _COLUMNS:
+                columns = {row[1] for row in db.execute(f"PRAGMA table_info({name})")}
+                if columns != _COLUMNS[name]:
+                    raise sqlite3.DatabaseError(f"its table {name} has the columns {', '.join(sorted(columns))}")
+    finally:
+        db.close()
+
+
 class ResponseCache:
     """One cache file, opened once per run; :meth:`bind` gives the view of one model."""
 
@@ -99,14 +139,19 @@ class ResponseCache:
             raise GageError(f"--cache {self.folder}: cannot create the folder ({exc.strerror or exc})") from None
         self.db: sqlite3.Connection | None = None
         try:
+            if self.path.is_file() and self.path.stat().st_size:
+                _check_tables(self.path, self.folder)
             self.db = sqlite3.connect(str(self.path), timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None,
                                       check_same_thread=False)
             self.db.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
             self._setup_when_free()
-        except sqlite3.DatabaseError as exc:
+        except (sqlite3.Error, OSError) as exc:
             self.close()
             raise GageError(f"--cache {self.folder}: {self.path} is not a readable response cache ({exc}); "
                             f"delete it or give another folder") from None
+        except BaseException:
+            self.close()
+            raise
 
     def _setup_when_free(self) -> None:
         """:meth:`_setup`, tried again while another process holds the file: SQLite answers a
@@ -149,7 +194,8 @@ class ResponseCache:
         """The cache of one model: ``backend`` as opened (its settings after ``open()``), its
         registered ``name`` (``--model``) and the run's ``seed``."""
         description = model_identity(backend, name, seed, secrets)
-        identity = _sha(_canonical(description))
+        own = tuple(getattr(backend, "secrets", ()) or ())  # (not the judge's, nor a writer's)
+        identity = _sha(_canonical(description) + (f"\n{_secrets_digest(own)}" if any(own) else ""))
         self._write([("INSERT OR IGNORE INTO models (identity, description) VALUES (?, ?)",
                       [(identity, _canonical(description))])])
         return ModelCache(self, identity, tuple(s for s in secrets if s))
@@ -161,9 +207,14 @@ class ResponseCache:
                 part = keys[start:start + 500]
                 marks = ",".join("?" * len(part))
                 found.update(self.db.execute(f"SELECT key, output FROM responses WHERE key IN ({marks})", part))
-        except sqlite3.DatabaseError as exc:
-            raise GageError(f"--cache: reading {self.path} failed ({exc})") from None
+        except sqlite3.Error as exc:
+            raise self._broken("reading", exc) from None
         return found
+
+    def _broken(self, doing: str, exc: Exception) -> CacheError:
+        return CacheError(f"--cache {self.folder}: {doing} {self.path} failed during the run ({exc}); the rows "
+                          f"written so far are kept: delete the file or give another --cache folder, then continue "
+                          f"with --resume")
 
     def put(self, identity: str, rows: Iterable[tuple[str, str]]) -> None:
         now = time.time()
@@ -185,8 +236,8 @@ class ResponseCache:
             except BaseException:
                 db.execute("ROLLBACK")
                 raise
-        except sqlite3.DatabaseError as exc:
-            raise GageError(f"--cache: writing {self.path} failed ({exc})") from None
+        except sqlite3.Error as exc:
+            raise self._broken("writing", exc) from None
 
     def close(self) -> None:
         if self.db is not None:
@@ -228,15 +279,12 @@ class ModelCache:
         return out
 
     def row(self, key: str, out: ModelOutput) -> tuple[str, str] | None:
-        """What :meth:`put` stores for an output (secrets masked, as in every written file);
-        None for one that is not kept (an error, or no ModelOutput)."""
-        if not isinstance(out, ModelOutput) or out.error:
+        """What :meth:`put` stores for an output as the backend gave it; None for one that is not
+        kept: an error, no ModelOutput, or one quoting a secret (written masked, so a hit would
+        return the mask, not the answer)."""
+        if not isinstance(out, ModelOutput) or out.error or scrub_output(out, self.secrets)[1]:
             return None
-        data = out.to_dict()
-        text = _value_json(data)
-        if any(s in text for s in self.secrets):  # (a model echoing a key: masked as everywhere)
-            text = _value_json(_masked(data, self.secrets))
-        return key, text
+        return key, _value_json(out.to_dict())
 
     def put(self, rows: Iterable[tuple[str, str]]) -> None:
         self.cache.put(self.identity, rows)
@@ -276,14 +324,11 @@ class ModelCache:
         return self._media[memo]
 
 
-def _masked(value: Any, secrets: tuple[str, ...]) -> Any:
-    if isinstance(value, str):
-        return mask(value, secrets)
-    if isinstance(value, Mapping):
-        return {k: _masked(v, secrets) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_masked(v, secrets) for v in value]
-    return value
+def _secrets_digest(secrets: Sequence[str]) -> str:
+    """The backend's secrets as part of its identity: pbkdf2 (slow, so the stored identity hash is
+    no cheap test of a guessed header value), over each distinct value, in a fixed order."""
+    material = _canonical(sorted({str(s) for s in secrets if s})).encode("utf-8")
+    return hashlib.pbkdf2_hmac("sha256", material, b"gage-eval response cache", SECRET_ROUNDS).hex()
 
 
 def model_identity(backend: Any, name: str, seed: int, secrets: Sequence[str] = ()) -> dict:

@@ -19,7 +19,7 @@ from typing import Any, Mapping
 
 from gage_eval import __version__
 from gage_eval.backend import Backend
-from gage_eval.cache import ModelCache, ResponseCache
+from gage_eval.cache import CacheError, ModelCache, ResponseCache
 from gage_eval.errors import FailFast, GageError, OutputError
 from gage_eval.events import RunEnd, RunStart, SampleDone, TaskDone
 from gage_eval.idset import IdSet
@@ -188,12 +188,13 @@ class Engine:
         log = RowLog(events, self.stops, opts.quiet)
         if self.cache is not None and self.model_cache is None:  # (keyed by the settings after open())
             self.model_cache = self.cache.bind(backend, opts.model, opts.seed, self.secrets)
-        infer = Inference(backend, self.stops, opts.strip_reasoning, self.model_cache)
+        infer = Inference(backend, self.stops, opts.strip_reasoning, self.model_cache, self.secrets)
         write = lambda it: self._write(tr, it, log, progress)  # noqa: E731
         if self.cache is not None and tr.judge is not None and self.judge_cache is None:
             self.judge_cache = (self.model_cache if judge_backend is backend else
                                 self.cache.bind(judge_backend, opts.judge_model or opts.model, opts.seed, self.secrets))
-        judging = Judging(judge_backend, self.stops, write, self.judge_cache) if tr.judge is not None else None
+        judging = (Judging(judge_backend, self.stops, write, self.judge_cache, self.secrets)
+                   if tr.judge is not None else None)
         seen, window, shown, shard = IdSet(), [], 0, opts.shard
         t_load = time.perf_counter()
         try:
@@ -209,7 +210,7 @@ class Engine:
                     t_load = time.perf_counter()
             tr.timings["dataset_materialization_s"] += time.perf_counter() - t_load
             self._process(tr, window, infer, judging, write)
-        except (OutputError, FailFast):
+        except (OutputError, FailFast, CacheError):  # (the cache: unreadable mid-run stops the run, exit 2)
             raise
         except GageError as exc:  # the data stopped being readable part way: this task fails, others go on
             tr.failure = self._clean(str(exc))

@@ -1,9 +1,11 @@
 """The infer stage: a window of rows through the model backend's stream, each row handed on
 the moment its outputs arrived (its unconditioned scores too, when it has a second request).
 
-With a response cache (``--cache``, :mod:`gage_eval.cache`) each request of the window is looked
-up first: hits are handed on at once, as if the backend had answered, only misses go to the
-backend, and the misses' outputs without an error are stored when the window's stream ends."""
+Every output has the run's secrets masked the moment it arrives (:mod:`gage_eval.replies`),
+before anything reads it. With a response cache (``--cache``, :mod:`gage_eval.cache`) each request
+of the window is looked up first: hits are handed on at once, as if the backend had answered,
+only misses go to the backend, and the misses' outputs without an error or a secret are stored
+when the window's stream ends."""
 from __future__ import annotations
 
 import time
@@ -12,6 +14,7 @@ from typing import Callable
 from gage_eval.backend import LOGLIKELIHOOD, Backend, ModelOutput, Request, stream_outputs
 from gage_eval.cache import ModelCache
 from gage_eval.errors import FatalBackendError, GageError
+from gage_eval.replies import scrub_output
 from gage_eval.scoring import model_output
 from gage_eval.taskrun import Item, TaskRun
 
@@ -37,11 +40,12 @@ class Inference:
     """Runs rows through the model backend; ``done(item)`` gets each row once, finished."""
 
     def __init__(self, backend: Backend, stops: Stops, strip_reasoning: bool = False,
-                 cache: ModelCache | None = None):
+                 cache: ModelCache | None = None, secrets: tuple[str, ...] = ()):
         self.backend = backend
         self.stops = stops
         self.strip_reasoning = strip_reasoning
         self.cache = cache
+        self.secrets = tuple(s for s in secrets if s)  # masked in every output as it arrives
 
     def run(self, tr: TaskRun, live: list[Item], done: Callable[[Item], None]) -> None:
         if self.stops.get("model"):
@@ -57,6 +61,8 @@ class Inference:
 
         def arrived(j: int, out: ModelOutput) -> None:
             it, aux = owners[j]
+            out, scrubbed = scrub_output(out, self.secrets)
+            it.scrubbed += scrubbed
             if aux:
                 it.aux_output = out
             else:

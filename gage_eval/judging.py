@@ -1,6 +1,7 @@
 """The judge stage: finished rows whose task has a judge wait in small chunks, then their
 judge requests run together on the judge backend and each row gets its verdict. With a response
-cache (``--cache``) the judge's requests are looked up first, as the model's are (:mod:`gage_eval.infer`)."""
+cache (``--cache``) the judge's requests are looked up first, as the model's are (:mod:`gage_eval.infer`);
+every reply has the run's secrets masked before a verdict is read from it (:mod:`gage_eval.replies`)."""
 from __future__ import annotations
 
 import time
@@ -10,6 +11,7 @@ from gage_eval.backend import Backend, ModelOutput, safe_run
 from gage_eval.cache import ModelCache
 from gage_eval.errors import FatalBackendError
 from gage_eval.infer import Stops
+from gage_eval.replies import scrub_output
 from gage_eval.taskrun import Item, TaskRun
 
 
@@ -17,9 +19,10 @@ class Judging:
     """Collects finished rows of a judged task and passes them on judged, ``chunk`` at a time."""
 
     def __init__(self, judge_backend: Backend, stops: Stops, then: Callable[[Item], None],
-                 cache: ModelCache | None = None):
+                 cache: ModelCache | None = None, secrets: tuple[str, ...] = ()):
         self.backend = judge_backend
         self.cache = cache
+        self.secrets = tuple(s for s in secrets if s)  # masked in every reply before a verdict reads it
         self.stops = stops
         self.then = then
         self.pending: list[Item] = []
@@ -61,7 +64,9 @@ class Judging:
         tr.timings["judge_s"] += time.perf_counter() - t0
         pos = 0
         for it, k in owners:
-            verdict = tr.judge.verdict(it.sample, it.model_output, replies[pos:pos + k])
+            mine = [scrub_output(out, self.secrets) for out in replies[pos:pos + k]]
+            it.scrubbed += sum(scrubbed for _, scrubbed in mine)
+            verdict = tr.judge.verdict(it.sample, it.model_output, [out for out, _ in mine])
             pos += k
             it.verdict = verdict
             if verdict.error:

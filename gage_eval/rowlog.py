@@ -57,6 +57,11 @@ class RowLog:
         if missing and not self.quiet:  # on_missing_field: warn
             print(f"gage-eval: warning: {tr.name}: rows scored 0 for a missing field (on_missing_field: warn): "
                   + ", ".join(f"{k.rpartition('.')[0]} {n}" for k, n in sorted(missing.items())), file=sys.stderr)
+        scrubbed = tr.counts.get("secrets_scrubbed", 0)
+        if scrubbed:  # (shown with --quiet too: the files do not hold what the model said there)
+            print(f"gage-eval: warning: {tr.name}: {scrubbed} model or judge replies quoted a secret (a key, a header "
+                  f"value, URL user-info or its Basic token): masked as *** in every file written and never cached "
+                  f"(summary.json: counts.secrets_scrubbed)", file=sys.stderr)
         if tr.failure:
             self.events.emit("task_failed", task=tr.name, message=tr.failure)
             if not self.quiet:

@@ -11,8 +11,11 @@ from gage_eval.sample import elide_inline_media
 
 def written_record(tr: Any, it: Any, clean: Callable[[str], str]) -> dict:
     """:func:`finish_record` as the writers get it (a run's and a rescore's): inline media elided,
-    an error's message passed through ``clean`` (secrets masked)."""
+    an error's message passed through ``clean`` (secrets masked), and ``eval_result.secrets_scrubbed``
+    when some of the row's replies quoted a secret (masked as they arrived: gage_eval.replies)."""
     record = elide_inline_media(finish_record(tr, it))
+    if getattr(it, "scrubbed", 0) and isinstance(record.get("eval_result"), dict):  # counted again on resume
+        record["eval_result"]["secrets_scrubbed"] = it.scrubbed
     err = (record.get("eval_result") or {}).get("error")
     if err:
         err["message"] = clean(str(err.get("message")))

@@ -37,6 +37,7 @@ class Item:
     model_output: dict = field(default_factory=dict)  # output + rendered prompt pieces, for judges and metrics
     verdict: Any = None
     judge_prompts: list = field(default_factory=list)  # what the judge was asked (text, or chat messages)
+    scrubbed: int = 0  # replies of this row (model's and judge's) that had a secret masked
 
 
 MAX_WARNINGS_SHOWN = 20  # per task, on the console; events.jsonl has all of them
@@ -207,6 +208,9 @@ class TaskRun:
         """Count one written record and add its metric values; used live and on resume."""
         result = record.get("eval_result") or {}
         self.counts["total"] += 1
+        scrubbed = result.get("secrets_scrubbed")  # (present only when a reply quoted a secret)
+        if type(scrubbed) is int and scrubbed > 0:
+            self.counts["secrets_scrubbed"] = self.counts.get("secrets_scrubbed", 0) + scrubbed
         err = result.get("error")
         if err:
             self.counts["errored"] += 1

@@ -300,7 +300,8 @@ class OpenAIBackend(Backend):
         for proxy in dict.fromkeys(p for p in proxies if p):  # never echo a proxy's password in an error message
             _, proxy_user, proxy_password = url_credentials(proxy)
             if proxy_password:
-                self.secrets += (proxy_password, f"{proxy_user or ''}:{proxy_password}")
+                pair = f"{proxy_user or ''}:{proxy_password}"  # (and its Basic token, which a proxy may quote back)
+                self.secrets += (proxy_password, pair, base64.b64encode(pair.encode()).decode())
         proxy = proxies[0]
         not_found = "no such endpoint there: check base_url (it usually ends in /v1) and endpoint"
         several = len(self.base_urls) > 1

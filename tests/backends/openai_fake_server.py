@@ -14,6 +14,9 @@ The fake model:
 Faults: a prompt holding ``[[faults:429,reset,garbage]]`` gets those faults on its
 first, second and third attempts and a normal reply after; ``500*3`` repeats one.
 A prompt holding ``[[delay:2.5]]`` is answered that many seconds late (after ``latency``).
+``[[quote:NAME]]`` makes the answer ``ANS-`` and the request's header NAME (a reply quoting a
+credential back); ``[[route:NAME]]`` an answer that depends on that header's value (a gateway
+choosing the model by a header).
 ``FakeServer(fault=KIND)`` gives every completion request that fault (a prompt's own
 directive still wins; ``fault_models=True`` gives it ``GET /models`` too).
 Kinds: 429 (with ``Retry-After``), 401, 403, any other status code (an error reply with
@@ -47,7 +50,8 @@ import urllib.parse
 from typing import Any
 
 TOKEN = re.compile(r"\s*\S+|\s+$")
-DIRECTIVE = re.compile(r"\[\[(say|faults|delay):([^\]]*)\]\]")
+DIRECTIVE = re.compile(r"\[\[(say|faults|delay|quote|route):([^\]]*)\]\]")
+HEADER_DIRECTIVE = re.compile(r"\[\[(quote|route):([^\]]*)\]\]")
 TOP_TOKEN, TOP_LOGPROB = " the", -0.5
 REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found",
            429: "Too Many Requests", 500: "Internal Server Error", 503: "Service Unavailable"}
@@ -91,6 +95,16 @@ def answer_for(prompt: str) -> str:
             return m.group(2)
     lines = [ln.strip() for ln in DIRECTIVE.sub("", prompt).splitlines() if ln.strip()]
     return lines[-1] if lines else ""
+
+
+def _from_header(m: re.Match, headers: dict) -> str:
+    """``[[quote:NAME]]``: the answer is ``ANS-`` and the request's header NAME (a careless server
+    quoting a credential); ``[[route:NAME]]``: an answer chosen by that header's value, without
+    quoting it (a gateway routing to a model by a header)."""
+    value = headers.get(m.group(2).lower(), "")
+    if m.group(1) == "quote":
+        return f"[[say:ANS-{value}]]"
+    return f"[[say:ROUTED-{hashlib.sha256(value.encode()).hexdigest()[:10]}]]"
 
 
 def message_text(messages: list) -> str:
@@ -263,6 +277,7 @@ class FakeServer:
                 await asyncio.sleep(delay[0])
             if fault is not None:
                 return await self._fault(fault, writer, headers, target)
+            prompt = HEADER_DIRECTIVE.sub(lambda m: _from_header(m, headers), prompt)
             if chat:
                 return await self._chat(body, prompt, writer)
             return await self._completion(body, prompt, writer)
