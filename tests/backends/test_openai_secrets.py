@@ -11,13 +11,15 @@ import json
 import os
 import subprocess
 import sys
+import urllib.parse
 from pathlib import Path
 
 import pytest
 
 from gage_eval.backend import Request
 from gage_eval.errors import FatalBackendError, GageError
-from gage_eval.redact import REDACTED, is_secret_key, mask, redact, scrub, strip_credentials, url_credentials
+from gage_eval.redact import (REDACTED, is_secret_key, is_secret_query_name, mask, masked_url, query_secrets, redact,
+                              scrub, strip_credentials, url_credentials)
 from gage_plugins_builtin.backends.openai_backend import openai_backend
 from openai_fake_server import FakeServer
 
@@ -65,11 +67,85 @@ def test_scrub_and_mask():
     assert mask("a longer-secret-1234 here", ("longer-secret-1234", "secret")) == "a *** here"
 
 
+def test_a_key_in_the_query_string_is_sent_with_every_request_and_shown_nowhere(monkeypatch):
+    """Azure's form, ``base_url=https://host/v1?api-key=K``: the query follows each request's path
+    (``/v1/models?...``, ``/v1/chat/completions?...``); settings, errors, counts hold ``***``."""
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    sig = urllib.parse.quote(QSIG, safe="")
+    with FakeServer(echo_headers=True, require_query={"api-key": QKEY, "sig": QSIG, "api-version": "7"}) as a, \
+            FakeServer(echo_headers=True, require_query={"api-key": KEY}) as b:
+        backend = openai_backend(base_url=f"{a.url}?api-version=7&api-key={QKEY}&sig={sig}|{b.url}/?api-key={KEY}",
+                                 max_retries=1, backoff=0.01, endpoint_backoff=0.01)
+        try:
+            backend.open()  # model discovery carries the query too
+            out = backend.run([Request(kind="generate", sample_id=str(i), prompt=f"{f}\nx{i}")
+                               for i, f in enumerate(["", "[[faults:400]]", "", "[[faults:400]]"])])
+        finally:
+            backend.close()
+        assert a.rejected == 0 and b.rejected == 0 and backend.model_id == "fake-model"
+        assert a.log and b.log  # both endpoints answered, each with its own key
+        errors = [o.error for o in out if o.error]
+    assert len(errors) == 2 and all("you sent" in e and "api-key=***" in e for e in errors), errors
+    assert {QKEY, QSIG, sig, KEY} <= set(backend.secrets)
+    assert backend.settings()["base_url"] == [f"{a.url}?api-version=7&api-key=***&sig=***", f"{b.url}?api-key=***"]
+    shown = json.dumps([backend.settings(), backend.endpoint_counts(), backend.stats(), errors])
+    assert not any(c in shown for c in (QKEY, QSIG, sig, KEY, "CANARY")), shown
+
+
+def test_a_query_key_on_a_dead_server_is_in_no_message(monkeypatch):
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    backend = openai_backend(base_url=f"http://127.0.0.1:9?api-key={QKEY}", timeout=2, max_retries=0)
+    try:
+        assert backend.base_url == "http://127.0.0.1:9/v1?api-key=***"  # /v1 goes before the query
+        with pytest.raises(GageError) as exc:
+            backend.open()
+        out = openai_backend(base_url=f"http://127.0.0.1:9?api-key={QKEY}", model="m", timeout=2, max_retries=0)
+        try:
+            error = out.run([Request(kind="generate", sample_id="a", prompt="q")])[0].error
+        finally:
+            out.close()
+    finally:
+        backend.close()
+    assert "http://127.0.0.1:9/v1/models" in str(exc.value) and "http://127.0.0.1:9/v1/completions:" in error
+    assert QKEY not in str(exc.value) + error
+
+
 def test_url_credentials():
     assert url_credentials("http://h:1/v1") == ("http://h:1/v1", None, None)
     assert url_credentials("https://u%40x:p%3Aw@h:1/v1") == ("https://h:1/v1", "u@x", "p:w")
     assert url_credentials("http://tok@h/v1") == ("http://h/v1", "tok", None)
     assert strip_credentials("http://u:p@ss@h/v1 and ftp://x@y") == "http://***@h/v1 and ftp://***@y"
+
+
+QKEY, QSIG = "CANARY-query-key-3d9a", "CANARY+sig/5b=="  # a SAS signature holds + / =
+
+
+@pytest.mark.parametrize("name", ["api-key", "api_key", "key", "Key", "code", "sig", "token", "access_token",
+                                  "X-Amz-Signature", "subscription-key", "Ocp-Apim-Subscription-Key", "x-api-key",
+                                  "client_secret", "password", "auth", "api%2Dkey"])
+def test_secret_query_names(name):
+    assert is_secret_query_name(name)
+
+
+@pytest.mark.parametrize("name", ["api-version", "model", "deployment", "max_tokens", "pad_token", "sort_key",
+                                  "keys", "region", "se", "sp", "format"])
+def test_query_names_that_are_not_secret(name):
+    assert not is_secret_query_name(name)
+
+
+def test_query_secrets_are_masked_in_text_settings_and_urls():
+    url = f"https://h.example/openai/v1?api-version=2024-02-01&api-key={QKEY}"
+    assert strip_credentials(f"GET {url}/models failed") == \
+        "GET https://h.example/openai/v1?api-version=2024-02-01&api-key=*** failed"
+    assert strip_credentials(f"--model-args base_url={url},model=m") == \
+        "--model-args base_url=https://h.example/openai/v1?api-version=2024-02-01&api-key=***,model=m"
+    assert strip_credentials(f"url='http://h/v1?x=1&sig={QSIG}' ok") == "url='http://h/v1?x=1&sig=***' ok"
+    assert strip_credentials("a=b?c and http://h/v1?key=&api-version=1") == "a=b?c and http://h/v1?key=&api-version=1"
+    assert redact({"model_args": {"base_url": url}}) == \
+        {"model_args": {"base_url": "https://h.example/openai/v1?api-version=2024-02-01&api-key=***"}}
+    sas = f"https://h/v1?sv=2022&sig={urllib.parse.quote(QSIG, safe='')}&se=2030"
+    assert masked_url(sas) == "https://h/v1?sv=2022&sig=***&se=2030"
+    assert query_secrets(sas) == [("sig", urllib.parse.quote(QSIG, safe=""))]
 
 
 # -- the backend: credentials sent, never shown --------------------------------------------------
@@ -143,6 +219,8 @@ def test_explicit_authorization_header_wins_over_the_default_key(monkeypatch):
     ({"base_url": "http://h/v1", "headers": {"X-Auth": REDACTED}}, {}, "header_X-Auth"),
     ({"base_url": "http://h/v1", "api_key_env": "GAGE_STORED_KEY"}, {"GAGE_STORED_KEY": REDACTED}, "GAGE_STORED_KEY"),
     ({"base_url": "http://h/v1"}, {"OPENAI_API_KEY": REDACTED}, "OPENAI_API_KEY"),
+    ({"base_url": "http://h/v1?api-version=1&api-key=***"}, {}, "api-key query parameter"),
+    ({"base_url": "http://h/v1?sig=%2A%2A%2A"}, {}, "sig query parameter"),
 ])
 def test_the_redacted_placeholder_is_never_sent(args, env, named, monkeypatch):
     for k, v in env.items():

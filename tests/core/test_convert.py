@@ -651,3 +651,49 @@ def test_secrets_in_a_pipeline_are_never_written(tmp_path):
     for text in [proc.stdout, proc.stderr, *(p.read_text() for p in (tmp_path / "out").rglob("*") if p.is_file())]:
         assert "HUNTER2PW" not in text and "TOKEN-SECRET-9" not in text
     assert "base_url: http://127.0.0.1:9/v1" in (tmp_path / "out" / "run.yaml").read_text()
+
+
+def test_environment_references_are_written_as_references_and_literal_secrets_are_named(tmp_path):
+    """``${VAR}`` in a backend's config reaches run.yaml as written (gage-eval reads it when it
+    runs), never its value; a literal key in the query string or a header is left out and named
+    on stderr, in CONVERSION.txt and at the top of run.yaml."""
+    pipe = tmp_path / "pipe.yaml"
+    pipe.write_text(textwrap.dedent("""\
+        datasets:
+          - dataset_id: d
+            loader: jsonl
+            params: {path: rows.jsonl}
+        backends:
+          - backend_id: b
+            type: openai_http
+            config:
+              base_url: "https://${AZ_HOST}/v1?api-version=2024-02-01&api-key=QUERY-SECRET-4&sig=${AZ_SIG}"
+              api_key: ${AZ_KEY}
+              model: ${MODEL_NAME:-gpt}
+              headers: {X-Auth: HEADER-SECRET-5, X-Team: "${TEAM}"}
+        role_adapters:
+          - {adapter_id: dut, role_type: dut_model, backend_id: b}
+        tasks:
+          - {task_id: t, dataset_id: d, steps: [{step: inference, adapter_id: dut}]}
+        metrics:
+          - metric_id: exact_match
+        """))
+    values = {"AZ_HOST": "ENV-HOST-1.example", "AZ_SIG": "ENV-SIG-2", "AZ_KEY": "ENV-KEY-3", "MODEL_NAME": "ENV-MODEL",
+              "TEAM": "ENV-TEAM-6"}
+    proc = subprocess.run([*GAGE, "convert", str(pipe), "-o", str(tmp_path / "out")], capture_output=True, text=True,
+                          env={**ENV, **values}, cwd=tmp_path, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    run = (tmp_path / "out" / "run.yaml").read_text()
+    args = yaml.safe_load(run)["models"]["dut"]["args"]
+    assert args == {"base_url": "https://${AZ_HOST}/v1?api-version=2024-02-01&sig=${AZ_SIG}", "api_key_env": "AZ_KEY",
+                    "model": "${MODEL_NAME:-gpt}", "header_X-Team": "${TEAM}"}
+    assert "pipe.yaml:9: backends[0].config.base_url: the api-key query parameter is a secret and is not written" \
+        in proc.stderr
+    assert "pipe.yaml:12: backends[0].config.headers.X-Auth: the value of header X-Auth is a secret" in proc.stderr
+    assert "pipe.yaml:9: backends[0].config.base_url: the api-key query parameter\n#" in run
+    assert "pipe.yaml:12: backends[0].config.headers.X-Auth: header X-Auth\nmodels:" in run
+    conversion = (tmp_path / "out" / "CONVERSION.txt").read_text()
+    assert "the api-key query parameter is a secret" in conversion and "header X-Auth is a secret" in conversion
+    for text in [proc.stdout, proc.stderr, *(p.read_text() for p in (tmp_path / "out").rglob("*") if p.is_file())]:
+        for secret in ["QUERY-SECRET-4", "HEADER-SECRET-5", *values.values()]:
+            assert secret not in text
