@@ -33,9 +33,10 @@ from typing import Any, Callable, Iterable, Mapping
 
 import click
 
-from gage_eval.errors import EXIT_USAGE, GageError, OutputError
+from gage_eval.errors import EXIT_USAGE, GageError
 from gage_eval.metric import metric_value
-from gage_eval.records import read_jsonl
+from gage_eval.runfiles import GENERATOR, check_inputs, check_page_output, check_summary, iter_run_records, \
+    read_run_json, write_page
 from gage_eval.stats import quantile as percentile  # linear between order statistics (numpy's default)
 
 DEFAULT_SEED = 1234
@@ -115,11 +116,11 @@ class RunFolder:
         if not summary_path.is_file():
             raise GageError(f"{path}: not a run folder (no summary.json); compare takes two run folders "
                             f"written by gage-eval")
-        self.summary = _read_json(summary_path, required=True)
-        if not isinstance(self.summary.get("tasks"), dict) or not isinstance(self.summary.get("run"), dict):
-            raise GageError(f"{summary_path}: not a gage-eval summary (no 'run' and 'tasks' objects)")
-        self.config = _read_json(path / "config.json") or {}
-        self.inputs = _read_json(path / "inputs.json") or {}
+        self.summary = read_run_json(path, "summary.json")
+        check_summary(summary_path, self.summary)
+        self.config = read_run_json(path, "config.json", required=False) or {}
+        self.inputs = read_run_json(path, "inputs.json", required=False) or {}
+        check_inputs(path / "inputs.json", self.inputs)
 
     @property
     def run(self) -> dict:
@@ -132,11 +133,11 @@ class RunFolder:
     def samples(self, task: str, warn: Callable[[str], None]) -> dict[str, dict]:
         """The task's records by sample id (a repeated id: the last record, with a warning)."""
         path = self.path / "samples" / f"{task}.jsonl"
-        if not path.is_file():
+        if not path.exists():
             raise GageError(f"{path}: missing; compare aligns the samples of task {task!r} from it")
         records: dict[str, dict] = {}
         repeated = 0
-        for record in read_jsonl(path):
+        for _, record in iter_run_records(self.path, path):
             sid = record.get("id")
             if sid is None:
                 raise GageError(f"{path}: a record without 'id'; compare aligns samples by id")
@@ -147,20 +148,6 @@ class RunFolder:
         if repeated:
             warn(f"{path}: {repeated} sample id(s) appear more than once; the last record of each is used")
         return records
-
-
-def _read_json(path: Path, required: bool = False) -> Any:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        if required:
-            raise GageError(f"{path}: missing") from None
-        return None
-    except (OSError, ValueError) as exc:
-        raise GageError(f"{path}: unreadable ({exc})") from None
-    if not isinstance(data, dict):
-        raise GageError(f"{path}: not a JSON object")
-    return data
 
 
 def _errored(record: Mapping[str, Any]) -> bool:
@@ -485,6 +472,7 @@ def render_console(result: Mapping[str, Any]) -> str:
 
 _HTML = """<!doctype html>
 <html lang="en"><head><meta charset="utf-8">
+{{ generator | safe }}
 <title>gage-eval compare: {{ r.run_a.id }} vs {{ r.run_b.id }}</title>
 <style>
 body{font-family:system-ui,sans-serif;margin:2em;color:#222;max-width:1100px}
@@ -545,7 +533,8 @@ def render_html(result: Mapping[str, Any]) -> str:
     tables = {task: metric_rows(t) for task, t in result["tasks"].items()}
     settings = [s for s in result["settings"] if not s["same"]] + [s for s in result["settings"] if s["same"]]
     differ = sum(1 for s in result["settings"] if not s["same"])
-    return env.from_string(_HTML).render(r=result, tables=tables, differ=differ, show=show, settings=settings)
+    return env.from_string(_HTML).render(r=result, tables=tables, differ=differ, show=show, settings=settings,
+                                             generator=GENERATOR)
 
 
 @click.command("compare")
@@ -565,13 +554,12 @@ def compare_command(run_a, run_b, tasks, resamples, seed, html_file, as_json):
     B-A with a paired bootstrap 95% interval, McNemar's exact test and the flipped samples for
     binary metrics, and the settings that differ. Exits 2 when the runs cannot be aligned."""
     try:
+        if html_file is not None:  # before the work: a refused page costs nothing
+            check_page_output(html_file, [run_a, run_b], "--html")
         result = compare_runs(run_a, run_b, tasks=tasks, resamples=resamples, seed=seed,
                               warn=lambda msg: click.echo(f"gage-eval: warning: {msg}", err=True))
         if html_file is not None:
-            try:
-                html_file.write_text(render_html(result), encoding="utf-8")
-            except OSError as exc:
-                raise OutputError(f"{html_file}: cannot write ({exc.strerror or exc})") from None
+            write_page(html_file, [render_html(result)], make_folder=False)
     except GageError as exc:
         click.echo(f"gage-eval: error: {exc}", err=True)
         sys.exit(getattr(exc, "exit_code", EXIT_USAGE))

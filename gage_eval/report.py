@@ -35,6 +35,8 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import click
 
 from gage_eval.errors import GageError
+from gage_eval.runfiles import (GENERATOR, check_page_output, check_summary, iter_run_records, read_run_json,
+                                run_options, write_page)
 from gage_eval.stats import Z95  # the 95% normal interval, as summary.json's ci95.normal
 from gage_eval.writers import Writer
 
@@ -49,31 +51,10 @@ __all__ = ["render_report", "report_data", "ReportWriter", "report_command"]
 
 
 # -- reading a run folder ------------------------------------------------------
-def _read_json(path: Path, what: str) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise GageError(f"{path.parent}: no {path.name} there; is it a gage-eval run folder?") from None
-    except (OSError, ValueError) as exc:
-        raise GageError(f"{path}: cannot read the {what} ({exc})") from None
-
-
-def _iter_records(path: Path) -> Iterable[dict]:
-    """The records of a samples file; a torn last line (a run killed mid-write) is skipped."""
-    try:
-        fh = path.open("rb")
-    except FileNotFoundError:
-        return
-    with fh:
-        for line in fh:
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(record, dict):
-                yield record
+def _read_summary(run_dir: Path) -> dict:
+    summary = read_run_json(run_dir, "summary.json")
+    check_summary(run_dir / "summary.json", summary)
+    return summary
 
 
 def _clip(text: Any) -> str:
@@ -147,12 +128,11 @@ class _Images:
                      f"placeholders are shown")
 
     def _recover_task(self, run_dir: Path, task: str, hashes: set[str], budget: int) -> int:
-        from gage_eval.options import load_options
         from gage_eval.plugins import load_plugins
         from gage_eval.rows import RowChecker
         from gage_eval.taskrun import TaskRun, resolve_tasks
 
-        opts = load_options(run_dir)
+        opts = run_options(run_dir)
         opts.tasks = [task]
         opts.data = {k: v for k, v in opts.data.items() if k == task}
         _, registry = load_plugins()
@@ -373,15 +353,13 @@ def report_data(run_dirs: Sequence[Path | str], out_dir: Path, summaries: Mappin
     images = _Images(out_dir)
     runs = []
     for i, run_dir in enumerate(dirs):
-        summary = (summaries or {}).get(run_dir) or _read_json(run_dir / "summary.json", "run summary")
-        if not isinstance(summary, dict) or not isinstance(summary.get("run"), dict):
-            raise GageError(f"{run_dir / 'summary.json'}: not a gage-eval run summary (no 'run' section)")
-        run = summary["run"]
+        summary = (summaries or {}).get(run_dir) or _read_summary(run_dir)
+        run = _run_view(summary["run"])
         tasks = []
         for name, t in (summary.get("tasks") or {}).items():
             errors: dict[tuple, dict] = OrderedDict()
             n_samples = 0
-            for record in _iter_records(run_dir / "samples" / f"{name}.jsonl"):
+            for _, record in iter_run_records(run_dir, run_dir / "samples" / f"{name}.jsonl"):
                 compact = _compact(record, i, name, run_dir, images)
                 spool.write(_json_for_script(compact) + "\n")
                 n_samples += 1
@@ -405,12 +383,22 @@ def report_data(run_dirs: Sequence[Path | str], out_dir: Path, summaries: Mappin
                           "errors": sorted(errors.values(), key=lambda g: -g["count"]),
                           "timings": t.get("timings") or {}, "source": t.get("source") or {},
                           "plot": _plot(metrics), "samples": n_samples})
-        runs.append({"index": i, "id": run.get("id", run_dir.name), "dir": str(run_dir), "run": run,
+        runs.append({"index": i, "id": run["id"] or run_dir.name, "dir": str(run_dir), "run": run,
                      "tasks": tasks, "summary": summary})
     if images.wanted:
         images.recover(dirs, warn)
     return {"runs": runs, "images": images.embedded, "compare": _compare(runs),
             "n_samples": sum(t["samples"] for r in runs for t in r["tasks"])}
+
+
+def _run_view(run: Mapping[str, Any]) -> dict:
+    """summary.json's run section with every key the template shows (absent ones as None)."""
+    view = {key: None for key in ("id", "created", "exit_status", "interrupted", "command", "timings", "model",
+                                  "judge", "settings", "versions")}
+    view.update(run)
+    if isinstance(view["model"], dict):
+        view["model"] = {"name": None, "model_id": None, **view["model"]}
+    return view
 
 
 def _compare(runs: list[dict]) -> list[dict]:
@@ -426,14 +414,19 @@ def _compare(runs: list[dict]) -> list[dict]:
 
 
 def _json_for_script(value: Any) -> str:
-    """JSON safe inside <script type="application/json">: no '<' can close the element."""
+    """JSON safe inside <script type="application/json">: '<', '>' and '&' (only ever inside JSON
+    strings) and the JavaScript line separators as \\u escapes, so no value can end the element;
+    JSON.parse reads them back unchanged."""
     try:
         import orjson
 
         text = orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS).decode("utf-8")
-    except (ImportError, TypeError):
-        text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
-    return text.replace("<", "\\u003c").replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
+    except (ImportError, TypeError):  # (a lone surrogate: escaped as \\udXXX, which JSON.parse reads)
+        text = json.dumps(value, ensure_ascii=True, separators=(",", ":"), default=str)
+    return text.translate(_SCRIPT_ESCAPES)
+
+
+_SCRIPT_ESCAPES = {ord(c): f"\\u{ord(c):04x}" for c in "<>&\u2028\u2029"}
 
 
 def _fmt(value: Any, digits: int = 4) -> str:
@@ -462,31 +455,26 @@ def render_report(run_dirs: Sequence[Path | str], out: Path | str,
                 "runs": [{"id": r["id"], "tasks": [t["name"] for t in r["tasks"]]} for r in data["runs"]],
                 "summaries": [r["summary"] for r in data["runs"]]}
         html = env.get_template(TEMPLATE).render(runs=data["runs"], compare=data["compare"], z=Z95,
-                                                 n_samples=data["n_samples"], page_size=PAGE_SIZE,
-                                                 data_json=_DATA_MARK)
-        head, mark, tail = html.partition(_DATA_MARK)
-        if not mark:
-            raise GageError(f"the report template {TEMPLATE} has no place for the samples")
-        tmp = out.with_name(out.name + ".tmp")
-        try:
-            out.parent.mkdir(parents=True, exist_ok=True)
-            with tmp.open("w", encoding="utf-8") as fh:  # the samples are copied from the spool, not held
-                fh.write(head)
-                fh.write('{"samples":[')
-                spool.seek(0)
-                for j, line in enumerate(spool):
-                    fh.write("," if j else "")
-                    fh.write(line.rstrip("\n"))
-                fh.write("]," + _json_for_script(rest)[1:])
-                fh.write(tail)
-            os.replace(tmp, out)
-        except OSError as exc:
-            tmp.unlink(missing_ok=True)
-            raise GageError(f"{out}: cannot write the report ({exc.strerror or exc})") from None
+                                                 n_samples=data["n_samples"], page_size=PAGE_SIZE, generator=GENERATOR)
+        # Every value the template shows is HTML-escaped, so this element (rendered empty) can come
+        # only from the template itself: the samples' JSON goes between its tags.
+        if html.count(_DATA_ELEMENT) != 1:
+            raise GageError(f"the report template {TEMPLATE} must hold {_DATA_ELEMENT} once")
+        head, _, tail = html.partition(_DATA_ELEMENT)
+        open_tag = _DATA_ELEMENT[:-len("</script>")]
+
+        def chunks() -> Iterable[str]:  # the samples are copied from the spool, not held
+            yield head + open_tag + '{"samples":['
+            spool.seek(0)
+            for j, line in enumerate(spool):
+                yield ("," if j else "") + line.rstrip("\n")
+            yield "]," + _json_for_script(rest)[1:] + "</script>" + tail
+
+        write_page(out, chunks())
     return out
 
 
-_DATA_MARK = "\x00gage-eval-report-data\x00"  # where the samples' JSON goes in the rendered page
+_DATA_ELEMENT = '<script type="application/json" id="report-data"></script>'
 
 
 def _warn(msg: str) -> None:
@@ -521,10 +509,14 @@ class ReportWriter(Writer):
 @click.option("-o", "--output", "output", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="The HTML file to write (default: RUN_DIR/report.html for one run, report.html for several).")
 def report_command(run_dirs: tuple[Path, ...], output: Path | None) -> None:
-    """Write one self-contained HTML report of one or more run folders (several: side by side)."""
+    """Write one self-contained HTML report of one or more run folders (several: side by side).
+    It is never written into a run folder (but as the one run's own report.html) nor over a file
+    that is not a page gage-eval wrote."""
     for d in run_dirs:
         if not d.is_dir():
             raise GageError(f"{d}: no such run folder")
     out = output or (run_dirs[0] / "report.html" if len(run_dirs) == 1 else Path("report.html"))
+    check_page_output(out, list(run_dirs), "-o" if output else "the report",
+                      own_report=run_dirs[0] / "report.html" if len(run_dirs) == 1 else None)
     path = render_report(list(run_dirs), out)
     click.echo(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB)")

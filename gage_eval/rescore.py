@@ -15,12 +15,12 @@ judge runs again (``--judge-model``). ``--metrics`` replaces each task's metric 
 """
 from __future__ import annotations
 
-import json
+import os
 import platform
 import shlex
 import sys
 import time
-from dataclasses import asdict, fields, replace
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
@@ -31,7 +31,7 @@ from gage_eval.backend import ModelOutput
 from gage_eval.errors import GageError, OutputError
 from gage_eval.events import RunStart, TaskDone
 from gage_eval.options import RunOptions
-from gage_eval.records import EventLog, read_jsonl, write_json_atomic
+from gage_eval.records import EventLog, write_json_atomic
 from gage_eval.redact import mask, redact, strip_credentials
 
 STORED = ("predict_result", "eval_result")  # the parts of a record that are not the sample
@@ -71,31 +71,17 @@ class StoredBackend:
 
 def read_run(run_dir: Path) -> tuple[RunOptions, dict, dict]:
     """The run's options (config.json), its input hashes (inputs.json) and its summary (may be empty)."""
-    where = f"rescore {run_dir}"
+    from gage_eval.runfiles import check_inputs, check_summary, read_run_json, run_options
+
     path = run_dir / "config.json"
-    if not run_dir.is_dir() or not path.is_file() or not (run_dir / "samples").is_dir():
-        raise GageError(f"{where}: not a gage-eval run folder (it needs config.json and samples/)")
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise GageError(f"{where}: {path} is unreadable ({exc})") from None
-    known = {f.name for f in fields(RunOptions)}
-    if not isinstance(data, dict) or "tasks" not in data:
-        raise GageError(f"{where}: {path} is not a gage-eval run config")
-    extra = sorted(set(data) - known)
-    if extra:
-        raise GageError(f"{where}: {path} has keys this gage-eval does not know: {', '.join(extra)}")
-    options = RunOptions(**data)
-    stored: dict[str, dict] = {}
-    for name in ("inputs.json", "summary.json"):
-        try:
-            loaded = json.loads((run_dir / name).read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            loaded = {}
-        except (OSError, ValueError) as exc:
-            raise GageError(f"{where}: {run_dir / name} is unreadable ({exc})") from None
-        stored[name] = loaded if isinstance(loaded, dict) else {}
-    return options, stored["inputs.json"], stored["summary.json"]
+    if not run_dir.is_dir() or not path.exists() or not (run_dir / "samples").is_dir():
+        raise GageError(f"rescore {run_dir}: not a gage-eval run folder (it needs config.json and samples/)")
+    options = run_options(run_dir)
+    inputs = read_run_json(run_dir, "inputs.json", required=False) or {}
+    check_inputs(run_dir / "inputs.json", inputs)
+    summary = read_run_json(run_dir, "summary.json", required=False) or {}
+    check_summary(run_dir / "summary.json", summary, required=False)
+    return options, inputs, summary
 
 
 def metric_entries(spec: Any, names: list[str], registry: Any) -> list:
@@ -204,7 +190,7 @@ class Rescore:
             specs = self._specs()
         runs = [TaskRun(spec, self.registry, self.new, failure) for spec, failure in specs]
         for tr in runs:
-            if not tr.failure and not (self.run_dir / "samples" / f"{tr.name}.jsonl").is_file():
+            if not tr.failure and not os.path.lexists(self.run_dir / "samples" / f"{tr.name}.jsonl"):
                 tr.failure = f"{self.run_dir / 'samples' / (tr.name + '.jsonl')} is missing: the run wrote no row"
         return runs
 
@@ -317,7 +303,10 @@ class Rescore:
         return summary
 
     def records(self, task: str) -> Iterator[tuple[int, dict]]:
-        for index, record in enumerate(read_jsonl(self.run_dir / "samples" / f"{task}.jsonl")):
+        from gage_eval.runfiles import iter_run_records
+
+        path = self.run_dir / "samples" / f"{task}.jsonl"
+        for index, (_, record) in enumerate(iter_run_records(self.run_dir, path)):
             yield index, record
 
     def _task(self, tr: Any, judge_backend: Any, writers: Any, events: EventLog) -> None:

@@ -17,9 +17,9 @@ from gage_eval.errors import EXIT_INTERRUPTED, EXIT_MEANING, GageError
 from gage_eval.kv import parse_kv, parse_value
 from gage_eval.redact import REDACTED, redact
 from gage_eval.rundir import LOCK_FILE, RunLock, masked_keys, matches_stored, remove_unused_run_dir
+from gage_eval.runfiles import RUN_ID
 from gage_eval.tasks import parse_data_overrides
 
-RUN_ID = re.compile(r"[A-Za-z0-9._-]{1,200}")
 CONFIG_KEYS = {"models", "tasks", "limit", "batch_size", "seed", "output_dir", "fail_fast", "include_paths", "data",
                "max_error_rate", "allow_paths", "allow_urls", "system_prompt", "gen_kwargs", "num_fewshot",
                "fewshot_as_multiturn", "apply_chat_template", "strip_reasoning", "writers", "cache", "eee_version",
@@ -393,9 +393,11 @@ def _config_folder(config_file: str | None, path: str) -> str:
     return _absolute(p)
 
 
-def run_from_cli(*, resume: str | None, quiet: bool, dry_run: int | None = None, **kwargs: Any) -> dict:
+def run_from_cli(*, resume: str | None, quiet: bool, dry_run: int | None = None, drop_writers: Any = (),
+                 **kwargs: Any) -> dict:
     """Run (or resume) and print the results; exits with the documented status (see the README).
-    ``dry_run=N`` prints the settings and N requests a task instead (:mod:`gage_eval.dryrun`)."""
+    ``dry_run=N`` prints the settings and N requests a task instead (:mod:`gage_eval.dryrun`);
+    ``drop_writers``: writers the run (its config, or the stored run on resume) names, left out."""
     if resume:
         run_dir = Path(resume)
         if not (run_dir / "config.json").is_file():
@@ -403,13 +405,14 @@ def run_from_cli(*, resume: str | None, quiet: bool, dry_run: int | None = None,
     if dry_run is not None:
         from gage_eval.dryrun import dry_run as show
 
-        options = resumed_options(run_dir, kwargs) if resume else build_options(quiet=quiet, **kwargs)
+        options = (resumed_options(run_dir, kwargs, drop_writers) if resume
+                   else _new_options(quiet, kwargs, drop_writers))
         status = show(options, rows=dry_run)
         if status:
             raise SystemExit(status)
         return {}
     if not resume:
-        options = build_options(quiet=quiet, **kwargs)
+        options = _new_options(quiet, kwargs, drop_writers)
         options.run_id = options.run_id or new_run_id()
         if not RUN_ID.fullmatch(options.run_id) or options.run_id in (".", ".."):
             raise GageError(f"--run-id {options.run_id!r}: a run id is a folder name (letters, digits, . _ -), "
@@ -418,7 +421,7 @@ def run_from_cli(*, resume: str | None, quiet: bool, dry_run: int | None = None,
     fresh = not resume and not run_dir.exists()
     with RunLock(run_dir):
         if resume:
-            options = resumed_options(run_dir, kwargs)
+            options = resumed_options(run_dir, kwargs, drop_writers)
             options.quiet = quiet
         elif any(p.name != LOCK_FILE for p in run_dir.iterdir()):
             raise GageError(f"run folder {run_dir} already exists; use --resume {run_dir} to continue it")
@@ -469,9 +472,30 @@ RESUME_FREE = ("fail_fast", "max_error_rate", "cache", "eee_version", "report", 
 # writers named on resume join the stored ones: each writer is rebuilt whole from the kept records
 
 
-def resumed_options(run_dir: Path, given: dict) -> RunOptions:
+def _new_options(quiet: bool, flags: dict, drop_writers: Any) -> RunOptions:
+    options = build_options(quiet=quiet, **flags)
+    options.writers = without_writers(options.writers, drop_writers)
+    return options
+
+
+def without_writers(specs: list[str], names: Any) -> list[str]:
+    """``--drop-writer NAME`` (repeatable): the writer specs without those named; a name the
+    run does not have is said (a typo keeps the writer), not refused (dropped before)."""
+    from gage_eval.writers import parse_writer
+
+    present = [parse_writer(spec)[0] for spec in specs]
+    for name in names or ():
+        if name not in present:  # (a resume given the same command again: nothing left to drop)
+            have = f"its writers: {', '.join(present)}" if present else "it names none"
+            click.echo(f"gage-eval: warning: --drop-writer {name}: the run names no writer {name!r} ({have})",
+                       err=True)
+    return [spec for spec, name in zip(specs, present) if name not in set(names or ())]
+
+
+def resumed_options(run_dir: Path, given: dict, drop_writers: Any = ()) -> RunOptions:
     """The stored settings, checked against any given again; secrets the store holds only as
-    ``***`` are taken from the flags given now, and their absence stops the resume."""
+    ``***`` are taken from the flags given now, and their absence stops the resume. Writers
+    named now join the stored ones; ``drop_writers`` are left out (and from config.json)."""
     stored = load_options(run_dir)
     flags = {k: v for k, v in given.items()  # (0 is a value given; False is an unset switch, but not
              if k not in ("command", "output_dir", "run_id") and v is not None  # --no-apply-chat-template)
@@ -505,6 +529,7 @@ def resumed_options(run_dir: Path, given: dict) -> RunOptions:
             setattr(stored, name, getattr(fresh, name))
     if fresh.writers:
         stored.writers = _writers([*stored.writers, *fresh.writers])
+    stored.writers = without_writers(stored.writers, drop_writers)
     _check_writer_secrets(run_dir, stored.writers)
     for name, role in (("model_args", "--model-args"), ("judge_args", "--judge-args")):
         if name in supplied:
