@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass, field
+import math
+from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar, Iterator, Sequence
 
 from gage_eval.errors import GageError
@@ -162,3 +163,37 @@ def safe_run(backend: Backend, requests: list) -> list[ModelOutput]:
         msg = f"backend returned {len(outputs)} outputs for {len(requests)} requests"
         return [ModelOutput(error=msg) for _ in requests]
     return list(outputs)
+
+
+def checked_output(request: Request, out: Any) -> ModelOutput:
+    """A backend's output for ``request`` as the engine may use it, or one whose ``error`` says
+    what was malformed (the row is then written as errored, never scored nor dropped): not a
+    ModelOutput; a log-likelihood request without one finite number per continuation; a
+    generate request whose text is not a string."""
+    if not isinstance(out, ModelOutput):
+        return ModelOutput(error=f"malformed backend output: {type(out).__name__}, not a ModelOutput")
+    if out.error is not None:
+        return out if isinstance(out.error, str) else replace(out, error=f"backend error: {out.error!r}")
+    why = _malformed(request, out)
+    return out if why is None else ModelOutput(error=f"malformed backend output: {why}")
+
+
+def _malformed(request: Request, out: ModelOutput) -> str | None:
+    if request.kind == LOGLIKELIHOOD:
+        lls, n = out.loglikelihoods, len(request.continuations)
+        if not isinstance(lls, (list, tuple)):
+            return f"loglikelihoods is {type(lls).__name__}, expected a list of {n} numbers"
+        if len(lls) != n:
+            return f"{len(lls)} loglikelihoods for {n} continuations"
+        for i, x in enumerate(lls):
+            if isinstance(x, bool) or not isinstance(x, (int, float)):
+                return f"loglikelihoods[{i}] is {type(x).__name__}, expected a number"
+            if not math.isfinite(x):
+                return f"loglikelihoods[{i}] is {x}, expected a finite number"
+        greedy = out.is_greedy
+        if greedy is not None and not (isinstance(greedy, (list, tuple)) and len(greedy) == n
+                                       and all(isinstance(g, bool) for g in greedy)):
+            return f"is_greedy is {greedy!r}, expected a list of {n} true/false values"
+    elif not isinstance(out.text, str):
+        return f"text is {type(out.text).__name__}, expected a string"
+    return None

@@ -143,6 +143,9 @@ class PluginGroup(click.Group):
 @click.option("--writer", "writers", multiple=True, metavar="NAME[:k=v,...]",
               help="Also write the results through a plugin's writer (repeatable; `gage-eval plugins` lists "
                    "them). Named on --resume, it is rebuilt from every record of the run.")
+@click.option("--drop-writer", "drop_writers", multiple=True, metavar="NAME",
+              help="Leave out a writer the run names (the run config's, or on --resume the stored run's): for a "
+                   "plugin writer that fails on every resume. Repeatable; kept out of later resumes.")
 @click.option("--cache", "cache", default=None, metavar="DIR",
               help="Reuse model responses stored in DIR (one SQLite file) and store new ones there.")
 @click.option("--eee-version", type=click.Choice(["0.2.0", "0.3.0"]), default=None,

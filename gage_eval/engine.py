@@ -26,6 +26,7 @@ from gage_eval.idset import IdSet
 from gage_eval.infer import Inference, Stops
 from gage_eval.interrupts import Interrupted, stop_reason
 from gage_eval.judging import Judging
+from gage_eval.observers import Observers
 from gage_eval.options import RunOptions, in_shard
 from gage_eval.plugins import load_plugins, plugin_versions
 from gage_eval.progress import Progress, status
@@ -56,29 +57,14 @@ class Engine:
         self.model_cache: ModelCache | None = None
         self.judge_cache: ModelCache | None = None  # the model's own when the judge is the model
         self.stops = Stops(self._clean)
-        self._observers: dict[str, list] = {}  # hook -> its implementations (plugins do not change mid-run)
+        self.observers = Observers(self.pm, self._clean)
+        self._notify = self.observers.notify
         self.allowed_dirs = tuple(Path(p).expanduser().resolve() for p in options.allow_paths)
         self.samples = SamplesWriter(run_dir)
         self.writers = WriterSet([self.samples, InstancesWriter(run_dir, options.eee_version), SummaryWriter(run_dir),
                                   ReportWriter(run_dir, options)],
                                  plugin_writers(self.registry, list(options.writers)),
                                  warn=lambda msg: print(f"gage-eval: warning: {self._clean(msg)}", file=sys.stderr))
-
-    def _notify(self, hook: str, event: Any) -> None:
-        """Each observer in turn; one that raises is reported and the others still hear the event."""
-        for impl in self._impls(hook):
-            try:
-                impl.function(event=event)
-            except Exception as exc:  # an observer must not break a run
-                plugin = self.pm.get_name(impl.plugin) or impl.plugin_name
-                print(f"gage-eval: warning: observer hook {hook} of plugin {plugin!r} failed: {exc}",
-                      file=sys.stderr)
-
-    def _impls(self, hook: str) -> list:
-        impls = self._observers.get(hook)
-        if impls is None:  # pluggy's order: the newest plugin first
-            impls = self._observers[hook] = list(reversed(getattr(self.pm.hook, hook).get_hookimpls()))
-        return impls
 
     def _versions(self) -> dict:
         return {"gage_eval": __version__, "python": platform.python_version(),
@@ -274,7 +260,7 @@ class Engine:
         tr.account(record)
         if err:
             log.error(tr, record, err, it.locator, progress)
-        if self._impls("gage_sample_done"):  # (most runs have no observer: no event built per row)
+        if self.observers.impls("gage_sample_done"):  # (most runs have no observer: no event built per row)
             self._notify("gage_sample_done", SampleDone(self.run_id, tr.name, str(record["id"]),
                                                         err.get("message") if err else None,
                                                         (record.get("eval_result") or {}).get("metrics", {}), record))

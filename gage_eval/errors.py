@@ -56,3 +56,18 @@ class RowError:
 
     def __str__(self) -> str:
         return self.message
+
+
+# What a plugin's code may raise into the core during a run and be reported for, the run going
+# on without it: any bug, and sys.exit (which would otherwise end the process with a status
+# the exit table does not hold). Ctrl-C and SIGTERM (KeyboardInterrupt) still stop the run.
+PLUGIN_FAULTS = (Exception, SystemExit)
+
+
+def fault_text(exc: BaseException) -> str:
+    """One line saying what a plugin raised."""
+    if isinstance(exc, SystemExit):
+        return f"it called sys.exit({exc.code!r})"
+    if isinstance(exc, (GageError, OSError)):
+        return str(exc)
+    return f"{type(exc).__name__}: {exc}"

@@ -1,9 +1,25 @@
 """Frozen event objects handed to the observer hooks."""
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
+
+_ATOMS = (str, int, float, bool, type(None))
+
+
+def plugin_copy(value: Any) -> Any:
+    """A deep copy of what the core hands a plugin (a record, a summary, an event): whatever the
+    plugin changes in it never reaches the run's files, counts or exit status."""
+    t = type(value)
+    if t is dict:
+        return {k: v if type(v) in _ATOMS else plugin_copy(v) for k, v in value.items()}
+    if t is list:
+        return [v if type(v) in _ATOMS else plugin_copy(v) for v in value]
+    if t in _ATOMS:
+        return value
+    return copy.deepcopy(value)
 
 
 @dataclass(frozen=True)

@@ -11,9 +11,9 @@ from __future__ import annotations
 import time
 from typing import Callable
 
-from gage_eval.backend import LOGLIKELIHOOD, Backend, ModelOutput, Request, stream_outputs
+from gage_eval.backend import LOGLIKELIHOOD, Backend, ModelOutput, Request, checked_output, stream_outputs
 from gage_eval.cache import ModelCache
-from gage_eval.errors import FatalBackendError, GageError
+from gage_eval.errors import PLUGIN_FAULTS, FatalBackendError, GageError, fault_text
 from gage_eval.replies import scrub_output
 from gage_eval.scoring import model_output
 from gage_eval.taskrun import Item, TaskRun
@@ -135,20 +135,27 @@ class Inference:
         t0 = time.perf_counter()
         busy = 0.0  # time spent writing and judging, not waiting for the model
         stream = stream_outputs(self.backend, requests)
+        downstream = False  # in arrived (scoring, writing, judging): what fails there is not the backend's
         try:
             for j, out in stream:
                 t_in = time.perf_counter()
                 if isinstance(j, int) and 0 <= j < len(requests) and j not in got:
                     got.add(j)
-                    arrived(j, out if isinstance(out, ModelOutput) else ModelOutput(
-                        error=f"backend returned {type(out).__name__}, not a ModelOutput"))
+                    downstream = True
+                    arrived(j, checked_output(requests[j], out))  # malformed: the row errors, never lost
+                    downstream = False
                 busy += time.perf_counter() - t_in
         except FatalBackendError as exc:
+            if downstream:
+                raise
             stopped = self.stops.stop("model", str(exc))
         except GageError:
             raise
-        except Exception as exc:  # a backend bug part way: the rows not yet answered carry it
-            stopped = self.stops.clean(f"{type(exc).__name__}: {exc}")
+        except PLUGIN_FAULTS as exc:  # a backend bug (or sys.exit) part way: the rows not yet answered carry it
+            if downstream:  # a row taken from the stream must be written or stop the run, never vanish
+                raise
+            stopped = self.stops.clean(fault_text(exc) if isinstance(exc, SystemExit)
+                                       else f"{type(exc).__name__}: {exc}")
         finally:
             close = getattr(stream, "close", None)
             if close is not None:

@@ -98,6 +98,9 @@ class MissingFieldPolicy:
 
 
 def metric_value(result: Any) -> float | None:
+    """The number a metric's result counts as (None: no value for this row). A value that is
+    no number, or is NaN or infinite, raises: the row is written with a metric error, never
+    averaged into a NaN or a null aggregate."""
     t = type(result)
     if t is dict:
         value = result.get("value")
@@ -106,14 +109,18 @@ def metric_value(result: Any) -> float | None:
     else:
         value = result.get("value") if isinstance(result, Mapping) else result
     if type(value) is float:
-        return value
-    if value is None:
+        if value - value == 0.0:  # (finite: NaN and the infinities give NaN)
+            return value
+    elif value is None:
         return None
-    if isinstance(value, bool):
+    elif isinstance(value, bool):
         return float(value)
-    if isinstance(value, (int, float)):
-        return float(value)
-    raise GageError(f"metric returned {value!r}; a metric value must be a number or bool")
+    elif isinstance(value, (int, float)):
+        if math.isfinite(value):
+            return float(value)
+    else:
+        raise GageError(f"metric returned {value!r}; a metric value must be a number or bool")
+    raise GageError(f"metric returned {value!r}; a metric value must be a finite number")
 
 
 class MeanAccumulator:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any, Callable, Mapping
 
 from gage_eval.backend import LOGLIKELIHOOD
+from gage_eval.errors import PLUGIN_FAULTS, fault_text
 from gage_eval.metric import MetricContext, metric_value
 from gage_eval.reasoning import strip_output
 from gage_eval.sample import elide_inline_media
@@ -54,9 +55,8 @@ def finish_record(tr: Any, it: Any) -> dict:
             if t is dict or (t is not float and t is not int and t is not bool and isinstance(value, Mapping)):
                 for key in value.get("counters", ()):
                     counters[f"{name}.{key}"] = True
-    except Exception as exc:  # a metric bug must not lose the row
-        result["error"] = {"stage": "metric", "message": f"{name}: {type(exc).__name__}: {exc}",
-                           "locator": it.locator}
+    except PLUGIN_FAULTS as exc:  # a metric bug (a NaN value, sys.exit) must not lose the row nor end the run
+        result["error"] = {"stage": "metric", "message": f"{name}: {fault_text(exc)}", "locator": it.locator}
         record["eval_result"] = result
         return record
     result["metrics"] = metrics

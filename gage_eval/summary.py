@@ -8,7 +8,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Mapping
 
-from gage_eval.errors import EXIT_OK, EXIT_ROW_ERRORS, EXIT_TASK_FAILED
+from gage_eval.errors import EXIT_OK, EXIT_ROW_ERRORS, EXIT_TASK_FAILED, PLUGIN_FAULTS, fault_text
 from gage_eval.repro import reproducibility
 
 STAGES = ("dataset_materialization_s", "inference_s", "judge_s", "evaluation_s", "writing_s")
@@ -80,6 +80,23 @@ def _stats(backend: Any) -> dict:
     return {"stats": got} if isinstance(got, dict) and got else {}
 
 
+def _settings(backend: Any, role: str) -> dict:
+    """``{"settings": ...}``; a backend failing in settings() (or returning no mapping) still
+    leaves a summary: its settings empty, ``settings_error`` saying why, a warning. The rows
+    were scored, so the exit status is the tasks' as always."""
+    try:
+        got = backend.settings()
+        if got is None:
+            got = {}
+        if not isinstance(got, Mapping):
+            raise TypeError(f"it returned {type(got).__name__}, not a mapping")
+        return {"settings": dict(got)}
+    except PLUGIN_FAULTS as exc:
+        why = f"settings() failed: {fault_text(exc)}"
+        print(f"gage-eval: warning: the {role} backend's {why}; summary.json records none", file=sys.stderr)
+        return {"settings": {}, "settings_error": why}
+
+
 def build_summary(run_id: str, options: Any, runs: list, backends: tuple, wall: float, load_s: float,
                   interrupted: str | None, stopped: int | None, versions: Mapping[str, Any],
                   inputs: Mapping[str, Any] | None = None) -> dict:
@@ -91,9 +108,9 @@ def build_summary(run_id: str, options: Any, runs: list, backends: tuple, wall: 
                               sum(tr.counts["total"] for tr in runs), wall)
     timings["model_load_s"] = load_s
     model = {"name": options.model, "model_id": backend.model_id, "args": options.model_args,
-             "settings": backend.settings(), **_stats(backend)}
+             **_settings(backend, "model"), **_stats(backend)}
     judge = ({"name": options.judge_model or options.model, "model_id": judge_backend.model_id,
-              "args": options.judge_args, "settings": judge_backend.settings()} if any(tr.judge for tr in runs)
+              "args": options.judge_args, **_settings(judge_backend, "judge model")} if any(tr.judge for tr in runs)
              else None)
     summary = run_summary(run_id=run_id, options=options, tasks=tasks, timings=timings, model=model, judge=judge,
                           interrupted=interrupted, stopped=stopped, versions=versions,

@@ -8,8 +8,10 @@ records: 0.2.0, spec 002, or 0.3.0 with ``eee_aggregate.json``, :mod:`gage_eval.
 
 On ``--resume`` every writer starts each task afresh and first receives the records kept
 from before, in their order, so it rebuilds its output whole; it never needs to read back
-what it wrote. A plugin writer that fails is reported once and left out for the rest of the
-run: the samples file still holds every record, and a resume rebuilds the writer's output.
+what it wrote. A plugin writer gets copies (it cannot change the record, the counts or the
+summary); one that fails, ``sys.exit`` included, is reported once and left out for the rest of
+the run: the samples file still holds every record, a resume rebuilds the writer's output, and
+``--drop-writer NAME`` resumes without it.
 """
 from __future__ import annotations
 
@@ -18,8 +20,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
 
 from gage_eval import eee
-from gage_eval.errors import GageError, OutputError
-from gage_eval.events import RunStart, TaskDone
+from gage_eval.errors import PLUGIN_FAULTS, GageError, OutputError, fault_text
+from gage_eval.events import RunStart, TaskDone, plugin_copy
 from gage_eval.kv import parse_kv
 from gage_eval.redact import REDACTED, is_secret_key
 from gage_eval.records import JsonlAppender, build_instance, output_error, recover_jsonl, write_json_atomic
@@ -32,7 +34,9 @@ class Writer:
     :meth:`write` per record (on ``--resume`` the kept records first), then
     :meth:`task_end`; finally :meth:`end` once with the summary, whatever stopped the run
     (also after an interrupt or an error, when the summary holds ``run.interrupted``).
-    Records are plain JSON-ready dicts shared with the other writers: never change them.
+    A plugin's writer is handed its own copy of each record, event and summary: what it
+    changes reaches nothing else. One that raises (or calls ``sys.exit``) is reported and left
+    out for the rest of the run.
     """
 
     name: str = ""  #: set by the core to the name the writer was registered under
@@ -192,7 +196,12 @@ def plugin_writers(registry: Any, specs: list[str]) -> list[Writer]:
     out = []
     for spec in specs:
         name, args = parse_writer(spec)
-        writer = registry.build("writers", name, f"--writer {name}", None, **args)
+        try:
+            writer = registry.build("writers", name, f"--writer {name}", None, **args)
+        except GageError:
+            raise
+        except PLUGIN_FAULTS as exc:  # refused before the run starts, as a bad argument is
+            raise GageError(f"--writer {name}: its factory failed: {fault_text(exc)}") from None
         for method in ("start", "task_start", "write", "task_end", "end"):
             if not callable(getattr(writer, method, None)):
                 raise GageError(f"--writer {name}: its factory returned {type(writer).__name__}, which has no "
@@ -221,14 +230,15 @@ class WriterSet:
         for writer in self.core[skip:]:
             getattr(writer, method)(*args)
         for writer in list(self.plugins):
-            try:
-                getattr(writer, method)(*args)
-            except Exception as exc:  # a plugin's bug or full disk: its output is rebuilt by a resume
+            try:  # each its own copy: what a plugin changes reaches no count, file or other writer
+                getattr(writer, method)(*[plugin_copy(a) for a in args])
+            except PLUGIN_FAULTS as exc:  # a bug, a full disk, sys.exit: its output is rebuilt by a resume
                 self.plugins.remove(writer)
-                why = f"{type(exc).__name__}: {exc}" if not isinstance(exc, (GageError, OSError)) else str(exc)
+                why = fault_text(exc)
                 self.failed[writer.name] = why
                 self._warn(f"writer {writer.name!r} failed in {method}() and is left out for the rest of "
-                           f"the run: {why}; every record is in samples/, and --resume rebuilds its output")
+                           f"the run: {why}; every record is in samples/, and --resume rebuilds its output "
+                           f"(--drop-writer {writer.name} resumes without it)")
 
     def start(self, run: RunStart) -> None:
         self.started = True

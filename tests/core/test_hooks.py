@@ -522,7 +522,7 @@ def test_a_failing_observer_does_not_silence_the_others(tmp_path, fresh_plugins,
     fresh_plugins.register_plugin(Loud(), "loud")  # registered last: pluggy calls it first
     result = run_cli("--tasks", "memtask", "--model", "lastword", "-o", tmp_path / "runs", "--run-id", "o1")
     assert result.exit_code == 0, result.output
-    assert "observer hook gage_sample_done of plugin 'loud' failed: observer bug" in result.output
+    assert "observer hook gage_sample_done of plugin 'loud' failed: ValueError: observer bug" in result.output
     assert len([e for k, e in rec.events if k == "sample_done"]) == 3
 
 
