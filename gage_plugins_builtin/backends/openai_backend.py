@@ -181,6 +181,11 @@ class Credentials:
             if urllib.parse.unquote_plus(value) == REDACTED:
                 raise _placeholder(f"the {name} query parameter of base_url")
             query_keys += secret_forms(value)
+        if query_keys:  # and as aiohttp sends them (yarl requotes: %2F -> /), which a server may quote back
+            import yarl
+
+            query_keys += [f for _, v in query_secrets(f"?{yarl.URL(f'http://h/?{self.query}').raw_query_string}")
+                           for f in secret_forms(v)]
         self.api_key_env = str(api_key_env or "OPENAI_API_KEY")
         self.api_key = os.environ.get(self.api_key_env) or None
         if api_key_env is not None and self.api_key is None:
