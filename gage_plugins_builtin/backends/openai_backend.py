@@ -58,8 +58,10 @@ gives the attempts and failures per endpoint, printed on stderr at ``close()``. 
 behaves as it always did.
 
 Credentials: the key (sent as ``Authorization: Bearer``), user-info in ``base_url``
-(``http://user:PASS@host/v1``, sent as ``Authorization: Basic``), every header value and
-a proxy's password are the backend's ``secrets``: none is in ``settings()``, ``model_id``
+(``http://user:PASS@host/v1``, sent as ``Authorization: Basic``), every header value, the
+value of each query parameter of ``base_url`` whose name looks secret
+(``?api-key=K``, :func:`~gage_eval.redact.is_secret_query_name`; the query follows each
+request's path and is shown as ``?api-key=***``) and a proxy's password are the backend's ``secrets``: none is in ``settings()``, ``model_id``
 or any error message, and a value that is the redacted placeholder ``***`` (a stored run's
 settings) is refused, never sent. Requests go through aiohttp (about 0.3 ms of client CPU a
 request; see benchmarks/README.md), honouring ``HTTP_PROXY``/``HTTPS_PROXY``/``NO_PROXY``.
