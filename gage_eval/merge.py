@@ -23,10 +23,11 @@ from typing import Any
 
 import click
 
-from gage_eval.errors import GageError, OutputError
+from gage_eval.errors import EXIT_INTERRUPTED, GageError, OutputError
 from gage_eval.events import RunStart, TaskDone
 from gage_eval.executor import EXECUTOR_KEYS
 from gage_eval.idset import IdSet
+from gage_eval.interrupts import sigterm_interrupts
 from gage_eval.options import RunOptions, in_shard, load_options, parse_shard
 from gage_eval.records import read_jsonl_numbered, write_json_atomic
 from gage_eval.redact import redact
@@ -201,7 +202,7 @@ def _merge_task(tr: Any, shards: list, writers: Any, run_id: str) -> None:
                 _check_placed(record, f"{path}:{lineno}", opts.shard, shards, seen)
                 writers.write(tr.name, record)
                 tr.account(record)
-            found.append((d, path, summary, {k: tr.counts[k] - before[k] for k in COUNTS}))
+            found.append((d, path, summary, {k: tr.counts.get(k, 0) - before.get(k, 0) for k in COUNTS}))
     finally:
         seen.close()
     for d, path, summary, counted in found:
@@ -235,7 +236,7 @@ def _check_placed(record: dict, where: str, shard: str, shards: list, seen: IdSe
 
 
 # the counts a task's records determine (TaskRun.account); others (cache hits, ...) are not in them
-COUNTS = ("total", "scored", "errored", "skipped", "judge_errors")
+COUNTS = ("total", "scored", "errored", "skipped", "judge_errors", "secrets_scrubbed")
 
 # a shard's task "failed" for these because of its own rows (a shard may hold none): the merged
 # counts decide again
@@ -270,7 +271,12 @@ def merge_command(run_dirs: tuple[Path, ...], output: Path) -> None:
     """Join the shards of one run (each run with --shard I/N) into one run folder, its summary
     computed again from every record: the same as the unsharded run's."""
     command = " ".join(["gage-eval"] + [shlex.quote(a) for a in sys.argv[1:]])
-    summary = merge(list(run_dirs), output, command)
+    try:
+        with sigterm_interrupts():  # (so SIGTERM, as Ctrl-C, removes the temporary folder)
+            summary = merge(list(run_dirs), output, command)
+    except KeyboardInterrupt as exc:
+        click.echo(f"gage-eval: merge: {str(exc) or 'interrupted'}; nothing of {output} was kept", err=True)
+        raise SystemExit(getattr(exc, "exit_status", EXIT_INTERRUPTED)) from None
     for name, task in summary["tasks"].items():
         c = task["counts"]
         values = ", ".join(f"{m} {v['value']:.4f}" for m, v in task["metrics"].items() if v.get("value") is not None)

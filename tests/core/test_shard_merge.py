@@ -150,3 +150,44 @@ def test_merge_keeps_what_each_shards_backend_counted(run_cli, tmp_path):
     stats = summary_of(tmp_path / "merged")["run"]["model"]["stats"]
     assert [e["endpoints"][0]["requests"] for e in stats["shards"]] == [10, 11]
     assert validation_errors(summary_of(tmp_path / "merged"), "summary") == []
+
+
+@pytest.mark.parametrize("fails", ["summary", "rename", "ctrl-c"])
+def test_a_merge_that_cannot_write_keeps_nothing(run_cli, tmp_path, monkeypatch, fails):
+    """A write that fails part way (a full disk), the final rename, or Ctrl-C part way: exit 4
+    (130), and neither the output, its temporary folder nor the parent folders the merge made are
+    left; shards unchanged."""
+    import os
+
+    from gage_eval import writers
+    from gage_eval.records import output_error
+
+    shards = [run(run_cli, tmp_path, f"s{i}", "--shard", f"{i}/2") for i in range(2)]
+    before = sorted(str(p) for p in tmp_path.rglob("*"))
+
+    def full(self, summary):
+        raise output_error(self.path, OSError(28, "No space left on device"))
+
+    def rename(src, dst):
+        raise OSError(18, "Invalid cross-device link")
+
+    def ctrl_c(self, task, record):
+        raise KeyboardInterrupt
+
+    if fails == "summary":
+        monkeypatch.setattr(writers.SummaryWriter, "end", full)
+    elif fails == "rename":
+        monkeypatch.setattr(os, "rename", rename)
+    else:
+        monkeypatch.setattr(writers.InstancesWriter, "write", ctrl_c)
+    result = run_cli("merge", *shards, "-o", tmp_path / "new" / "merged")
+    if fails == "ctrl-c":
+        assert result.exit_code == 130 and "merge: interrupted; nothing of" in result.output, result.output
+    else:
+        assert result.exit_code == 4, result.output
+        assert "merge: cannot write" in result.output and "merge again" in result.output
+    assert "--resume" not in result.output and "Traceback" not in result.output
+    assert sorted(str(p) for p in tmp_path.rglob("*")) == before
+    monkeypatch.undo()
+    assert run_cli("merge", *shards, "-o", tmp_path / "new" / "merged").exit_code in (0, 1)
+    assert len(records(tmp_path / "new" / "merged")) == sum(len(records(s)) for s in shards)
