@@ -330,3 +330,131 @@ def test_many_processes_creating_one_cache_at_once_all_open_it(tmp_path):
         for p in procs:
             out, err = p.communicate(timeout=120)
             assert p.returncode == 0 and out.strip() == "ok", err
+
+
+QUOTE_SECRET = "QUOTE-canary-secret-5f0a"
+
+
+class QuotingBackend(DummyBackend):
+    """The dummy whose every answer quotes its own secret after the text (a careless server)."""
+
+    name = "quoting"
+    secrets = (QUOTE_SECRET,)
+    calls: list[str] = []
+
+    def stream(self, requests):
+        for i, req in enumerate(requests):
+            QuotingBackend.calls.append(req.sample_id)
+            out = self._one(req)
+            out.text = f"{out.text} {QUOTE_SECRET}"
+            out.raw = {"echo": [QUOTE_SECRET], QUOTE_SECRET: "key"}
+            yield i, out
+
+
+class QuotingPlugin:
+    @hookimpl
+    def gage_register_backends(self, register):
+        register("quoting", QuotingBackend)
+
+
+def test_a_judge_reply_quoting_a_secret_is_masked_counted_and_not_cached(fresh_plugins, counting, run_cli,
+                                                                         tmp_path):
+    """The judge's reply is masked before its verdict is read (SCORE: 1 *** still scores), counted,
+    never kept in the cache; the model's own answers (no secret) are."""
+    fresh_plugins.register_plugin(QuotingPlugin(), "quoting")
+    tasks = ROOT / "tests" / "backends" / "openai_tasks"
+    summaries = []
+    for run_id in ("a", "b"):
+        QuotingBackend.calls = []
+        result = run_cli("--tasks", "http_judged", "--include-path", tasks, "--model", "counting", "--model-args",
+                         "response=echo", "--judge-model", "quoting", "--judge-args", "response=fixed,text=SCORE: 1",
+                         "-o", tmp_path / "runs", "--run-id", run_id, "-q", "--cache", tmp_path / "cache")
+        assert result.exit_code == 0, result.output
+        assert QUOTE_SECRET not in result.output
+        assert "4 model or judge replies quoted a secret" in result.output
+        assert len(QuotingBackend.calls) == 4  # asked again: a masked reply is never cached
+        summaries.append(json.loads((tmp_path / "runs" / run_id / "summary.json").read_text()))
+        assert validation_errors(summaries[-1], "summary") == []
+        for path in (tmp_path / "runs" / run_id).rglob("*"):
+            if path.is_file():
+                assert QUOTE_SECRET not in path.read_text(errors="replace"), path
+    task = summaries[1]["tasks"]["http_judged"]
+    assert task["counts"]["secrets_scrubbed"] == 4 and task["counts"]["scored"] == 4
+    assert task["cache"] == {"hits": 4, "misses": 0, "judge_hits": 0, "judge_misses": 4}
+    records = read(tmp_path / "runs" / "b" / "samples" / "http_judged.jsonl")
+    assert all(r["eval_result"]["secrets_scrubbed"] == 1 for r in records)
+    assert all(r["eval_result"]["metrics"]["judge_score"] for r in records)
+    assert QUOTE_SECRET.encode() not in b"".join(p.read_bytes() for p in (tmp_path / "cache").iterdir())
+
+
+def test_a_model_reply_quoting_a_secret_is_masked_in_every_field(fresh_plugins, run_cli, tmp_path):
+    fresh_plugins.register_plugin(QuotingPlugin(), "quoting")
+    tasks = ROOT / "tests" / "backends" / "openai_tasks"
+    result = run_cli("--tasks", "http_capitals", "--include-path", tasks, "--model", "quoting", "--model-args",
+                     "response=echo", "-o", tmp_path / "runs", "--run-id", "a", "-q")
+    assert result.exit_code in (0, 1), result.output
+    for path in (tmp_path / "runs" / "a").rglob("*"):
+        if path.is_file():
+            assert QUOTE_SECRET not in path.read_text(errors="replace"), path
+    entry = read(tmp_path / "runs" / "a" / "samples" / "http_capitals.jsonl")[0]["predict_result"][0]
+    assert entry["message"]["content"][0]["text"].endswith(" ***")
+    assert entry["raw"] == {"echo": ["***"], "***": "key"}
+    summary = json.loads((tmp_path / "runs" / "a" / "summary.json").read_text())
+    assert summary["tasks"]["http_capitals"]["counts"]["secrets_scrubbed"] == summary["tasks"]["http_capitals"][
+        "counts"]["total"]
+
+
+def test_the_key_holds_header_values_hashed(tmp_path):
+    """Two backends differing only by a secret header value are two models; the value is in no
+    stored byte, and the description is the same redacted text."""
+    cache = ResponseCache(tmp_path / "cache")
+    try:
+        views = []
+        for value in ("gpt-big-1a", "gpt-small-2b", "gpt-big-1a"):
+            backend = DummyBackend()
+            backend.secrets = (value,)
+            views.append(cache.bind(backend, "dummy", 1234, backend.secrets))
+        plain = cache.bind(DummyBackend(), "dummy", 1234)
+        assert views[0].identity == views[2].identity != views[1].identity
+        assert plain.identity not in (views[0].identity, views[1].identity)
+        req = Request(kind="generate", sample_id="s", prompt="hi")
+        assert views[0].key(req) != views[1].key(req)
+        assert views[0].row("k", ModelOutput(text="gpt-big-1a says hi")) is None  # quoted: never kept
+        assert views[0].row("k", ModelOutput(text="hi")) is not None
+    finally:
+        cache.close()
+    raw = b"".join(p.read_bytes() for p in (tmp_path / "cache").iterdir())
+    assert b"gpt-big-1a" not in raw and b"gpt-small-2b" not in raw
+    with sqlite3.connect(tmp_path / "cache" / FILE_NAME) as db:
+        descriptions = {d for (d,) in db.execute("SELECT description FROM models")}
+    assert len(descriptions) == 1
+
+
+def test_a_foreign_sqlite_file_is_refused_unchanged(tmp_path):
+    folder = tmp_path / "cache"
+    folder.mkdir()
+    with sqlite3.connect(folder / FILE_NAME) as db:
+        db.execute("CREATE TABLE notes (body TEXT)")
+    db.close()
+    before = (folder / FILE_NAME).read_bytes()
+    with pytest.raises(GageError, match=r"not a gage-eval response cache: it holds other tables \(notes\)") as exc:
+        ResponseCache(folder)
+    assert exc.value.exit_code == 2 and str(folder / FILE_NAME) in str(exc.value)
+    assert (folder / FILE_NAME).read_bytes() == before and [p.name for p in folder.iterdir()] == [FILE_NAME]
+
+
+def test_a_cache_broken_mid_run_is_a_cache_error_with_exit_2(tmp_path):
+    from gage_eval.cache import CacheError
+
+    cache = ResponseCache(tmp_path / "cache")
+    try:
+        view = cache.bind(DummyBackend(), "dummy", 1234)
+        with sqlite3.connect(tmp_path / "cache" / FILE_NAME) as other:
+            other.execute("DROP TABLE responses")
+        other.close()
+        for action in (lambda: view.lookup(["k"]), lambda: view.put([("k", "{}")])):
+            with pytest.raises(CacheError, match="failed during the run") as exc:
+                action()
+            assert exc.value.exit_code == 2
+    finally:
+        cache.close()
