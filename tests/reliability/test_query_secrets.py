@@ -120,7 +120,7 @@ def test_a_converted_pipeline_keeps_the_reference_and_the_run_reads_it(gage, tmp
             backends:
               - backend_id: b
                 type: openai_http
-                config: {{base_url: "{s.url}?api-key=${{AZ_KEY}}", model: fake-model}}
+                config: {{base_url: "{s.url}?api-key=${{AZ_KEY}}", model: "${{AZ_MODEL:-fake-model}}"}}
             role_adapters:
               - {{adapter_id: dut, role_type: dut_model, backend_id: b}}
             tasks:
@@ -132,6 +132,7 @@ def test_a_converted_pipeline_keeps_the_reference_and_the_run_reads_it(gage, tmp
         check(o, OK)
         run_yaml = (tmp_path / "converted" / "run.yaml").read_text()
         assert f"base_url: {s.url}?api-key=${{AZ_KEY}}" in run_yaml, run_yaml
+        assert "model: ${AZ_MODEL:-fake-model}" in run_yaml, run_yaml
         assert_nowhere(o, tmp_path / "converted")
 
         args = ["--config", tmp_path / "converted" / "run.yaml", "--tasks", "query_task", "--include-path", tasks,
@@ -141,5 +142,5 @@ def test_a_converted_pipeline_keeps_the_reference_and_the_run_reads_it(gage, tmp
         assert not s.log
         o = gage(*args, env={"AZ_KEY": KEY, **NO_KEY}, run_id="r2")
         check(o, ROW_ERRORS)  # row 3's refusal
-        assert s.rejected == 0 and len(s.log) == 4
+        assert s.rejected == 0 and len(s.log) == 4 and o.summary["run"]["model"]["settings"]["model"] == "fake-model"
         assert_nowhere(o, tmp_path / "runs")
