@@ -65,7 +65,7 @@ class Judging:
         pos = 0
         for it, k in owners:
             mine = [scrub_output(out, self.secrets) for out in replies[pos:pos + k]]
-            it.scrubbed += sum(scrubbed for _, scrubbed in mine)
+            it.judge_scrubbed += sum(scrubbed for _, scrubbed in mine)
             verdict = tr.judge.verdict(it.sample, it.model_output, [out for out, _ in mine])
             pos += k
             it.verdict = verdict

@@ -123,12 +123,13 @@ def model_output_of(entry: Mapping[str, Any]) -> dict:
 
 def item_of(record: dict, index: int, locator: str, keep_judge: bool) -> Any:
     """The Item a stored record came from, ready to be scored (and judged) again."""
-    from gage_eval.taskrun import Item
+    from gage_eval.taskrun import Item, scrubbed_count
 
     sample = {k: v for k, v in record.items() if k not in STORED}
     result = record.get("eval_result") or {}
     err = result.get("error") or {}
     it = Item(index, err.get("locator") or locator, sample)
+    it.scrubbed = scrubbed_count(result)  # the model's replies masked then (the judge's go with its verdict)
     pred = record.get("predict_result") or []
     if pred:
         it.output = ModelOutput()  # (finish_record writes predict_result; the stored one replaces it)

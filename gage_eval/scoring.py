@@ -12,11 +12,16 @@ from gage_eval.sample import elide_inline_media
 
 def written_record(tr: Any, it: Any, clean: Callable[[str], str]) -> dict:
     """:func:`finish_record` as the writers get it (a run's and a rescore's): inline media elided,
-    an error's message passed through ``clean`` (secrets masked), and ``eval_result.secrets_scrubbed``
-    when some of the row's replies quoted a secret (masked as they arrived: gage_eval.replies)."""
+    an error's message passed through ``clean`` (secrets masked), and ``secrets_scrubbed`` in
+    eval_result (the model's replies) and in its judge entry (the judge's) when a reply quoted a
+    secret (masked as it arrived: gage_eval.replies)."""
     record = elide_inline_media(finish_record(tr, it))
-    if getattr(it, "scrubbed", 0) and isinstance(record.get("eval_result"), dict):  # counted again on resume
-        record["eval_result"]["secrets_scrubbed"] = it.scrubbed
+    result = record.get("eval_result")
+    if isinstance(result, dict):  # how many replies had a secret masked: counted again on resume and rescore
+        if getattr(it, "scrubbed", 0):
+            result["secrets_scrubbed"] = it.scrubbed
+        if getattr(it, "judge_scrubbed", 0) and isinstance(result.get("judge"), dict):
+            result["judge"]["secrets_scrubbed"] = it.judge_scrubbed
     err = (record.get("eval_result") or {}).get("error")
     if err:
         err["message"] = clean(str(err.get("message")))

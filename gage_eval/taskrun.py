@@ -37,10 +37,18 @@ class Item:
     model_output: dict = field(default_factory=dict)  # output + rendered prompt pieces, for judges and metrics
     verdict: Any = None
     judge_prompts: list = field(default_factory=list)  # what the judge was asked (text, or chat messages)
-    scrubbed: int = 0  # replies of this row (model's and judge's) that had a secret masked
+    scrubbed: int = 0  # the model's replies of this row that had a secret masked (gage_eval.replies)
+    judge_scrubbed: int = 0  # the judge's
 
 
 MAX_WARNINGS_SHOWN = 20  # per task, on the console; events.jsonl has all of them
+
+
+def scrubbed_count(part: Any) -> int:
+    """``secrets_scrubbed`` of a record's eval_result (the model's replies) or of its judge entry
+    (the judge's): present only when a reply quoted a secret."""
+    n = part.get("secrets_scrubbed") if isinstance(part, Mapping) else None
+    return n if type(n) is int and n > 0 else 0
 
 
 def error_stub(task: str, index: int, locator: str, stage: str, message: str, sample_id: str | None = None) -> dict:
@@ -208,8 +216,8 @@ class TaskRun:
         """Count one written record and add its metric values; used live and on resume."""
         result = record.get("eval_result") or {}
         self.counts["total"] += 1
-        scrubbed = result.get("secrets_scrubbed")  # (present only when a reply quoted a secret)
-        if type(scrubbed) is int and scrubbed > 0:
+        scrubbed = scrubbed_count(result) + scrubbed_count(result.get("judge"))
+        if scrubbed:
             self.counts["secrets_scrubbed"] = self.counts.get("secrets_scrubbed", 0) + scrubbed
         err = result.get("error")
         if err:

@@ -382,7 +382,8 @@ def test_a_judge_reply_quoting_a_secret_is_masked_counted_and_not_cached(fresh_p
     assert task["counts"]["secrets_scrubbed"] == 4 and task["counts"]["scored"] == 4
     assert task["cache"] == {"hits": 4, "misses": 0, "judge_hits": 0, "judge_misses": 4}
     records = read(tmp_path / "runs" / "b" / "samples" / "http_judged.jsonl")
-    assert all(r["eval_result"]["secrets_scrubbed"] == 1 for r in records)
+    assert all(r["eval_result"]["judge"]["secrets_scrubbed"] == 1 and "secrets_scrubbed" not in r["eval_result"]
+               for r in records)
     assert all(r["eval_result"]["metrics"]["judge_score"] for r in records)
     assert QUOTE_SECRET.encode() not in b"".join(p.read_bytes() for p in (tmp_path / "cache").iterdir())
 
