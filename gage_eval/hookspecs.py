@@ -136,8 +136,9 @@ def gage_register_commands(cli: Any) -> None:
 
 
 # ---------------------------------------------------------------------------
-# Observer hooks: called with frozen event objects; implementations must not
-# mutate them. An exception raised by an observer is logged, not fatal.
+# Observer hooks: called with frozen event objects, each observer its own copy.
+# An exception (or sys.exit) raised by an observer is reported once and that
+# plugin's observers are left out for the rest of the run; it is not fatal.
 # ---------------------------------------------------------------------------
 
 
