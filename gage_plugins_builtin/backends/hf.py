@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import sys
 import time
 from pathlib import Path
 from typing import Any, Iterator, Sequence
@@ -372,6 +373,18 @@ class TransformersBackend(Backend):
         self.loaded_dtype = str(next(model.parameters()).dtype).replace("torch.", "")
         self.max_length = self.max_length_arg or self._detect_max_length()
         self._head = self._output_head()
+        self._decide_continuous()
+
+    def _decide_continuous(self) -> None:
+        """Continuous batching where the model allows it; where it does not, one line on stderr says why
+        (model.generate in static batches is slower), and settings() records it from the start."""
+        if self._continuous is not None:
+            return
+        reason = hf_decode.unsupported_reason(self.model)
+        self._continuous = reason is None
+        if reason is not None:
+            print(f"gage-eval: warning: {self.model_id}: no continuous batching ({reason}); "
+                  "generation uses model.generate in static batches (slower)", file=sys.stderr, flush=True)
 
     def _detect_max_length(self) -> int:
         # as lm-eval: the model config's length, else the tokenizer's (when sane), else 2048
@@ -520,13 +533,11 @@ class TransformersBackend(Backend):
                                  latency_ms=(time.perf_counter() - t0) * 1000, raw={"truncated": True})
 
     def _hidden_or_logits(self, **kwargs):
-        """Run the decoder; returns (hidden states or logits, is_hidden, past_key_values)."""
+        """Run the decoder; returns (hidden states or logits, is_hidden)."""
         if self._head is not None:
             decoder, _ = self._head
-            out = decoder(**kwargs)
-            return out.last_hidden_state, True, getattr(out, "past_key_values", None)
-        out = self.model(**kwargs)
-        return out.logits, False, getattr(out, "past_key_values", None)
+            return decoder(**kwargs).last_hidden_state, True
+        return self.model(**kwargs).logits, False
 
     def _log_probs(self, states, is_hidden: bool):
         import torch
@@ -653,7 +664,7 @@ class TransformersBackend(Backend):
         same_q = (q_t[:, :, None] == q_t[:, None, :]) & (q_t[:, :, None] >= 0)
         visible = (c_t[:, None, :] == -1) | (c_t[:, :, None] == c_t[:, None, :])
         mask = (causal & same_q & visible) | torch.eye(width, dtype=torch.bool)[None]  # padding sees itself
-        states, is_hidden, _ = self._hidden_or_logits(
+        states, is_hidden = self._hidden_or_logits(
             input_ids=ids_t.to(dev), position_ids=pos_t.to(dev), attention_mask=mask[:, None].to(dev),
             use_cache=False)
         flat = states.reshape(n_rows * width, states.shape[-1])
@@ -688,7 +699,7 @@ class TransformersBackend(Backend):
 
         seq = (ctx + cont)[-(self.max_length + 1):][:-1]
         inp = torch.tensor([seq], device=self.device)
-        states, is_hidden, _ = self._hidden_or_logits(input_ids=inp, use_cache=False)
+        states, is_hidden = self._hidden_or_logits(input_ids=inp, use_cache=False)
         lps, hits = self._token_scores(states[0, -len(cont):], torch.tensor(cont, device=self.device), is_hidden)
         return sum(lps), all(hits)
 
@@ -741,8 +752,7 @@ class TransformersBackend(Backend):
                     yield i, ModelOutput(error=f"transformers backend: max_new_tokens={settings['max_new_tokens']}"
                                                f" leaves no room in max_length={self.max_length}")
                 continue
-            if self._continuous is None:
-                self._continuous = hf_decode.supported(self.model)
+            self._decide_continuous()
             # continuous batching takes the whole group (slots refill); model.generate takes static batches
             chunks = [members] if self._continuous else [members[s:s + size] for s in range(0, len(members), size)]
             for chunk in chunks:

@@ -12,8 +12,10 @@ the tokens all of a call's prompts start with are run once, and each prompt's pr
 runs only its own tokens against a copy of that prefix's keys and values.
 
 Only for decoder-only models whose cache is a plain ``DynamicCache`` (full attention in
-every layer); :func:`supported` says whether a model qualifies, and the backend falls
-back to ``model.generate`` otherwise.
+every layer); :func:`unsupported_reason` says why a model does not qualify, and the backend
+falls back to ``model.generate`` otherwise. Both spellings of transformers' API that the
+extras allow are driven: the cache argument ``past_key_values`` (4.x) or ``cache`` (its 5.x
+name), and a cache made of ``key_cache``/``value_cache`` lists (up to 4.53) or of layers.
 """
 from __future__ import annotations
 
@@ -70,35 +72,96 @@ class Row:
     ended: float = 0.0
 
 
-def supported(model: Any) -> bool:
-    """Whether :func:`decode` can drive this model (else use ``model.generate``)."""
+# model types whose layers keep a recurrent state, not keys and values
+RECURRENT = ("mamba", "mamba2", "rwkv", "recurrent_gemma", "falcon_mamba", "jamba", "zamba", "zamba2", "bamba",
+             "lfm2")
+
+
+def _forward_params(model: Any) -> Mapping[str, Any] | None:
+    """The arguments of the model class's forward (a wrapper set on the instance, such as a hook
+    that passes ``**kwargs`` on, would hide their names)."""
     import inspect
 
+    try:
+        return inspect.signature(getattr(type(model), "forward", None) or model.forward).parameters
+    except (TypeError, ValueError, AttributeError):
+        return None
+
+
+def cache_keyword(model: Any) -> str | None:
+    """The argument ``model.forward`` takes its key/value cache by: ``cache`` where transformers
+    renamed it (5.x; the old name still works there but logs a deprecation line), else
+    ``past_key_values``; None when it takes neither."""
+    params = _forward_params(model) or {}
+    return next((name for name in ("cache", "past_key_values") if name in params), None)
+
+
+def unsupported_reason(model: Any) -> str | None:
+    """Why :func:`decode` cannot drive this model (the backend then uses ``model.generate``); None if it can."""
     config = getattr(model, "config", None)
-    if config is None or getattr(config, "is_encoder_decoder", False):
-        return False
+    if config is None:
+        return "the model has no config"
+    if getattr(config, "is_encoder_decoder", False):
+        return "an encoder-decoder model"
     text = getattr(config, "text_config", None) or config
     layer_types = getattr(text, "layer_types", None)
     if layer_types is not None:
-        if any(t != "full_attention" for t in layer_types):
-            return False
+        other = sorted({str(t) for t in layer_types if t != "full_attention"})
+        if other:
+            return f"layers that are not full attention ({', '.join(other)})"
     elif getattr(text, "sliding_window", None) and getattr(text, "use_sliding_window", True):
-        return False
-    if getattr(text, "model_type", "") in ("mamba", "mamba2", "rwkv", "recurrent_gemma", "falcon_mamba",
-                                          "jamba", "zamba", "zamba2", "bamba", "lfm2"):
-        return False
-    try:
-        params = inspect.signature(model.forward).parameters
-    except (TypeError, ValueError):
-        return False
-    return all(name in params for name in ("position_ids", "past_key_values", "attention_mask"))
+        return "sliding-window attention"
+    model_type = getattr(text, "model_type", "")
+    if model_type in RECURRENT:
+        return f"recurrent layers ({model_type})"
+    params = _forward_params(model)
+    if params is None:
+        return "its forward() signature cannot be read"
+    missing = [name for name in ("position_ids", "attention_mask") if name not in params]
+    if cache_keyword(model) is None:
+        missing.append("cache (or past_key_values)")
+    if missing:
+        return f"its forward() takes no {', '.join(missing)} argument"
+    from transformers import DynamicCache
+
+    if _layout(DynamicCache()) is None:
+        import transformers
+
+        return f"transformers {transformers.__version__}'s DynamicCache has neither layers nor key_cache"
+    return None
 
 
-def _layers(cache: Any) -> list:
-    layers = getattr(cache, "layers", None)
-    if not layers or any(type(layer).__name__ != "DynamicLayer" for layer in layers):
-        raise TypeError(f"continuous batching needs a DynamicCache of full-attention layers, not {type(cache)}")
-    return layers
+def supported(model: Any) -> bool:
+    """Whether :func:`decode` can drive this model (else use ``model.generate``)."""
+    return unsupported_reason(model) is None
+
+
+def _layout(cache: Any) -> str | None:
+    """How a DynamicCache holds its tensors: "layers" (transformers 4.54 on) or "lists" (before)."""
+    if isinstance(getattr(cache, "layers", None), list):
+        return "layers"
+    if isinstance(getattr(cache, "key_cache", None), list) and isinstance(getattr(cache, "value_cache", None), list):
+        return "lists"
+    return None
+
+
+def _kv(cache: Any) -> list[tuple[Any, Any]]:
+    """Each layer's (keys, values), [rows, heads, columns, head size] each."""
+    layout = _layout(cache)
+    if layout == "layers" and all(type(layer).__name__ == "DynamicLayer" for layer in cache.layers):
+        return [(layer.keys, layer.values) for layer in cache.layers]
+    if layout == "lists" and all(hasattr(k, "shape") for k in cache.key_cache):
+        return list(zip(cache.key_cache, cache.value_cache))
+    raise TypeError(f"continuous batching needs a DynamicCache of full-attention layers, not {type(cache)}")
+
+
+def _set_kv(cache: Any, pairs: list[tuple[Any, Any]]) -> None:
+    if _layout(cache) == "layers":
+        for layer, (keys, values) in zip(cache.layers, pairs):
+            layer.keys, layer.values = keys, values
+    else:  # new lists: a copy made by _expand never shares them with its original
+        cache.key_cache = [k for k, _ in pairs]
+        cache.value_cache = [v for _, v in pairs]
 
 
 def _left_pad(cache: Any, n: int) -> None:
@@ -106,19 +169,18 @@ def _left_pad(cache: Any, n: int) -> None:
 
     if n <= 0:
         return
-    for layer in _layers(cache):
-        for name in ("keys", "values"):
-            t = getattr(layer, name)
-            pad = torch.zeros((*t.shape[:2], n, t.shape[3]), dtype=t.dtype, device=t.device)
-            setattr(layer, name, torch.cat([pad, t], dim=2))
+
+    def pad(t: Any) -> Any:
+        return torch.cat([torch.zeros((*t.shape[:2], n, t.shape[3]), dtype=t.dtype, device=t.device), t], dim=2)
+
+    _set_kv(cache, [(pad(k), pad(v)) for k, v in _kv(cache)])
 
 
 def _append(cache: Any, other: Any) -> None:
     import torch
 
-    for layer, extra in zip(_layers(cache), _layers(other)):
-        layer.keys = torch.cat([layer.keys, extra.keys], dim=0)
-        layer.values = torch.cat([layer.values, extra.values], dim=0)
+    _set_kv(cache, [(torch.cat([k, k2], dim=0), torch.cat([v, v2], dim=0))
+                    for (k, v), (k2, v2) in zip(_kv(cache), _kv(other))])
 
 
 def common_prefix(seqs: Sequence[list[int]]) -> list[int]:
@@ -146,20 +208,16 @@ def _expand(cache: Any, rows: int) -> Any:
     """A cache with ``rows`` copies of a one-row cache (views: the cache only ever concatenates)."""
     import copy
 
+    pairs = _kv(cache)
     out = copy.copy(cache)
-    out.layers = []
-    for layer in _layers(cache):
-        twin = copy.copy(layer)
-        twin.keys = layer.keys.expand(rows, -1, -1, -1)
-        twin.values = layer.values.expand(rows, -1, -1, -1)
-        out.layers.append(twin)
+    if _layout(cache) == "layers":
+        out.layers = [copy.copy(layer) for layer in cache.layers]
+    _set_kv(out, [(k.expand(rows, -1, -1, -1), v.expand(rows, -1, -1, -1)) for k, v in pairs])
     return out
 
 
 def _select(cache: Any, keep: Any, trim: int) -> None:
-    for layer in _layers(cache):
-        layer.keys = layer.keys[keep, :, trim:]
-        layer.values = layer.values[keep, :, trim:]
+    _set_kv(cache, [(k[keep, :, trim:], v[keep, :, trim:]) for k, v in _kv(cache)])
 
 
 class Chooser:
@@ -218,12 +276,15 @@ def decode_rows(model: Any, prompts: Sequence[list[int]], settings: dict, *, slo
 
     from transformers import DynamicCache
 
-    import inspect
-
+    cache_arg = cache_keyword(model)
+    if cache_arg is None:
+        raise TypeError(f"continuous batching: {type(model).__name__}.forward takes no key/value cache")
+    params = _forward_params(model) or {}
     max_new = int(settings["max_new_tokens"])
     stops = tuple(settings["stop"] or ())
-    # the prefill needs the last position's logits only (not width x vocabulary of them)
-    last_only = {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(model.forward).parameters else {}
+    # the prefill needs the last position's logits only (not width x vocabulary of them); 4.45-4.49 spell it num_
+    keep_arg = next((name for name in ("logits_to_keep", "num_logits_to_keep") if name in params), None)
+    last_only = {keep_arg: 1} if keep_arg else {}
     choose = Chooser(settings, device)
     waiting = list(range(len(prompts)))
     waiting.reverse()  # pop() takes the first
@@ -254,8 +315,8 @@ def decode_rows(model: Any, prompts: Sequence[list[int]], settings: dict, *, slo
         with torch.inference_mode():
             model(input_ids=torch.tensor([prompts[0][:shared]], device=device),
                   attention_mask=torch.ones((1, shared), dtype=torch.long, device=device),
-                  position_ids=torch.arange(shared, device=device)[None], past_key_values=prefix_cache,
-                  use_cache=True, **last_only)
+                  position_ids=torch.arange(shared, device=device)[None], use_cache=True,
+                  **{cache_arg: prefix_cache}, **last_only)
     while waiting or rows:
         ended: list[Row] = []
         with torch.inference_mode():
@@ -276,7 +337,7 @@ def decode_rows(model: Any, prompts: Sequence[list[int]], settings: dict, *, slo
                     pos[r, width - len(tokens):] = torch.arange(shared, shared + len(tokens))
                 new_cache = _expand(prefix_cache, len(batch)) if shared else DynamicCache()
                 out = model(input_ids=ids.to(device), attention_mask=new_mask.to(device),
-                            position_ids=pos.to(device), past_key_values=new_cache, use_cache=True, **last_only)
+                            position_ids=pos.to(device), use_cache=True, **{cache_arg: new_cache}, **last_only)
                 first = choose(out.logits[:, -1, :]).to("cpu")
                 new_rows = [Row(index=i, prompt_len=len(prompts[i]), started=started, tokens=[int(t)])
                             for i, t in zip(batch, first.tolist())]
@@ -302,7 +363,7 @@ def decode_rows(model: Any, prompts: Sequence[list[int]], settings: dict, *, slo
                 # one decoding step for every row
                 step_mask = torch.cat([mask, torch.ones((len(rows), 1), dtype=torch.long)], dim=1)
                 out = model(input_ids=last[:, None].to(device), attention_mask=step_mask.to(device),
-                            position_ids=positions[:, None].to(device), past_key_values=cache, use_cache=True)
+                            position_ids=positions[:, None].to(device), use_cache=True, **{cache_arg: cache})
                 chosen = choose(out.logits[:, -1, :]).to("cpu")
                 mask, positions, last = step_mask, positions + 1, chosen
                 keep = []
@@ -326,5 +387,5 @@ def _drop(cache, mask, positions, last, rows, keep):
     index = torch.tensor(keep, dtype=torch.long)
     mask = mask[index]
     trim = int(mask.argmax(dim=1).min())  # the first real column of the row that starts earliest
-    _select(cache, index.to(_layers(cache)[0].keys.device), trim)
+    _select(cache, index.to(_kv(cache)[0][0].device), trim)
     return cache, mask[:, trim:], positions[index], last[index], [rows[k] for k in keep]

@@ -112,3 +112,90 @@ def test_common_prefix_is_run_once_and_changes_nothing(tiny_llama):
             assert prefills and max(prefills) <= 5  # then only each prompt's own tokens
     finally:
         del tiny_llama.forward
+
+
+def test_the_cache_goes_by_the_name_forward_declares(tiny_llama):
+    """transformers 5.x renamed ``past_key_values`` to ``cache`` (the old name still works there, with a
+    deprecation line on every run): the loop passes the name the installed version declares, and only it."""
+    import inspect
+
+    params = inspect.signature(type(tiny_llama).forward).parameters
+    name = hf_decode.cache_keyword(tiny_llama)
+    assert name == ("cache" if "cache" in params else "past_key_values")
+    seen: set[str] = set()
+    forward = tiny_llama.forward
+
+    def recording(*args, **kwargs):
+        seen.update(kwargs)
+        return forward(*args, **kwargs)
+
+    tiny_llama.forward = recording
+    try:
+        run(tiny_llama, WITH_PREFIX, slots=2, max_new_tokens=3)  # prefix pass, prefill, refill and steps
+    finally:
+        del tiny_llama.forward
+    assert name in seen and not ({"cache", "past_key_values"} - {name}) & seen
+
+
+def _fake(config=None, forward=None):
+    class Model:
+        pass
+
+    if forward is not None:
+        Model.forward = forward
+    model = Model()
+    model.config = config
+    return model
+
+
+def test_a_model_it_cannot_drive_is_named_with_the_reason():
+    from types import SimpleNamespace as NS
+
+    def full(self, input_ids=None, attention_mask=None, position_ids=None, past_key_values=None):
+        pass
+
+    def no_cache(self, input_ids=None, attention_mask=None):
+        pass
+
+    llama = NS(model_type="llama")
+    assert hf_decode.unsupported_reason(_fake(llama, full)) is None
+    cases = {
+        "the model has no config": _fake(None, full),
+        "an encoder-decoder model": _fake(NS(is_encoder_decoder=True), full),
+        "sliding-window attention": _fake(NS(model_type="mistral", sliding_window=4096), full),
+        "layers that are not full attention (sliding_attention)":
+            _fake(NS(model_type="gemma2", layer_types=["full_attention", "sliding_attention"]), full),
+        "recurrent layers (mamba)": _fake(NS(model_type="mamba"), full),
+        "its forward() takes no position_ids, cache (or past_key_values) argument": _fake(llama, no_cache),
+    }
+    for reason, model in cases.items():
+        assert hf_decode.unsupported_reason(model) == reason
+        assert not hf_decode.supported(model)
+    # a text model inside a multimodal config is judged by its text part
+    assert "sliding" in hf_decode.unsupported_reason(
+        _fake(NS(text_config=NS(model_type="mistral", sliding_window=8)), full))
+
+
+def test_cache_surgery_on_the_older_list_layout():
+    """transformers before the cache layers (4.45-4.53) keeps key_cache/value_cache lists: the same
+    operations, and an expanded copy never writes into the prefix cache it was made from."""
+    from types import SimpleNamespace as NS
+
+    keys = [torch.arange(6.0).reshape(1, 1, 3, 2) + 10 * i for i in range(2)]
+    prefix = NS(key_cache=list(keys), value_cache=[k + 100 for k in keys])
+    batch = hf_decode._expand(prefix, 3)
+    assert [tuple(k.shape) for k, _ in hf_decode._kv(batch)] == [(3, 1, 3, 2)] * 2
+    hf_decode._left_pad(batch, 2)
+    assert [tuple(k.shape) for k, _ in hf_decode._kv(batch)] == [(3, 1, 5, 2)] * 2
+    assert prefix.key_cache[0].shape == (1, 1, 3, 2) and prefix.key_cache[1] is keys[1]
+    joining = hf_decode._expand(prefix, 1)
+    hf_decode._left_pad(joining, 2)
+    hf_decode._append(batch, joining)
+    k0, v0 = hf_decode._kv(batch)[0]
+    assert k0.shape == (4, 1, 5, 2) and torch.equal(k0[3, 0, 2:], keys[0][0, 0]) and not k0[:, :, :2].any()
+    assert torch.equal(v0[3, 0, 2:], keys[0][0, 0] + 100)
+    hf_decode._select(batch, torch.tensor([1, 3]), 2)  # two rows left, the padding columns cut
+    assert [tuple(k.shape) for k, _ in hf_decode._kv(batch)] == [(2, 1, 3, 2)] * 2
+    assert torch.equal(hf_decode._kv(batch)[1][0][1, 0], keys[1][0, 0])
+    with pytest.raises(TypeError, match="DynamicCache"):
+        hf_decode._kv(NS(other=[]))
