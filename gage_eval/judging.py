@@ -7,9 +7,9 @@ from __future__ import annotations
 import time
 from typing import Callable
 
-from gage_eval.backend import Backend, ModelOutput, safe_run
+from gage_eval.backend import Backend, ModelOutput, checked_output, safe_run
 from gage_eval.cache import ModelCache
-from gage_eval.errors import FatalBackendError
+from gage_eval.errors import PLUGIN_FAULTS, FatalBackendError, fault_text
 from gage_eval.infer import Stops
 from gage_eval.replies import scrub_output
 from gage_eval.taskrun import Item, TaskRun
@@ -66,8 +66,12 @@ class Judging:
         for it, k in owners:
             mine = [scrub_output(out, self.secrets) for out in replies[pos:pos + k]]
             it.judge_scrubbed += sum(scrubbed for _, scrubbed in mine)
-            verdict = tr.judge.verdict(it.sample, it.model_output, [out for out, _ in mine])
             pos += k
+            try:
+                verdict = tr.judge.verdict(it.sample, it.model_output, [out for out, _ in mine])
+            except PLUGIN_FAULTS as exc:  # a judge plugin's bug errors its row, never loses it
+                it.error = {"stage": "judge", "message": f"the judge failed: {fault_text(exc)}", "locator": it.locator}
+                continue
             it.verdict = verdict
             if verdict.error:
                 it.error = {"stage": "judge", "message": verdict.error, "locator": it.locator}
@@ -97,10 +101,11 @@ class Judging:
     def _replies(self, requests: list) -> list[ModelOutput]:
         if not self.stops.get("judge"):
             try:
-                return safe_run(self.backend, requests)
+                outs = safe_run(self.backend, requests)
             except FatalBackendError as exc:
                 self.stops.stop("judge", str(exc))
                 return [ModelOutput(error=self.stops.get("judge")) for _ in requests]
+            return [checked_output(r, o) for r, o in zip(requests, outs)]  # malformed: a judge row error
         return [ModelOutput(error=f"not run: {self.stops.get('judge')}") for _ in requests]
 
 

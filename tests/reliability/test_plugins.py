@@ -171,6 +171,17 @@ def test_a_generate_output_without_text_is_a_row_error(gage, hostile, bad, why):
                                                    "judge_errors": 0}
 
 
+def test_a_malformed_judge_reply_is_a_judge_row_error(gage, hostile):
+    o = gage("--tasks", "legal_eval_v1", "--model", "dummy", "--judge-model", "hostile", "--judge-args",
+             "bad=text_int,every=1", env=hostile)
+    check(o, ROW_ERRORS)
+    counts = o.summary["tasks"]["legal_eval_v1"]["counts"]
+    assert len(o.records("legal_eval_v1")) == counts["total"] == 5  # 2 mcq rows need no judge
+    assert counts["judge_errors"] == counts["errored"] == 3
+    for err in o.errors("legal_eval_v1").values():
+        assert err["stage"] == "judge" and "malformed backend output: text is int, expected a string" in err["message"]
+
+
 # -- metrics and settings ---------------------------------------------------------------------
 
 
