@@ -1,4 +1,5 @@
-"""The ``gage-eval`` command line. Sub-commands arrive through the ``gage_register_commands`` hook."""
+"""The ``gage-eval`` command line. Sub-commands arrive through the ``gage_register_commands`` hook.
+The console script enters through ``gage_eval.cli``, which handles Ctrl-C before this is imported."""
 from __future__ import annotations
 
 import os
@@ -9,6 +10,7 @@ import click
 
 from gage_eval import __version__
 from gage_eval.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OUTPUT, GageError
+from gage_eval.interrupts import ctrl_c_interrupts, interrupt_of
 
 
 def option_spellings(params) -> tuple[dict[str, str], dict[str, str]]:
@@ -61,6 +63,12 @@ class PluginGroup(click.Group):
         return super().get_command(ctx, name)
 
     def main(self, *args, **kwargs):
+        # Ctrl-C raises while a command runs (a stopped run writes its summary); outside, the entry
+        # point's handler (gage_eval.cli) ends the process quietly
+        with ctrl_c_interrupts():
+            return self._main(*args, **kwargs)
+
+    def _main(self, *args, **kwargs):
         debug = "--debug" in sys.argv
         try:
             return super().main(*args, standalone_mode=False, **kwargs)
@@ -78,8 +86,7 @@ class PluginGroup(click.Group):
         except click.exceptions.Exit as exc:
             sys.exit(exc.exit_code)
         except KeyboardInterrupt as exc:
-            click.echo(f"gage-eval: {exc or 'interrupted'}", err=True)
-            sys.exit(EXIT_INTERRUPTED)
+            _interrupted(exc)
         except OSError as exc:
             if debug:
                 raise
@@ -87,11 +94,22 @@ class PluginGroup(click.Group):
             click.echo(f"gage-eval: error: {where}{exc.strerror or exc}", err=True)
             sys.exit(EXIT_OUTPUT)
         except Exception as exc:  # a bug (ours or a plugin's): one line, the traceback only with --debug
+            if interrupt_of(exc):  # a library turned Ctrl-C or SIGTERM into an error of its own
+                _interrupted(interrupt_of(exc))
             if debug:
                 raise
             click.echo(f"gage-eval: internal error: {type(exc).__name__}: {str(exc)[:500]} "
                        f"(run again with --debug for the traceback, and please report it)", err=True)
             sys.exit(EXIT_INTERNAL)
+        except BaseException as exc:
+            if not interrupt_of(exc):  # SystemExit among them
+                raise
+            _interrupted(interrupt_of(exc))
+
+
+def _interrupted(interrupt: KeyboardInterrupt) -> None:
+    click.echo(f"gage-eval: {str(interrupt) or 'interrupted'}", err=True)
+    sys.exit(getattr(interrupt, "exit_status", EXIT_INTERRUPTED))
 
 
 @click.group(cls=PluginGroup, invoke_without_command=True,
@@ -212,10 +230,7 @@ def _core_commands() -> None:
 _core_commands()
 
 
-def main() -> None:
+def run() -> None:
+    """Run the command line on ``sys.argv``; exits with the documented status."""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     cli.main(prog_name="gage-eval")
-
-
-if __name__ == "__main__":
-    main()

@@ -24,7 +24,7 @@ from gage_eval.errors import FailFast, GageError, OutputError
 from gage_eval.events import RunEnd, RunStart, SampleDone, TaskDone
 from gage_eval.idset import IdSet
 from gage_eval.infer import Inference, Stops
-from gage_eval.interrupts import Interrupted, stop_reason
+from gage_eval.interrupts import Interrupted, interrupt_of, stop_reason
 from gage_eval.judging import Judging
 from gage_eval.observers import Observers
 from gage_eval.options import RunOptions, in_shard
@@ -107,7 +107,7 @@ class Engine:
                 self._run_task(task_run, backend, judge_backend, events)
         except (KeyboardInterrupt, Exception) as exc:
             interrupted, stopped = stop_reason(exc, self._clean)
-            if not isinstance(exc, KeyboardInterrupt):
+            if interrupt_of(exc) is None:  # (a library may have turned Ctrl-C into its own error)
                 raise
         finally:
             summary = redact(build_summary(self.run_id, opts, runs, (backend, judge_backend), time.perf_counter() - wall0,

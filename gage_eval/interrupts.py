@@ -15,13 +15,32 @@ class Interrupted(KeyboardInterrupt):
         self.exit_status = exit_status
 
 
+class _Signals:
+    """The last Ctrl-C or SIGTERM raised by the handlers here: a library may turn the interrupt into
+    an error of its own (transformers' lazy imports raise ModuleNotFoundError, a Rust extension whose
+    import was cut short PanicException), and the run is still stopped as interrupted."""
+
+    last: KeyboardInterrupt | None = None
+
+
+def _raise(interrupt: KeyboardInterrupt) -> None:
+    _Signals.last = interrupt
+    raise interrupt
+
+
 def _on_sigterm(signum: int, frame: Any) -> None:
-    raise Interrupted("terminated (SIGTERM)", EXIT_TERMINATED)
+    _raise(Interrupted("terminated (SIGTERM)", EXIT_TERMINATED))
 
 
-class sigterm_interrupts:
-    """Within the block, SIGTERM interrupts the run as Ctrl-C does (the summary of what finished
-    is written), instead of killing the process where it stands. Main thread only."""
+def _on_sigint(signum: int, frame: Any) -> None:
+    _raise(KeyboardInterrupt())
+
+
+class _signal_raises:
+    """Within the block, ``signum`` raises through ``handler``. Main thread only."""
+
+    signum_name = ""
+    handler: Callable[[int, Any], None]
 
     def __enter__(self):
         import signal
@@ -29,22 +48,49 @@ class sigterm_interrupts:
 
         self._old = None
         if threading.current_thread() is threading.main_thread():
-            self._old = signal.signal(signal.SIGTERM, _on_sigterm)
+            self._old = signal.signal(getattr(signal, self.signum_name), type(self).handler)
         return self
 
     def __exit__(self, *exc: Any) -> None:
         import signal
 
         if self._old is not None:
-            signal.signal(signal.SIGTERM, self._old)
+            signal.signal(getattr(signal, self.signum_name), self._old)
 
+
+class sigterm_interrupts(_signal_raises):
+    """Within the block, SIGTERM interrupts the run as Ctrl-C does (the summary of what finished
+    is written), instead of killing the process where it stands. Main thread only."""
+
+    signum_name, handler = "SIGTERM", _on_sigterm
+
+
+class ctrl_c_interrupts(_signal_raises):
+    """Within the block, Ctrl-C raises KeyboardInterrupt (as Python's own handler does) and is
+    remembered for :func:`interrupt_of`. Main thread only."""
+
+    signum_name, handler = "SIGINT", _on_sigint
+
+    def __enter__(self):
+        _Signals.last = None
+        return super().__enter__()
+
+
+def interrupt_of(exc: BaseException) -> KeyboardInterrupt | None:
+    """The interrupt behind ``exc``: itself when it is one, else the Ctrl-C or SIGTERM that came
+    (under :class:`ctrl_c_interrupts` or :class:`sigterm_interrupts`) and was turned into ``exc``."""
+    if isinstance(exc, KeyboardInterrupt):
+        return exc
+    return None if isinstance(exc, SystemExit) else _Signals.last
 
 
 def stop_reason(exc: BaseException, clean: Callable[[str], str]) -> tuple[str, int]:
     """What stopped a run, in one line with secrets masked by ``clean``, and the exit status
     that goes with it."""
-    if isinstance(exc, KeyboardInterrupt):
-        return str(exc) or "interrupted by the user (Ctrl-C)", getattr(exc, "exit_status", EXIT_INTERRUPTED)
+    interrupt = interrupt_of(exc)
+    if interrupt is not None:
+        return (str(interrupt) or "interrupted by the user (Ctrl-C)",
+                getattr(interrupt, "exit_status", EXIT_INTERRUPTED))
     if isinstance(exc, GageError):
         return clean(str(exc)), exc.exit_code
     if isinstance(exc, OSError):
