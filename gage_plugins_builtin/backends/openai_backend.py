@@ -39,8 +39,8 @@ with ``backoff`` / ``backoff_max`` (seconds, default 1 / 30) and ``retry_after_m
 (longest Retry-After honoured, default 120); ``max_response_bytes`` (default 8 MiB: a bigger
 reply fails its row, unkept); ``max_consecutive_failures`` (default 5, 0 turns it off) and
 ``breaker_seconds`` (default 10): that many failures in a row (connection errors, timeouts,
-5xx, broken replies; one prompt's own failures count once), over at least that long or
-until a request gives up, stop the run. A 401, 403, 404 or model-not-found answer stops it
+5xx, broken replies; one prompt's own failures count once), over at least that long, stop
+the run (a request that runs out of retries sooner fails its own row). A 401, 403, 404 or model-not-found answer stops it
 at once. Stopping is :class:`~gage_eval.errors.FatalBackendError` from ``run`` and ``stream``.
 
 Several endpoints (:mod:`~gage_plugins_builtin.backends.openai_endpoints`): servers of one

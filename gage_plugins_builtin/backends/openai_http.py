@@ -9,9 +9,10 @@ request stays bad), a reply over ``max_response_bytes``, and a server that lacks
 Fatal (:class:`FatalBackendError`, the run stops): 401, 403, 404, a model-not-found or
 quota-exhausted answer (no further request can succeed), and the circuit breaker
 (:class:`Breaker`): ``max_consecutive_failures`` failures (connection errors, timeouts, 5xx,
-broken replies) with no good answer between them, lasting at least ``breaker_seconds`` or
-ending in a request that gives up. The span lets a server restart be ridden out while a
-dead one ends the run in seconds.
+broken replies) with no good answer between them, lasting at least ``breaker_seconds``. The
+span lets a server restart, or a server that fails many requests but answers the rest, be
+ridden out (a request that runs out of retries fails its own row) while a dead one ends the
+run in seconds.
 
 Deadlines: ``connect_timeout`` to connect, ``read_timeout`` of silence (for a reply that is
 not streamed, the time to the whole answer), ``timeout`` for an attempt in all (a server
@@ -115,8 +116,9 @@ def classify(status: int, text: str) -> str | None:
 
 
 class Breaker:
-    """Trips after ``limit`` failures in a row spanning at least ``min_seconds``, or as soon as
-    a request in such a streak runs out of retries. ``limit`` 0 turns it off.
+    """Trips after ``limit`` failures in a row spanning at least ``min_seconds``; never sooner,
+    even when a request in the streak runs out of retries (that fails its row: a server failing
+    most requests at random still answers some). ``limit`` 0 turns it off.
 
     A failure is counted once per request when it may be the request's own (a 5xx, a broken
     reply), so one prompt a server cannot answer never stops a run by itself; and once per
@@ -141,14 +143,13 @@ class Breaker:
     def success(self) -> None:
         self.attempts, self.keys, self.since = 0, set(), None
 
-    def failure(self, started: float, key: Any = None, final: bool = False) -> bool:
+    def failure(self, started: float, key: Any = None) -> bool:
         """Count a failed attempt of request ``key`` (None: the server's failure, counted each
-        time; ``final``: the request gives up). True when the breaker trips."""
+        time) that started at ``started``. True when the breaker trips."""
         self.attempts += 1
         self.keys.add(object() if key is None else key)
         self.since = started if self.since is None else min(self.since, started)
-        return bool(self.limit) and self.streak >= self.limit and \
-            (final or self.clock() - self.since >= self.min_seconds)
+        return bool(self.limit) and self.streak >= self.limit and self.clock() - self.since >= self.min_seconds
 
 
 class Poster:
@@ -311,7 +312,7 @@ class Poster:
                     continue
             gives_up = attempt - failovers > self.max_retries
             if counts and (ep is None or router.all_out()) and \
-                    self.breaker.failure(started, None if server_side else request, gives_up):
+                    self.breaker.failure(started, None if server_side else request):
                 b = self.breaker
                 raise self.stop(
                     f"openai backend: stopped after {b.streak} failures in a row"

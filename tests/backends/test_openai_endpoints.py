@@ -327,7 +327,8 @@ def test_cli_server_stopped_mid_run_loses_nothing(run_cli, tmp_path):
 def test_cli_every_endpoint_dead_stops_and_resume_finishes(run_cli, tmp_path):
     ports = [free_port(), free_port()]
     urls = "|".join(f"http://127.0.0.1:{p}/v1" for p in ports)
-    result, run = run_task(run_cli, tmp_path, "http_rows", f"base_url={urls},{FAST}")
+    retrying = FAST.replace("max_retries=2", "max_retries=50")  # (retries enough to outlast breaker_seconds)
+    result, run = run_task(run_cli, tmp_path, "http_rows", f"base_url={urls},{retrying}")
     assert result.exit_code == 3, result.output
     assert "failures in a row" in result.output and "Traceback" not in result.output
     rows = lines(run / "samples" / "http_rows.jsonl")
