@@ -73,8 +73,7 @@ class PluginGroup(click.Group):
         try:
             return super().main(*args, standalone_mode=False, **kwargs)
         except GageError as exc:
-            if debug:
-                raise
+            _traceback(debug)
             click.echo(f"gage-eval: error: {exc}", err=True)
             sys.exit(exc.exit_code)
         except click.exceptions.Abort:
@@ -88,16 +87,14 @@ class PluginGroup(click.Group):
         except KeyboardInterrupt as exc:
             _interrupted(exc)
         except OSError as exc:
-            if debug:
-                raise
+            _traceback(debug)
             where = f"{exc.filename}: " if exc.filename else ""
             click.echo(f"gage-eval: error: {where}{exc.strerror or exc}", err=True)
             sys.exit(EXIT_OUTPUT)
         except Exception as exc:  # a bug (ours or a plugin's): one line, the traceback only with --debug
             if interrupt_of(exc):  # a library turned Ctrl-C or SIGTERM into an error of its own
                 _interrupted(interrupt_of(exc))
-            if debug:
-                raise
+            _traceback(debug)
             click.echo(f"gage-eval: internal error: {type(exc).__name__}: {str(exc)[:500]} "
                        f"(run again with --debug for the traceback, and please report it)", err=True)
             sys.exit(EXIT_INTERNAL)
@@ -105,6 +102,14 @@ class PluginGroup(click.Group):
             if not interrupt_of(exc):  # SystemExit among them
                 raise
             _interrupted(interrupt_of(exc))
+
+
+def _traceback(debug: bool) -> None:
+    # --debug adds the traceback; the line and the exit status stay those of a run without it
+    if debug:
+        import traceback
+
+        traceback.print_exc()
 
 
 def _interrupted(interrupt: KeyboardInterrupt) -> None:

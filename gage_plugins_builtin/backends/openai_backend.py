@@ -380,10 +380,11 @@ class OpenAIBackend(Backend):
                 return await self._find_model_at(ep, dict(creds.headers))
             except _Unreachable as exc:
                 last = exc
+        # a dead server, as the breaker says mid-run: the backend stopped the run (exit 3), not a usage error
         if len(self.base_urls) > 1:
-            raise GageError(self.poster.scrub(f"openai backend: no endpoint answers GET /models (last: {last}); "
-                                              f"are the servers running? (or give model=NAME)"))
-        raise GageError(str(last))
+            raise FatalBackendError(self.poster.scrub(f"openai backend: no endpoint answers GET /models (last: "
+                                                      f"{last}); are the servers running? (or give model=NAME)"))
+        raise FatalBackendError(str(last))
 
     async def _find_model_at(self, ep: Endpoint, headers: dict) -> str:
         aiohttp = self.aiohttp
