@@ -13,9 +13,8 @@ runs only its own tokens against a copy of that prefix's keys and values.
 
 Only for decoder-only models whose cache is a plain ``DynamicCache`` (full attention in
 every layer); :func:`unsupported_reason` says why a model does not qualify, and the backend
-falls back to ``model.generate`` otherwise. Both spellings of transformers' API that the
-extras allow are driven: the cache argument ``past_key_values`` (4.x) or ``cache`` (its 5.x
-name), and a cache made of ``key_cache``/``value_cache`` lists (up to 4.53) or of layers.
+falls back to ``model.generate`` otherwise. The cache argument goes by the name the installed
+transformers declares: ``cache`` (5.x renamed it) or ``past_key_values`` (before).
 """
 from __future__ import annotations
 
@@ -122,12 +121,6 @@ def unsupported_reason(model: Any) -> str | None:
         missing.append("cache (or past_key_values)")
     if missing:
         return f"its forward() takes no {', '.join(missing)} argument"
-    from transformers import DynamicCache
-
-    if _layout(DynamicCache()) is None:
-        import transformers
-
-        return f"transformers {transformers.__version__}'s DynamicCache has neither layers nor key_cache"
     return None
 
 
@@ -136,32 +129,11 @@ def supported(model: Any) -> bool:
     return unsupported_reason(model) is None
 
 
-def _layout(cache: Any) -> str | None:
-    """How a DynamicCache holds its tensors: "layers" (transformers 4.54 on) or "lists" (before)."""
-    if isinstance(getattr(cache, "layers", None), list):
-        return "layers"
-    if isinstance(getattr(cache, "key_cache", None), list) and isinstance(getattr(cache, "value_cache", None), list):
-        return "lists"
-    return None
-
-
-def _kv(cache: Any) -> list[tuple[Any, Any]]:
-    """Each layer's (keys, values), [rows, heads, columns, head size] each."""
-    layout = _layout(cache)
-    if layout == "layers" and all(type(layer).__name__ == "DynamicLayer" for layer in cache.layers):
-        return [(layer.keys, layer.values) for layer in cache.layers]
-    if layout == "lists" and all(hasattr(k, "shape") for k in cache.key_cache):
-        return list(zip(cache.key_cache, cache.value_cache))
-    raise TypeError(f"continuous batching needs a DynamicCache of full-attention layers, not {type(cache)}")
-
-
-def _set_kv(cache: Any, pairs: list[tuple[Any, Any]]) -> None:
-    if _layout(cache) == "layers":
-        for layer, (keys, values) in zip(cache.layers, pairs):
-            layer.keys, layer.values = keys, values
-    else:  # new lists: a copy made by _expand never shares them with its original
-        cache.key_cache = [k for k, _ in pairs]
-        cache.value_cache = [v for _, v in pairs]
+def _layers(cache: Any) -> list:
+    layers = getattr(cache, "layers", None)
+    if not layers or any(type(layer).__name__ != "DynamicLayer" for layer in layers):
+        raise TypeError(f"continuous batching needs a DynamicCache of full-attention layers, not {type(cache)}")
+    return layers
 
 
 def _left_pad(cache: Any, n: int) -> None:
@@ -169,18 +141,19 @@ def _left_pad(cache: Any, n: int) -> None:
 
     if n <= 0:
         return
-
-    def pad(t: Any) -> Any:
-        return torch.cat([torch.zeros((*t.shape[:2], n, t.shape[3]), dtype=t.dtype, device=t.device), t], dim=2)
-
-    _set_kv(cache, [(pad(k), pad(v)) for k, v in _kv(cache)])
+    for layer in _layers(cache):
+        for name in ("keys", "values"):
+            t = getattr(layer, name)
+            pad = torch.zeros((*t.shape[:2], n, t.shape[3]), dtype=t.dtype, device=t.device)
+            setattr(layer, name, torch.cat([pad, t], dim=2))
 
 
 def _append(cache: Any, other: Any) -> None:
     import torch
 
-    _set_kv(cache, [(torch.cat([k, k2], dim=0), torch.cat([v, v2], dim=0))
-                    for (k, v), (k2, v2) in zip(_kv(cache), _kv(other))])
+    for layer, extra in zip(_layers(cache), _layers(other)):
+        layer.keys = torch.cat([layer.keys, extra.keys], dim=0)
+        layer.values = torch.cat([layer.values, extra.values], dim=0)
 
 
 def common_prefix(seqs: Sequence[list[int]]) -> list[int]:
@@ -208,16 +181,20 @@ def _expand(cache: Any, rows: int) -> Any:
     """A cache with ``rows`` copies of a one-row cache (views: the cache only ever concatenates)."""
     import copy
 
-    pairs = _kv(cache)
     out = copy.copy(cache)
-    if _layout(cache) == "layers":
-        out.layers = [copy.copy(layer) for layer in cache.layers]
-    _set_kv(out, [(k.expand(rows, -1, -1, -1), v.expand(rows, -1, -1, -1)) for k, v in pairs])
+    out.layers = []
+    for layer in _layers(cache):
+        twin = copy.copy(layer)
+        twin.keys = layer.keys.expand(rows, -1, -1, -1)
+        twin.values = layer.values.expand(rows, -1, -1, -1)
+        out.layers.append(twin)
     return out
 
 
 def _select(cache: Any, keep: Any, trim: int) -> None:
-    _set_kv(cache, [(k[keep, :, trim:], v[keep, :, trim:]) for k, v in _kv(cache)])
+    for layer in _layers(cache):
+        layer.keys = layer.keys[keep, :, trim:]
+        layer.values = layer.values[keep, :, trim:]
 
 
 class Chooser:
@@ -282,9 +259,8 @@ def decode_rows(model: Any, prompts: Sequence[list[int]], settings: dict, *, slo
     params = _forward_params(model) or {}
     max_new = int(settings["max_new_tokens"])
     stops = tuple(settings["stop"] or ())
-    # the prefill needs the last position's logits only (not width x vocabulary of them); 4.45-4.49 spell it num_
-    keep_arg = next((name for name in ("logits_to_keep", "num_logits_to_keep") if name in params), None)
-    last_only = {keep_arg: 1} if keep_arg else {}
+    # the prefill needs the last position's logits only (not width x vocabulary of them)
+    last_only = {"logits_to_keep": 1} if "logits_to_keep" in params else {}
     choose = Chooser(settings, device)
     waiting = list(range(len(prompts)))
     waiting.reverse()  # pop() takes the first
@@ -387,5 +363,5 @@ def _drop(cache, mask, positions, last, rows, keep):
     index = torch.tensor(keep, dtype=torch.long)
     mask = mask[index]
     trim = int(mask.argmax(dim=1).min())  # the first real column of the row that starts earliest
-    _select(cache, index.to(_kv(cache)[0][0].device), trim)
+    _select(cache, index.to(_layers(cache)[0].keys.device), trim)
     return cache, mask[:, trim:], positions[index], last[index], [rows[k] for k in keep]

@@ -174,28 +174,3 @@ def test_a_model_it_cannot_drive_is_named_with_the_reason():
     # a text model inside a multimodal config is judged by its text part
     assert "sliding" in hf_decode.unsupported_reason(
         _fake(NS(text_config=NS(model_type="mistral", sliding_window=8)), full))
-
-
-def test_cache_surgery_on_the_older_list_layout():
-    """transformers before the cache layers (4.45-4.53) keeps key_cache/value_cache lists: the same
-    operations, and an expanded copy never writes into the prefix cache it was made from."""
-    from types import SimpleNamespace as NS
-
-    keys = [torch.arange(6.0).reshape(1, 1, 3, 2) + 10 * i for i in range(2)]
-    prefix = NS(key_cache=list(keys), value_cache=[k + 100 for k in keys])
-    batch = hf_decode._expand(prefix, 3)
-    assert [tuple(k.shape) for k, _ in hf_decode._kv(batch)] == [(3, 1, 3, 2)] * 2
-    hf_decode._left_pad(batch, 2)
-    assert [tuple(k.shape) for k, _ in hf_decode._kv(batch)] == [(3, 1, 5, 2)] * 2
-    assert prefix.key_cache[0].shape == (1, 1, 3, 2) and prefix.key_cache[1] is keys[1]
-    joining = hf_decode._expand(prefix, 1)
-    hf_decode._left_pad(joining, 2)
-    hf_decode._append(batch, joining)
-    k0, v0 = hf_decode._kv(batch)[0]
-    assert k0.shape == (4, 1, 5, 2) and torch.equal(k0[3, 0, 2:], keys[0][0, 0]) and not k0[:, :, :2].any()
-    assert torch.equal(v0[3, 0, 2:], keys[0][0, 0] + 100)
-    hf_decode._select(batch, torch.tensor([1, 3]), 2)  # two rows left, the padding columns cut
-    assert [tuple(k.shape) for k, _ in hf_decode._kv(batch)] == [(2, 1, 3, 2)] * 2
-    assert torch.equal(hf_decode._kv(batch)[1][0][1, 0], keys[1][0, 0])
-    with pytest.raises(TypeError, match="DynamicCache"):
-        hf_decode._kv(NS(other=[]))
