@@ -96,11 +96,13 @@ class Engine:
         for tr in runs:
             if tr.failure:
                 events.emit("task_failed", task=tr.name, message=self._clean(tr.failure))
+                if ready:  # said now, not after the model loads and the other tasks run
+                    status(f"task {tr.name} cannot run: {self._clean(tr.failure)}", quiet=opts.quiet)
         start = RunStart(self.run_id, self.run_dir, tuple(opts.tasks), opts.model, backend.model_id, self.resume)
         self._notify("gage_run_start", start)
         interrupted, stopped, load_s = None, None, 0.0  # stopped: the exit status of a run that did not finish
         try:
-            load_s = self._open(backend, judge_backend, events)
+            load_s = self._open(backend, judge_backend, events) if ready else 0.0  # no model for no task
             self.writers.start(start)
             self._recount_failed(runs)
             for task_run in ready:

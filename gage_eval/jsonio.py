@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import re
+import stat
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -24,6 +25,9 @@ BOM = b"\xef\xbb\xbf"
 
 # A JSON string (escapes included) or one bracket: enough to measure nesting outside strings.
 _TOKEN = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]')
+# ... and the punctuation that says which field comes next; a string cut short at the end counts
+_PATH_TOKEN = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*(?:"|$)|[\[\]{},:]')
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
 _CONSTANT = re.compile(r"-?Infinity|NaN")
 _LONG_INT = re.compile(r"(?<![\d.])-?\d{4301,}")
@@ -44,16 +48,35 @@ class InputError(GageError):
 
 
 class JsonProblem(ValueError):
-    """A value that strict JSON refuses; ``pos`` is its offset in the text when known."""
+    """A value that strict JSON refuses; ``pos`` is its offset in the text when known, and with
+    ``field`` it is a value's (a NaN, a number out of range, a bracket too deep) whose field a
+    message names, rather than the syntax's."""
 
-    def __init__(self, message: str, pos: int | None = None):
+    def __init__(self, message: str, pos: int | None = None, field: bool = False):
         super().__init__(message)
         self.message = message
         self.pos = pos
+        self.field = field
+
+
+class RowProblem(str):
+    """A row's error as a run shows it (``label: NaN is not allowed``), keeping its field
+    (``where``: ``$.label``, or ``$`` for the row as a whole) and the message without it
+    (``problem``), for ``validate``'s ``file:line: $.label: message``."""
+
+    where: str
+    problem: str
+
+    def __new__(cls, where: str, problem: str) -> "RowProblem":
+        field = where[2:] if where.startswith("$.") else where[1:]
+        self = super().__new__(cls, f"{field}: {problem}" if field else problem)
+        self.where, self.problem = where, problem
+        return self
 
 
 class _ConstantProblem(JsonProblem):
-    pass
+    def __init__(self, message: str):
+        super().__init__(message, field=True)
 
 
 def _refuse_constant(name: str) -> Any:
@@ -61,7 +84,8 @@ def _refuse_constant(name: str) -> Any:
 
 
 class _RangeProblem(JsonProblem):
-    pass
+    def __init__(self, message: str):
+        super().__init__(message, field=True)
 
 
 def _finite_float(text: str) -> float:
@@ -176,7 +200,7 @@ def decode(text: str, start: int = 0, *, whole: bool = True, maybe_deep: bool | 
     if whole and maybe_deep:
         deep = _too_deep_at(text, start)
         if deep is not None:
-            raise JsonProblem(f"nested deeper than {MAX_DEPTH} levels", deep)
+            raise JsonProblem(f"nested deeper than {MAX_DEPTH} levels", deep, field=True)
     try:
         value, end = _SCAN(text, start)  # JSONDecoder.raw_decode without its Python frame (a per-row path)
     except StopIteration as err:  # what raw_decode reports as JSONDecodeError("Expecting value")
@@ -190,20 +214,20 @@ def decode(text: str, start: int = 0, *, whole: bool = True, maybe_deep: bool | 
         exc.pos = _constant_at(text, start, _NUMBER)
         raise
     except RecursionError:
-        raise JsonProblem(f"nested deeper than {MAX_DEPTH} levels", _too_deep_at(text, start)) from None
+        raise JsonProblem(f"nested deeper than {MAX_DEPTH} levels", _too_deep_at(text, start), field=True) from None
     except JsonProblem:
         raise
     except ValueError:  # int() refuses more digits than sys.get_int_max_str_digits()
         long = _LONG_INT.search(text, start)
         raise JsonProblem("number out of range: an integer of more than 4300 digits",
-                          long.start() if long else None) from None
+                          long.start() if long else None, field=True) from None
     if whole and text[end:].strip():
         raise JsonProblem("extra data after the JSON value", end + len(text[end:]) - len(text[end:].lstrip()))
     if _SURROGATE_ESCAPE.search(text, start, end):
         char = _lone_surrogate(value)
         if char is not None:
             raise JsonProblem(f"lone surrogate \\u{ord(char):04x}: half of a UTF-16 pair, "
-                              f"it cannot be written as UTF-8", _surrogate_escape_at(text, start, end))
+                              f"it cannot be written as UTF-8", _surrogate_escape_at(text, start, end), field=True)
     return value, end
 
 
@@ -213,8 +237,48 @@ def _column(text: str, pos: int | None) -> str:
     return f" (column {pos - text.rfind(chr(10), 0, pos)})"
 
 
-def row_error(text: str, problem: JsonProblem) -> str:
-    return f"invalid JSON: {problem.message}{_column(text, problem.pos)}"
+def _path_at(text: str, start: int, pos: int | None) -> str:
+    """The JSON path (``$.a[2].b``) of the value at offset ``pos`` of the value that starts at
+    ``start``, read only as far as ``pos`` (the text may be broken there); ``$`` when ``pos`` is
+    None or in no field. Past four steps the path ends in ``...`` (a bracket 200 levels deep)."""
+    if pos is None:
+        return "$"
+    steps: list[list] = []  # per open container: ["{", key or None] or ["[", index]
+    last = ""
+    for m in _PATH_TOKEN.finditer(text, start, pos):
+        c = m.group()
+        if c[0] == '"':
+            last = c
+        elif c in "[{":
+            steps.append([c, 0 if c == "[" else None])
+        elif c in "]}":
+            steps = steps[:-1]
+        elif steps and c == ":" and steps[-1][0] == "{":
+            try:
+                steps[-1][1] = json.loads(last)
+            except ValueError:
+                steps[-1][1] = last.strip('"')
+        elif steps and c == ",":
+            steps[-1][1] = steps[-1][1] + 1 if steps[-1][0] == "[" else None
+    path = "$"
+    for i, (kind, at) in enumerate(steps):
+        if at is None:
+            break
+        if i == 4:
+            return path + "..."
+        path += f"[{at}]" if kind == "[" else f".{at}" if _NAME.fullmatch(at) else f"[{json.dumps(at)}]"
+    return path
+
+
+def row_error(text: str, problem: JsonProblem) -> RowProblem:
+    """A line's JSON problem, naming the field of a refused value (``$.label``) and its column."""
+    return RowProblem(_path_at(text, 0, problem.pos) if problem.field else "$",
+                      f"invalid JSON: {problem.message}{_column(text, problem.pos)}")
+
+
+def _not_utf8_row(raw: bytes, exc: UnicodeDecodeError) -> RowProblem:
+    head = raw[:exc.start].decode("utf-8", "replace")
+    return RowProblem(_path_at(head, 0, len(head)), _not_utf8(exc))
 
 
 def file_problem(head: bytes, kind: str) -> str | None:
@@ -226,8 +290,29 @@ def file_problem(head: bytes, kind: str) -> str | None:
     return None
 
 
+_SPECIAL_FILES = {stat.S_IFIFO: "a FIFO", stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device",
+                  stat.S_IFSOCK: "a socket"}
+
+
+def not_regular(path: Path) -> str | None:
+    """Why ``path`` (links followed) is no file to read rows from, as ``not a regular file (a
+    FIFO)``: opening a FIFO would wait for a writer, a device never ends. None for a regular
+    file or a folder, and when it cannot be looked at (opening it says why)."""
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        return None
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        return None
+    return f"not a regular file ({_SPECIAL_FILES.get(stat.S_IFMT(mode), 'a special file')})"
+
+
 def check_data_file(path: Path) -> None:
-    """Raise :class:`GageError` when ``path`` cannot be opened or is not UTF-8 text at all (gzip, UTF-16)."""
+    """Raise :class:`GageError` when ``path`` is not a regular file, cannot be opened or is not
+    UTF-8 text at all (gzip, UTF-16)."""
+    special = not_regular(path)
+    if special:
+        raise InputError(path, None, special)
     try:
         with path.open("rb") as fh:
             head = fh.read(4)
@@ -278,7 +363,7 @@ def _json_line_rows(path: Path) -> Iterator[tuple[int, Any, str | None]]:
             try:
                 text = raw.rstrip(b"\r\n").decode("utf-8")
             except UnicodeDecodeError as exc:
-                yield lineno, None, _not_utf8(exc)
+                yield lineno, None, _not_utf8_row(raw, exc)
                 continue
             try:  # brackets counted in the bytes: much faster than in a str holding non-ASCII text
                 yield lineno, decode(text, maybe_deep=raw.count(b"[") + raw.count(b"{") > MAX_DEPTH)[0], None
@@ -299,14 +384,15 @@ def _json_document_rows(path: Path) -> Iterator[tuple[int, Any, str | None]]:
         try:
             value, end = decode(text, start, whole=False)
         except JsonProblem as exc:
-            yield line, None, _doc_error(text, exc)
+            yield line, None, _doc_error(text, exc, start)
             return
         if text[end:].strip():  # JSON lines in a .json file (as Hugging Face writes them)
             yield from _json_line_rows(path)
             return
         deep = _too_deep_at(text, start) if text.count("[") + text.count("{") > MAX_DEPTH else None
         if deep is not None:
-            yield line, None, _doc_error(text, JsonProblem(f"nested deeper than {MAX_DEPTH} levels", deep))
+            yield line, None, _doc_error(text, JsonProblem(f"nested deeper than {MAX_DEPTH} levels", deep, True),
+                                         start)
             return
         yield line, value, None
         return
@@ -321,11 +407,11 @@ def _json_document_rows(path: Path) -> Iterator[tuple[int, Any, str | None]]:
         try:
             value, end = decode(text, pos, whole=False)
         except JsonProblem as exc:
-            yield line, None, _doc_error(text, exc) + "; the rest of the file was not read"
+            yield line, None, _doc_error(text, exc, pos, "; the rest of the file was not read")
             return
         if deep is not None and pos <= deep < end:
-            problem = JsonProblem(f"nested deeper than {MAX_DEPTH} levels", deep)
-            yield line, None, _doc_error(text, problem) + "; the rest of the file was not read"
+            problem = JsonProblem(f"nested deeper than {MAX_DEPTH} levels", deep, field=True)
+            yield line, None, _doc_error(text, problem, pos, "; the rest of the file was not read")
             return
         yield line, value, None
         pos = _skip_space(text, end)
@@ -345,11 +431,14 @@ def _skip_space(text: str, pos: int) -> int:
     return pos
 
 
-def _doc_error(text: str, exc: JsonProblem) -> str:
+def _doc_error(text: str, exc: JsonProblem, start: int, suffix: str = "") -> RowProblem:
+    """A .json document's problem in the element that starts at ``start``: its field, line and column."""
+    where = _path_at(text, start, exc.pos) if exc.field else "$"
     if exc.pos is None:
-        return f"invalid JSON: {exc.message}"
+        return RowProblem(where, f"invalid JSON: {exc.message}{suffix}")
     line = text.count("\n", 0, exc.pos) + 1
-    return f"invalid JSON: {exc.message} (line {line}{_column(text, exc.pos).replace(' (', ', ')}"
+    return RowProblem(where, f"invalid JSON: {exc.message} (line {line}{_column(text, exc.pos).replace(' (', ', ')}"
+                             f"{suffix}")
 
 
 # ---------------------------------------------------------------------------

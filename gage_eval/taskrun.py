@@ -64,6 +64,11 @@ def error_stub(task: str, index: int, locator: str, stage: str, message: str, sa
 
 
 
+def _named(files: list[Path]) -> str:
+    """Data files in a message: the first three, and how many more."""
+    return ", ".join(map(str, files[:3])) + (f" and {len(files) - 3} more" if len(files) > 3 else "")
+
+
 class TaskRun:
     """The per-task state: components built from the task file, counters, timings."""
 
@@ -119,22 +124,29 @@ class TaskRun:
             self.judge = registry.build("judges", spec.judge["name"], where, "judge",
                                     **(spec.judge.get("args") or {}), base_dir=str(spec.folder))
         self.builder = RequestBuilder(spec, self.options, registry, metrics=[m for _, m in self.metrics])
+        files = self.dataset_files()
+        if files and all(f.stat().st_size == 0 for f in files):  # said before any model loads
+            raise GageError(f"no rows: {_named(files)} is empty")
+
+    def dataset_files(self) -> list[Path]:
+        """The local files the loader reads rows from; none for a hub dataset."""
+        files = getattr(self.loader, "files", None)
+        listed = files() if callable(files) else None
+        if listed is not None:
+            return [Path(f) for f in listed]
+        data_files = getattr(self.loader, "data_files", None)
+        if isinstance(data_files, str):
+            data_files = [data_files]
+        elif isinstance(data_files, Mapping):
+            data_files = [f for v in data_files.values() for f in ([v] if isinstance(v, str) else v)]
+        return [Path(f) for f in data_files or [] if Path(f).is_file()]
 
     def data_files(self) -> list[Path]:
         """The local files the task reads besides its folder (for the resume check): the loader's,
         and a few-shot file outside the folder; none for a hub dataset."""
         shots = (self.spec.raw.get("fewshot") or {}).get("path") if isinstance(self.spec.raw, Mapping) else None
         extra = [self.spec.folder / shots] if isinstance(shots, str) else []
-        files = getattr(self.loader, "files", None)
-        listed = files() if callable(files) else None
-        if listed is not None:
-            return [Path(f) for f in listed] + [p for p in extra if p.is_file()]
-        data_files = getattr(self.loader, "data_files", None)
-        if isinstance(data_files, str):
-            data_files = [data_files]
-        elif isinstance(data_files, Mapping):
-            data_files = [f for v in data_files.values() for f in ([v] if isinstance(v, str) else v)]
-        return [Path(f) for f in list(data_files or []) + extra if Path(f).is_file()]
+        return self.dataset_files() + [p for p in extra if p.is_file()]
 
     def available(self) -> int | None:
         """The dataset's row count when the loader knows it cheaply (``total()``), else None."""
@@ -244,7 +256,9 @@ class TaskRun:
         if self.failure:
             return "failed", self.failure
         if c["total"] == 0:
-            return "failed", "no rows: the dataset is empty"
+            files = self.dataset_files() if hasattr(self, "loader") else []
+            return "failed", (f"no rows: {_named(files)} gave no row to run" if files
+                              else "no rows: the dataset is empty")
         if c["scored"] == 0:
             why = (f"all {c['total']} rows errored" if c["errored"] == c["total"]
                    else f"no row was scored ({c['errored']} errored, {c['skipped']} had no metric value)")

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from gage_eval.errors import GageError
-from gage_eval.jsonio import json_type, read_yaml
+from gage_eval.jsonio import json_type, not_regular, read_yaml
 from gage_eval.schemas import validation_errors
 
 TASK_FILE = "task.yaml"
@@ -465,6 +465,9 @@ def dataset_for_path(path: str, split: str | None = None) -> dict:
     p = Path(path)
     if not p.exists():
         raise GageError(f"--data: {path} does not exist")
+    special = not_regular(p)
+    if special:
+        raise GageError(f"--data: {path}: {special}; give a data file or a folder of them")
     if p.is_file() and p.suffix in (".jsonl", ".json"):  # read strictly, as validate does
         return {"loader": "jsonl", "args": {"path": str(p.resolve())}}
     if p.is_dir():

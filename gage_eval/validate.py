@@ -94,8 +94,9 @@ def _validate_rows(path: Path, schema: str, max_errors: int, allow_paths, allow_
     try:
         for lineno, row, parse_error in _entries(path, schema):
             rows += 1
-            if parse_error:
-                problems, row_warnings = [("$", parse_error)], []
+            if parse_error:  # (a RowProblem names the field: $.label)
+                problems = [(getattr(parse_error, "where", "$"), getattr(parse_error, "problem", parse_error))]
+                row_warnings = []
             elif checker is not None:
                 result = checker.check(f"{path}:{lineno}", rows - 1, row)
                 problems, row_warnings = result.problems, result.warnings

@@ -32,22 +32,24 @@ def rows(path: Path) -> list[tuple[int, object, str | None]]:
 # -- JSON rows -----------------------------------------------------------------------------
 
 @pytest.mark.parametrize("line, error", [
-    ('{"a": NaN}', "invalid JSON: NaN is not allowed (column 7)"),
-    ('{"a": "NaN", "b": [1, Infinity]}', "invalid JSON: Infinity is not allowed (column 23)"),
-    ('{"a": -Infinity}', "invalid JSON: -Infinity is not allowed (column 7)"),
+    ('{"a": NaN}', "a: invalid JSON: NaN is not allowed (column 7)"),
+    ('{"a": "NaN", "b": [1, Infinity]}', "b[1]: invalid JSON: Infinity is not allowed (column 23)"),
+    ('{"a": -Infinity}', "a: invalid JSON: -Infinity is not allowed (column 7)"),
     ('{"a": 1, "b": {"c": 1, "c": 2}}', "invalid JSON: duplicate key 'c' in an object"),
-    (DEEP, "invalid JSON: nested deeper than 200 levels (column 209)"),
-    ('{"a":' * 5000 + "1" + "}" * 5000, "invalid JSON: nested deeper than 200 levels (column 1001)"),
+    (DEEP, "goal[0][0][0]...: invalid JSON: nested deeper than 200 levels (column 209)"),
+    ('{"a":' * 5000 + "1" + "}" * 5000, "a.a.a.a...: invalid JSON: nested deeper than 200 levels (column 1001)"),
     ('{"a": 1} {"b": 2}', "invalid JSON: extra data after the JSON value (column 10)"),
     ('{"a": 1', "invalid JSON: Expecting ',' delimiter (column 8)"),
-    ('{"a": 1e999}', "invalid JSON: number out of range: 1e999 (column 7)"),
-    ('{"a": [1.5, -1E+400]}', "invalid JSON: number out of range: -1E+400 (column 13)"),
-    ('{"a": ' + "7" * 5000 + "}", "invalid JSON: number out of range: an integer of more than 4300 digits (column 7)"),
-    (r'{"a": "x\ud800"}', f"invalid JSON: lone surrogate \\ud800: {LONE} (column 9)"),
-    (r'{"a": "\ude00\ud83d"}', f"invalid JSON: lone surrogate \\ude00: {LONE} (column 8)"),
-    (r'{"a": ["\ud83d\ude00", "\uDBFF"]}', f"invalid JSON: lone surrogate \\udbff: {LONE} (column 25)"),
-    (r'{"\udc00": 1}', f"invalid JSON: lone surrogate \\udc00: {LONE} (column 3)"),
-    (r'{"a": "\\\ud800"}', f"invalid JSON: lone surrogate \\ud800: {LONE} (column 10)"),
+    ('{"a": 1e999}', "a: invalid JSON: number out of range: 1e999 (column 7)"),
+    ('{"a": [1.5, -1E+400]}', "a[1]: invalid JSON: number out of range: -1E+400 (column 13)"),
+    ('{"a": ' + "7" * 5000 + "}",
+     "a: invalid JSON: number out of range: an integer of more than 4300 digits (column 7)"),
+    (r'{"a": "x\ud800"}', f"a: invalid JSON: lone surrogate \\ud800: {LONE} (column 9)"),
+    (r'{"a": "\ude00\ud83d"}', f"a: invalid JSON: lone surrogate \\ude00: {LONE} (column 8)"),
+    (r'{"a": ["\ud83d\ude00", "\uDBFF"]}', f"a[1]: invalid JSON: lone surrogate \\udbff: {LONE} (column 25)"),
+    (r'{"\udc00": 1}', f"invalid JSON: lone surrogate \\udc00: {LONE} (column 3)"),  # in a key: the row's
+    (r'{"a": "\\\ud800"}', f"a: invalid JSON: lone surrogate \\ud800: {LONE} (column 10)"),
+    ('{"a b": {"c": [{"d": NaN}]}}', '["a b"].c[0].d: invalid JSON: NaN is not allowed (column 22)'),
 ])
 def test_bad_json_rows_are_row_errors(tmp_path, line, error):
     path = tmp_path / "rows.jsonl"
@@ -65,7 +67,7 @@ def test_nesting_up_to_the_limit_is_read(tmp_path):
     path.write_text(json.dumps({"x": value}) + "\n" + json.dumps({"x": [value]}) + "\n")
     (_, ok, e1), (_, _, e2) = rows(path)
     assert ok == {"x": value} and e1 is None
-    assert e2 == "invalid JSON: nested deeper than 200 levels (column 1196)"  # the 199th '{'
+    assert e2 == "x[0].a.a...: invalid JSON: nested deeper than 200 levels (column 1196)"  # the 199th '{'
 
 
 def test_values_that_look_bad_but_are_not(tmp_path):
@@ -88,7 +90,7 @@ def test_brackets_inside_strings_do_not_count(tmp_path):
 def test_encodings(tmp_path):
     bom = tmp_path / "bom.jsonl"
     bom.write_bytes(b"\xef\xbb\xbf" + GOOD.encode() + b"\n" + b'{"a": "caf\xe9"}\n' + GOOD.encode() + b"\n")
-    assert rows(bom) == [(1, PIQA, None), (2, None, "not UTF-8 text: invalid continuation byte (byte 11: 0xe9)"),
+    assert rows(bom) == [(1, PIQA, None), (2, None, "a: not UTF-8 text: invalid continuation byte (byte 11: 0xe9)"),
                          (3, PIQA, None)]
     for name, data, message in [
         ("le.jsonl", GOOD.encode("utf-16"), "looks like UTF-16 text; gage-eval reads UTF-8 jsonl: convert it with "
@@ -114,7 +116,7 @@ def test_json_document_rows_carry_their_lines(tmp_path):
     path = tmp_path / "rows.json"
     path.write_text('[\n  {"a": 1},\n\n  {"b": 2},\n  {"c": NaN},\n  {"d": 4}\n]\n')
     assert rows(path) == [(2, {"a": 1}, None), (4, {"b": 2}, None),
-                          (5, None, "invalid JSON: NaN is not allowed (line 5, column 9); "
+                          (5, None, "c: invalid JSON: NaN is not allowed (line 5, column 9); "
                                     "the rest of the file was not read")]
     path.write_text('{"a": 1}\n{"b": 2}\n')  # JSON lines in a .json file, as Hugging Face writes them
     assert rows(path) == [(1, {"a": 1}, None), (2, {"b": 2}, None)]
@@ -130,7 +132,7 @@ def test_jsonl_loader_reads_through_the_strict_reader(tmp_path):
     got = list(JsonlLoader(str(path)))
     assert got[0] == (f"{path}:1", PIQA)
     assert (got[1][0], str(got[1][1])) == (f"{path}:2", "expected a JSON object, got a list")
-    assert (got[2][0], str(got[2][1])) == (f"{path}:3", "invalid JSON: NaN is not allowed (column 7)")
+    assert (got[2][0], str(got[2][1])) == (f"{path}:3", "a: invalid JSON: NaN is not allowed (column 7)")
     with pytest.raises(GageError, match="does not exist"):
         JsonlLoader(str(tmp_path / "missing.jsonl"))
     (tmp_path / "z.jsonl").write_bytes(gzip.compress(b"{}"))
@@ -226,25 +228,34 @@ def samples(run: Path, task: str) -> list[dict]:
             for l in (run / "samples" / f"{task}.jsonl").read_text().splitlines()]
 
 
-BAD_LINES = {  # line -> (text, the error it must get)
-    2: ('{"goal": "g", "sol1": "a", "sol2": NaN, "label": 0}', "invalid JSON: NaN is not allowed (column 36)"),
-    3: ('{"goal": "g", "goal": "h", "sol1": "a", "sol2": "b", "label": 1}',
+BAD_LINES = {  # line -> (text, the field named ("$": the row), the error it must get)
+    2: ('{"goal": "g", "sol1": "a", "sol2": NaN, "label": 0}', "$.sol2",
+        "invalid JSON: NaN is not allowed (column 36)"),
+    3: ('{"goal": "g", "goal": "h", "sol1": "a", "sol2": "b", "label": 1}', "$",
         "invalid JSON: duplicate key 'goal' in an object"),
-    4: (DEEP, "invalid JSON: nested deeper than 200 levels (column 209)"),
-    5: ('{"goal": "g", "sol1": "a", "sol2": "b", "label": -Infinity}',
+    4: (DEEP, "$.goal[0][0][0]...", "invalid JSON: nested deeper than 200 levels (column 209)"),
+    5: ('{"goal": "g", "sol1": "a", "sol2": "b", "label": -Infinity}', "$.label",
         "invalid JSON: -Infinity is not allowed (column 50)"),
-    6: ('{"goal": "g", "sol1": "a", "sol2": "b", "label": 0', "invalid JSON: Expecting ',' delimiter (column 51)"),
-    7: (r'{"goal": "\ud800", "sol1": "a", "sol2": "b", "label": 0}',
+    6: ('{"goal": "g", "sol1": "a", "sol2": "b", "label": 0', "$",
+        "invalid JSON: Expecting ',' delimiter (column 51)"),
+    7: (r'{"goal": "\ud800", "sol1": "a", "sol2": "b", "label": 0}', "$.goal",
         f"invalid JSON: lone surrogate \\ud800: {LONE} (column 11)"),
-    8: ('{"goal": "g", "sol1": "a", "sol2": "b", "label": 1e999}',
+    8: ('{"goal": "g", "sol1": "a", "sol2": "b", "label": 1e999}', "$.label",
         "invalid JSON: number out of range: 1e999 (column 50)"),
+    9: (b'{"goal": "caf\xe9", "sol1": "a", "sol2": "b", "label": 0}', "$.goal",
+        "not UTF-8 text: invalid continuation byte (byte 14: 0xe9)"),
 }
+
+
+def run_message(field: str, message: str) -> str:
+    """A row error as a run writes it: the field without ``$.`` before the message."""
+    return f"{field[2:]}: {message}" if field != "$" else message
 
 
 def test_run_and_validate_agree_on_bad_json_rows(tmp_path):
     data = tmp_path / "piqa.jsonl"
     lines = [GOOD] + [BAD_LINES[n][0] for n in sorted(BAD_LINES)] + [GOOD]
-    data.write_bytes(b"\xef\xbb\xbf" + "\n".join(lines).encode() + b"\n")
+    data.write_bytes(b"\xef\xbb\xbf" + b"\n".join(ln if isinstance(ln, bytes) else ln.encode() for ln in lines) + b"\n")
     proc = cli("--tasks", "piqa", "--model", "dummy", "--data", f"piqa={data}", "-o", tmp_path, "--run-id", "r")
     assert "Traceback" not in proc.stderr + proc.stdout
     records = samples(tmp_path / "r", "piqa")
@@ -252,16 +263,16 @@ def test_run_and_validate_agree_on_bad_json_rows(tmp_path):
     errors = {int(r["eval_result"]["error"]["locator"].rpartition(":")[2]): r["eval_result"]["error"]
               for r in records if (r.get("eval_result") or {}).get("error")}
     assert {n: (e["stage"], e["message"]) for n, e in errors.items()} == \
-        {n: ("load", message) for n, (_, message) in BAD_LINES.items()}
+        {n: ("load", run_message(field, message)) for n, (_, field, message) in BAD_LINES.items()}
     assert all(e["locator"].startswith(f"{data}:") for e in errors.values())
     assert sum(1 for r in records if "overall" in (r.get("eval_result") or {})) == 2  # first and last line
-    for n, (_, message) in BAD_LINES.items():
-        assert f"{data}:{n}: load error: {message}" in proc.stderr
+    for n, (_, field, message) in BAD_LINES.items():
+        assert f"{data}:{n}: load error: {run_message(field, message)}" in proc.stderr
 
     check = cli("validate", data, "--schema", "sample")
     assert "Traceback" not in check.stderr + check.stdout and check.returncode == 1
-    for n, (_, message) in BAD_LINES.items():
-        assert f"{data}:{n}: $: {message}" in check.stdout
+    for n, (_, field, message) in BAD_LINES.items():  # the same field and message, by file and line
+        assert f"{data}:{n}: {field}: {message}" in check.stdout
 
 
 def test_json_file_data_is_read_strictly_too(tmp_path):
