@@ -113,7 +113,7 @@ class RunFolder:
         summary_path = path / "summary.json"
         if not path.is_dir():
             raise GageError(f"{path}: not a folder; compare takes two run folders (each with a summary.json)")
-        if not summary_path.is_file():
+        if not summary_path.exists() and not summary_path.is_symlink():
             raise GageError(f"{path}: not a run folder (no summary.json); compare takes two run folders "
                             f"written by gage-eval")
         self.summary = read_run_json(path, "summary.json")

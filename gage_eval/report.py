@@ -68,7 +68,7 @@ def _content_text(content: Any) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, list):
-        return "".join(p.get("text", "") if isinstance(p, dict) else str(p) for p in content)
+        return "".join(_content_text(p.get("text")) if isinstance(p, dict) else _content_text(p) for p in content)
     return "" if content is None else str(content)
 
 
@@ -235,7 +235,7 @@ def _compact_messages(record: Mapping[str, Any], run: int, task: str, run_dir: P
         parts: list[Any] = []
         content = m.get("content")
         for seg in (content if isinstance(content, list) else [content]):
-            if isinstance(seg, dict) and seg.get("type") not in (None, "text"):
+            if isinstance(seg, dict) and isinstance(seg.get("type"), str) and seg["type"] != "text":
                 media = seg.get(seg.get("type")) if isinstance(seg.get(seg.get("type")), dict) else seg
                 url = media.get("url") if isinstance(media, dict) else None
                 if isinstance(url, str) and seg.get("type") == "image_url":

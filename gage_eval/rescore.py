@@ -193,6 +193,9 @@ class Rescore:
         for tr in runs:
             if not tr.failure and not os.path.lexists(self.run_dir / "samples" / f"{tr.name}.jsonl"):
                 tr.failure = f"{self.run_dir / 'samples' / (tr.name + '.jsonl')} is missing: the run wrote no row"
+            elif not tr.failure:  # a damaged samples file is refused before NEW_DIR is made: nothing is left
+                for _ in self.records(tr.name):
+                    pass
         return runs
 
     def _specs(self) -> list:

@@ -163,6 +163,8 @@ _NUM_OR_NULL = ((int, float, bool, _NONE), "a number or null")
 _RECORD = {"id": ((_STR, int), "a string or an integer"), "messages": _LIST_OR_NULL, "options": _LIST_OR_NULL,
            "references": _LIST_OR_NULL, "data_tag": _OBJ_OR_NULL, "predict_result": _LIST_OR_NULL,
            "eval_result": _OBJ_OR_NULL}
+_PREDICTED = {"message": _OBJ_OR_NULL, "usage": _OBJ_OR_NULL, "prompt": _STR_OR_NULL, "raw_text": _STR_OR_NULL,
+              "choices": _LIST_OR_NULL, "loglikelihoods": _LIST_OR_NULL}
 _RESULT = {"metrics": _OBJ_OR_NULL, "overall": _OBJ_OR_NULL, "error": _OBJ_OR_NULL, "judge": _OBJ_OR_NULL}
 _METRIC = {"value": _NUM_OR_NULL, "stderr": ((int, float, _NONE), "a number or null"),
            "n": ((int, _NONE), "an integer or null"), "higher_is_better": ((bool, _NONE), "true, false or null")}
@@ -171,9 +173,15 @@ _METRIC = {"value": _NUM_OR_NULL, "stderr": ((int, float, _NONE), "a number or n
 def check_record(where: str, record: Mapping[str, Any]) -> None:
     """The keys of a sample record that report, compare and rescore use have the types a run writes."""
     _fields(where, "", record, _RECORD)
+    for i, item in enumerate(record.get("options") or []):
+        _expect(where, f"options[{i}]", item, (_OBJ,), "an object")
     for i, item in enumerate(record.get("predict_result") or []):
         _expect(where, f"predict_result[{i}]", item, (_OBJ,), "an object")
-        _fields(where, f"predict_result[{i}].", item, {"message": _OBJ_OR_NULL, "usage": _OBJ_OR_NULL})
+        _fields(where, f"predict_result[{i}].", item, _PREDICTED)
+        _fields(where, f"predict_result[{i}].message.", item.get("message") or {},
+                {"content": ((_STR, _LIST, _NONE), "a string, a list or null")})
+        for key, value in (item.get("usage") or {}).items():
+            _expect(where, f"predict_result[{i}].usage.{key}", value, (int, float, _NONE), "a number or null")
     result = record.get("eval_result") or {}
     _fields(where, "eval_result.", result, _RESULT)
     for name, value in (result.get("metrics") or {}).items():

@@ -35,7 +35,9 @@ class Outcome:
 
     def records(self, task: str) -> list[dict]:
         path = self.run_dir / "samples" / f"{task}.jsonl"
-        return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()] if path.exists() else []
+        # split at "\n" only: str.splitlines() also splits inside strings holding U+2028 (valid JSON)
+        lines = path.read_text(encoding="utf-8").split("\n") if path.exists() else []
+        return [json.loads(line) for line in lines if line]
 
     def errors(self, task: str) -> dict[str, dict]:
         """Each errored record's error, by its locator."""
@@ -61,7 +63,8 @@ class Gage:
                  env: dict | None = None, cwd: Path | None = None, preexec=None) -> Outcome:
         out = out or self.tmp / "runs"
         argv = [str(a) for a in args]
-        is_run = argv and argv[0] not in ("validate", "tasks", "plugins") and "--resume" not in argv
+        is_run = argv and argv[0] not in ("validate", "tasks", "plugins", "report", "compare", "rescore") \
+            and "--resume" not in argv
         if is_run and "-o" not in argv and "--output-dir" not in argv:
             argv += ["-o", str(out)]
         if is_run and run_id and "--run-id" not in argv:
@@ -118,5 +121,5 @@ def _strict_json(path: Path) -> None:
     if path.suffix == ".json":
         json.loads(text, parse_constant=refuse)
     else:
-        for line in text.splitlines():
+        for line in filter(None, text.split("\n")):
             json.loads(line, parse_constant=refuse)
