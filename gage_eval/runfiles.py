@@ -308,9 +308,14 @@ def check_page_output(out: Path, run_dirs: list[Path], option: str, own_report: 
 def _is_page(path: Path) -> bool:
     try:
         with open(path, "rb") as fh:
-            return GENERATOR.encode() in fh.read(_HEAD_BYTES)
+            head = fh.read(_HEAD_BYTES)
     except OSError:
         return False
+    return GENERATOR.encode() in head or bool(_OLD_PAGE.search(head))
+
+
+# the pages of gage-eval versions before the generator mark: their title
+_OLD_PAGE = re.compile(rb"<head>\s*<meta charset=\"utf-8\">[^<]*(?:<meta [^>]*>\s*)*<title>gage-eval (?:report|compare): ")
 
 
 def write_page(out: Path, chunks: Iterable[str], make_folder: bool = True) -> None:

@@ -112,6 +112,14 @@ def test_a_page_gage_eval_wrote_is_replaced(gage, runs):
     check(gage("report", a, run_id=None), OK)
     assert (a / "report.html").read_bytes() == before
     assert sorted(p.name for p in page.parent.iterdir()) == ["page.html"]  # no temporary file left
+    # a page of a gage-eval from before the generator mark (its head as that version wrote it)
+    (a / "report.html").write_text('<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n<meta name='
+                                   '"viewport" content="width=device-width">\n<title>gage-eval report: a</title>\n')
+    page.write_text('<!doctype html>\n<html lang="en"><head><meta charset="utf-8">\n<title>gage-eval compare: a vs b'
+                    '</title>\n')
+    check(gage("report", a, run_id=None), OK)
+    check(gage("compare", a, b, "--html", page, run_id=None), OK)
+    assert (a / "report.html").read_bytes() == before and "generator" in page.read_text()
 
 
 # -- only the run folder's own regular files of bounded size are read ---------------------------
