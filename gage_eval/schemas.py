@@ -164,6 +164,11 @@ def _validator(name: str, where: str | None):
 
 @lru_cache(maxsize=None)
 def _fast_validator(name: str, where: str | None):
+    # jsonschema_rs's module init imports these and panics (a Rust traceback on stderr) when Ctrl-C
+    # cuts that import short; imported here first, the interrupt is a plain KeyboardInterrupt
+    import decimal  # noqa: F401
+    import email.utils  # noqa: F401
+
     try:
         import jsonschema_rs
     except ImportError:
