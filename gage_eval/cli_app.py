@@ -76,7 +76,9 @@ class PluginGroup(click.Group):
             _traceback(debug)
             click.echo(f"gage-eval: error: {exc}", err=True)
             sys.exit(exc.exit_code)
-        except click.exceptions.Abort:
+        except click.exceptions.Abort as exc:
+            if isinstance(exc.__cause__, KeyboardInterrupt):  # click's word for a Ctrl-C while it parses
+                _interrupted(exc.__cause__)
             click.echo("gage-eval: aborted", err=True)
             sys.exit(EXIT_INTERRUPTED)
         except click.ClickException as exc:
