@@ -186,7 +186,7 @@ def test_unreachable_server_is_a_clear_error(run_cli, tmp_path):
         url = server.url
     result = run_cli("--tasks", "http_capitals", "--include-path", TASKS, "--model", "openai",
                      "--model-args", f"base_url={url}", "-o", tmp_path)
-    assert result.exit_code == 2
+    assert result.exit_code == 3  # a dead server: the backend stopped the run (README, Exit status)
     text = result.output + (result.stderr if hasattr(result, "stderr") else "")
     assert "cannot reach" in text and "model=NAME" in text and "Traceback" not in text
 
