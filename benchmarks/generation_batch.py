@@ -16,7 +16,7 @@ import json
 import time
 from pathlib import Path
 
-from gage_eval.backend import GENERATE, Request
+from gage_eval.api.backend import GENERATE, Request
 
 OUT = Path(__file__).resolve().parent / "out"
 QUESTIONS = [

@@ -36,7 +36,7 @@ def start_server(latency: float) -> tuple[subprocess.Popen, str]:
 
 
 def backend_run(url: str, concurrency: int, n: int) -> tuple[float, int]:
-    from gage_eval.backend import Request
+    from gage_eval.api.backend import Request
     from gage_plugins_builtin.backends.openai_backend import openai_backend
 
     backend = openai_backend(base_url=url, model="fake-model", concurrency=concurrency, max_retries=0)

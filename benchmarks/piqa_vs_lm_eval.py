@@ -181,7 +181,7 @@ def run_lm_eval(weights: str, data: Path, batch: str, limit: int | None) -> tupl
 def floor_child(data: Path, limit: int | None, weights: str) -> None:
     """In a new process: gage-eval's packed passes for every row, back to back, as the engine
     windows them (backend.max_batch rows), after loading and tokenizing. Prints JSON."""
-    from gage_eval.backend import LOGLIKELIHOOD, Request
+    from gage_eval.api.backend import LOGLIKELIHOOD, Request
     from gage_plugins_builtin.backends.hf import smollm2_backend, transformers_backend
 
     rows = [json.loads(line) for line in data.open()]

@@ -10,8 +10,8 @@ from typing import Any, Callable
 
 import pluggy
 
-from gage_eval import hookspecs
-from gage_eval.errors import GageError
+from gage_eval.api import hookspecs, schemas
+from gage_eval.api.errors import GageError
 
 ENTRY_POINT_GROUP = "gage_eval"
 BUILTIN = "builtin"
@@ -154,7 +154,7 @@ def collect_registry(pm: pluggy.PluginManager) -> Registry:
     return registry
 
 
-# gage_eval.schemas owns these names
+# gage_eval.api.schemas owns these names
 CORE_SCHEMAS = ("sample", "instance", "task", "summary", "instance_0.3.0", "aggregate_0.3.0")
 
 
@@ -215,3 +215,7 @@ def reset_plugins() -> None:
 
 def plugin_versions() -> dict[str, str]:
     return _plugin_versions()
+
+
+# the API's schema lookup reads the registry through this (the API imports nothing above it)
+schemas.use_plugin_schemas(lambda: load_plugins()[1].schemas)

@@ -61,7 +61,7 @@ def example(monkeypatch):
 
 def test_word_f1(example):
     _, metric = example
-    from gage_eval.metric import MetricContext
+    from gage_eval.api.metric import MetricContext
 
     assert metric.f1("The Pacific Ocean", "pacific ocean") == 1.0
     assert metric.f1("Leonardo", "Leonardo da Vinci") == pytest.approx(0.5)
@@ -76,8 +76,8 @@ def test_word_f1(example):
 
 def test_lookup_backend(example, tmp_path):
     backend, _ = example
-    from gage_eval.backend import Request
-    from gage_eval.errors import GageError
+    from gage_eval.api.backend import Request
+    from gage_eval.api.errors import GageError
 
     b = backend.LookupBackend()
     b.open()

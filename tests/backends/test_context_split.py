@@ -1,4 +1,4 @@
-"""One context/continuation rule for every backend (gage_eval.loglikelihood), checked on a toy
+"""One context/continuation rule for every backend (gage_eval.api.loglikelihood), checked on a toy
 tokenizer and on the real SmolLM2 against a direct computation with the model."""
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import math
 
 import pytest
 
-from gage_eval.backend import LOGLIKELIHOOD, Request
-from gage_eval.loglikelihood import (TokenPair, encode_choices, encode_pair, prefix_token_id, split_whitespace,
+from gage_eval.api.backend import LOGLIKELIHOOD, Request
+from gage_eval.api.loglikelihood import (TokenPair, encode_choices, encode_pair, prefix_token_id, split_whitespace,
                                      tokenizer_encoder)
 
 

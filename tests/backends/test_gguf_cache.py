@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from gage_eval.backend import LOGLIKELIHOOD, Request
+from gage_eval.api.backend import LOGLIKELIHOOD, Request
 from gage_plugins_builtin.backends import gguf_cache
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from gage_eval.backend import Request
+from gage_eval.api.backend import Request
 from openai_fake_server import FakeServer, continuation_logprob, tokenize
 
 TASKS = Path(__file__).resolve().parent / "openai_tasks"

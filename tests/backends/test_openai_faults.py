@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from gage_eval.backend import Request
-from gage_eval.errors import FatalBackendError
+from gage_eval.api.backend import Request
+from gage_eval.api.errors import FatalBackendError
 from gage_plugins_builtin.backends.openai_backend import openai_backend
 from gage_plugins_builtin.backends.openai_http import Breaker
 from openai_fake_server import FakeServer

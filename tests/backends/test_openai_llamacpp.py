@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from gage_eval.backend import Request
+from gage_eval.api.backend import Request
 
 pytestmark = pytest.mark.slow
 TASKS = Path(__file__).resolve().parent / "openai_tasks"

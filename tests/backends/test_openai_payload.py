@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from gage_eval.errors import GageError
+from gage_eval.api.errors import GageError
 from gage_plugins_builtin.backends import openai_payload as payload
 from gage_plugins_builtin.backends.openai_backend import normalize_base_url, openai_backend
 from gage_plugins_builtin.backends.openai_http import Poster, merge_stream, retry_after_seconds

@@ -2,7 +2,7 @@
 
 The key, URL user-info and every header value reach the server and nothing else: not the
 settings, not an error message, not a file of the run folder, not the console. A stored
-``***`` is refused, never sent. Also the redaction helpers themselves (gage_eval/redact.py).
+``***`` is refused, never sent. Also the redaction helpers themselves (gage_eval/api/secrets.py).
 """
 from __future__ import annotations
 
@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from gage_eval.backend import Request
-from gage_eval.errors import FatalBackendError, GageError
-from gage_eval.redact import (REDACTED, is_secret_key, is_secret_query_name, mask, masked_url, query_secrets, redact,
+from gage_eval.api.backend import Request
+from gage_eval.api.errors import FatalBackendError, GageError
+from gage_eval.api.secrets import (REDACTED, is_secret_key, is_secret_query_name, mask, masked_url, query_secrets, redact,
                               scrub, strip_credentials, url_credentials)
 from gage_plugins_builtin.backends.openai_backend import openai_backend
 from openai_fake_server import FakeServer

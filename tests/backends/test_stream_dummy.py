@@ -2,7 +2,7 @@
 order, each after its ``delay_ms``, equal to what ``run()`` returns."""
 from __future__ import annotations
 
-from gage_eval.backend import GENERATE, LOGLIKELIHOOD, Request
+from gage_eval.api.backend import GENERATE, LOGLIKELIHOOD, Request
 from gage_plugins_builtin.backends.dummy import DummyBackend
 
 REQUESTS = [Request(kind=GENERATE, sample_id=str(k), prompt=f"question {k}") for k in range(5)] + \

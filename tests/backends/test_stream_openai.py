@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from gage_eval.backend import GENERATE, LOGLIKELIHOOD, Request
-from gage_eval.errors import FatalBackendError
+from gage_eval.api.backend import GENERATE, LOGLIKELIHOOD, Request
+from gage_eval.api.errors import FatalBackendError
 from gage_plugins_builtin.backends.openai_backend import openai_backend
 from openai_fake_server import FakeServer
 
@@ -155,7 +155,7 @@ def test_a_judge_call_while_a_stream_is_suspended():
 INTERRUPT = r"""
 import asyncio, signal, sys, threading
 sys.path.insert(0, sys.argv[1])
-from gage_eval.backend import Request
+from gage_eval.api.backend import Request
 from gage_plugins_builtin.backends.openai_backend import openai_backend
 from openai_fake_server import FakeServer
 

@@ -13,7 +13,7 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from gage_eval.backend import GENERATE, LOGLIKELIHOOD, Request  # noqa: E402
+from gage_eval.api.backend import GENERATE, LOGLIKELIHOOD, Request  # noqa: E402
 from gage_plugins_builtin.backends import hf_decode  # noqa: E402
 
 

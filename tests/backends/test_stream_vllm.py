@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from gage_eval.backend import GENERATE, LOGLIKELIHOOD, Request
+from gage_eval.api.backend import GENERATE, LOGLIKELIHOOD, Request
 from gage_plugins_builtin.backends.vllm_backend import vllm_backend
 
 

@@ -1,4 +1,4 @@
-"""The response cache (--cache DIR, gage_eval.cache): a rerun asks the backend nothing it already
+"""The response cache (--cache DIR, gage_eval.engine.cache): a rerun asks the backend nothing it already
 answered, writes the same records, counts hits and misses, never keeps errors or secrets, and
 two runs may share one cache at once."""
 from __future__ import annotations
@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 
 from gage_eval import hookimpl
-from gage_eval.backend import ModelOutput, Request
-from gage_eval.cache import FILE_NAME, ResponseCache
-from gage_eval.errors import GageError
-from gage_eval.schemas import validation_errors
+from gage_eval.api.backend import ModelOutput, Request
+from gage_eval.engine.cache import FILE_NAME, ResponseCache
+from gage_eval.api.errors import GageError
+from gage_eval.api.schemas import validation_errors
 from gage_plugins_builtin.backends.dummy import DummyBackend
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -169,7 +169,7 @@ def test_another_generation_setting_misses(counting, run_cli, tmp_path):
 
 
 def test_request_keys():
-    from gage_eval.cache import ModelCache
+    from gage_eval.engine.cache import ModelCache
 
     view = ModelCache.__new__(ModelCache)
     view.identity, view.secrets, view._media = "model", (), {}
@@ -187,7 +187,7 @@ def test_request_keys():
 
 
 def test_a_local_image_is_keyed_by_its_content(tmp_path):
-    from gage_eval.cache import ModelCache
+    from gage_eval.engine.cache import ModelCache
 
     view = ModelCache.__new__(ModelCache)
     view.identity, view.secrets, view._media = "model", (), {}
@@ -319,7 +319,7 @@ def test_judge_requests_go_through_the_cache(run_cli, tmp_path):
 def test_many_processes_creating_one_cache_at_once_all_open_it(tmp_path):
     """SQLite answers two connections switching a new file to WAL at once with "database is
     locked" without waiting: the cache tries again until its busy timeout."""
-    script = ("import sys, time; from gage_eval.cache import ResponseCache; start = float(sys.argv[2]);"
+    script = ("import sys, time; from gage_eval.engine.cache import ResponseCache; start = float(sys.argv[2]);"
               "time.sleep(max(0.0, start - time.time())); ResponseCache(sys.argv[1]).close(); print('ok')")
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     for round_ in range(4):
@@ -445,7 +445,7 @@ def test_a_foreign_sqlite_file_is_refused_unchanged(tmp_path):
 
 
 def test_a_cache_broken_mid_run_is_a_cache_error_with_exit_2(tmp_path):
-    from gage_eval.cache import CacheError
+    from gage_eval.engine.cache import CacheError
 
     cache = ResponseCache(tmp_path / "cache")
     try:

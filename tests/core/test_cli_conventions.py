@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from gage_eval.conventions import parse_gen_kwargs, parse_limit, split_pairs, translate
-from gage_eval.errors import GageError
+from gage_eval.cli.conventions import parse_gen_kwargs, parse_limit, split_pairs, translate
+from gage_eval.api.errors import GageError
 
 ROOT = Path(__file__).resolve().parents[2]
 PIQA_ROWS = sum(1 for line in (ROOT / "tasks" / "piqa" / "sample.jsonl").read_text().splitlines() if line.strip())
@@ -111,7 +111,7 @@ def test_seed_list_and_json_output_path_refused():
 
 
 def test_lm_eval_tables_do_not_shadow_our_own_spellings():
-    from gage_eval import conventions
+    from gage_eval.cli import conventions
     from gage_eval.cli import cli, option_spellings
 
     ours, _ = option_spellings(cli.params)
@@ -244,7 +244,7 @@ def test_num_fewshot_refuses_negative(run_cli, tmp_path):
 
 
 def test_device_becomes_the_model_argument():
-    from gage_eval.run import build_options
+    from gage_eval.cli.run import build_options
 
     def opts(**kw):
         base = dict(tasks="piqa", model="transformers", model_args=None, judge_model=None, judge_args=None,

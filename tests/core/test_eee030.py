@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from gage_eval.eee import AGGREGATE_FILE, result_id
-from gage_eval.schemas import EEE_SCHEMA_FILES, eee_schema_path, validation_errors
+from gage_eval.runfolder.eee import AGGREGATE_FILE, result_id
+from gage_eval.api.schemas import EEE_SCHEMA_FILES, eee_schema_path, validation_errors
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "golden"))
 

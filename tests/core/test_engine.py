@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from gage_eval.schemas import validation_errors
+from gage_eval.api.schemas import validation_errors
 
 GOOD = {"goal": "Open a jar.", "sol1": "Twist the lid.", "sol2": "Freeze the jar.", "label": 0}
 

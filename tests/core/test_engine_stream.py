@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-import gage_eval.taskrun as taskrun_mod
-from gage_eval.backend import LOGLIKELIHOOD, Backend, ModelOutput, Request
-from gage_eval.engine import Engine, RunOptions
-from gage_eval.errors import FatalBackendError
+import gage_eval.engine.taskrun as taskrun_mod
+from gage_eval.api.backend import LOGLIKELIHOOD, Backend, ModelOutput, Request
+from gage_eval.engine.loop import Engine, RunOptions
+from gage_eval.api.errors import FatalBackendError
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -127,9 +127,9 @@ def test_an_unconditioned_request_that_fails_errors_its_row(monkeypatch, tmp_pat
 
 
 def test_apply_chat_template_is_checked_against_the_model_before_anything_loads():
-    from gage_eval.taskrun import _check_capabilities
-    from gage_eval.errors import GageError
-    from gage_eval.tasks import read_task_file
+    from gage_eval.engine.taskrun import _check_capabilities
+    from gage_eval.api.errors import GageError
+    from gage_eval.tasks.spec import read_task_file
 
     class NoChat(Backend):
         capabilities = frozenset({"loglikelihood", "generate"})

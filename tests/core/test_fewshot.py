@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 
 from gage_eval import hookimpl
-from gage_eval.engine import Engine, RunOptions, TaskRun
-from gage_eval.fewshot import FewShotSampler
+from gage_eval.engine.loop import Engine, RunOptions, TaskRun
+from gage_eval.tasks.fewshot import FewShotSampler
 from gage_eval.plugins import load_plugins, register_plugin, reset_plugins
-from gage_eval.rows import RowChecker
-from gage_eval.schemas import validation_errors
-from gage_eval.tasks import read_task_file
+from gage_eval.tasks.rows import RowChecker
+from gage_eval.api.schemas import validation_errors
+from gage_eval.tasks.spec import read_task_file
 
 ROOT = Path(__file__).resolve().parents[2]
 PIQA = ROOT / "tasks" / "piqa"

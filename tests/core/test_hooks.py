@@ -8,11 +8,13 @@ from pathlib import Path
 import click
 import pytest
 
-from gage_eval import hookimpl, hookspecs
-from gage_eval.backend import Backend, ModelOutput
-from gage_eval.judge import Judge, Verdict
-from gage_eval.metric import Metric
-from gage_eval.sample import user_message
+from gage_eval import hookimpl
+
+from gage_eval.api import hookspecs
+from gage_eval.api.backend import Backend, ModelOutput
+from gage_eval.api.judge import Judge, Verdict
+from gage_eval.api.metric import Metric
+from gage_eval.api.sample import user_message
 
 HOOKS = sorted(n for n in dir(hookspecs) if n.startswith("gage_"))
 
@@ -52,7 +54,7 @@ class KeywordJudge(Judge):
         pass
 
     def requests(self, sample, model_output):
-        from gage_eval.backend import Request
+        from gage_eval.api.backend import Request
 
         return [Request(kind="generate", sample_id=sample["id"], prompt=f"grade {model_output['text']}")]
 
@@ -238,7 +240,7 @@ def test_duplicate_name_names_both_plugins(fresh_plugins):
         def gage_register_backends(self, register):
             register("dummy", LastWordBackend)
 
-    from gage_eval.errors import GageError
+    from gage_eval.api.errors import GageError
 
     with pytest.raises(GageError, match=r"'builtin'.*'clash'"):
         fresh_plugins.register_plugin(Clash(), "clash")
@@ -460,7 +462,7 @@ def test_a_schema_with_a_row_reader_is_validated_as_a_run_reads_it(tmp_path, fre
     ("memrow", "[1, 2]", "not a JSON Schema object"),
 ])
 def test_bad_plugin_schemas_are_clear_errors(tmp_path, fresh_plugins, run_cli, name, content, message):
-    from gage_eval.errors import GageError
+    from gage_eval.api.errors import GageError
 
     path = tmp_path / "s.json"
     path.write_text(content or "{}")

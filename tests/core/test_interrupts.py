@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from gage_eval.progress import Progress
+from gage_eval.engine.progress import Progress
 
 ROWS = 120
 
@@ -143,7 +143,7 @@ def test_progress_bar_in_a_terminal_uses_tqdm():
 
 @pytest.mark.parametrize("limit,expected", [(0.5, 12), (0.01, 1), (1.0, 24), (1, 1), (0.99, 24)])
 def test_fractional_limit_takes_a_share_of_each_task_rounded_up(tmp_path, limit, expected):
-    from gage_eval.engine import Engine, RunOptions
+    from gage_eval.engine.loop import Engine, RunOptions
 
     run_dir = tmp_path / "r"
     run_dir.mkdir()
@@ -196,8 +196,8 @@ def test_ctrl_c_while_the_model_loads_writes_a_summary(tmp_path, smollm2_gguf):
 
 
 def test_the_resume_command_asks_for_secrets_again_without_showing_them():
-    from gage_eval.engine import RunOptions
-    from gage_eval.run import resume_command
+    from gage_eval.engine.loop import RunOptions
+    from gage_eval.cli.run import resume_command
 
     options = RunOptions(tasks=["a"], model="openai", judge_args={"api_key": "sk-live-123", "model": "j"},
                          model_args={"base_url": "http://h/v1", "header_Authorization": "Bearer tok-9"})

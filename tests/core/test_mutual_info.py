@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from gage_eval.backend import LOGLIKELIHOOD
-from gage_eval.metric import MetricContext, TaskAggregate, metric_value
-from gage_eval.requests import RequestBuilder, unconditioned_context
-from gage_eval.sample import RowContext
-from gage_eval.tasks import TaskSpec
+from gage_eval.api.backend import LOGLIKELIHOOD
+from gage_eval.api.metric import MetricContext, TaskAggregate, metric_value
+from gage_eval.tasks.requests import RequestBuilder, unconditioned_context
+from gage_eval.api.sample import RowContext
+from gage_eval.tasks.spec import TaskSpec
 from gage_plugins_builtin.metrics.choice import Accuracy, NormalizedAccuracy
 from gage_plugins_builtin.metrics.mutual_info import MutualInfoAccuracy
 from gage_plugins_builtin.preprocessors import Legacy

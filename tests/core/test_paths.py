@@ -1,12 +1,12 @@
-"""The file access policy for paths and URLs in data rows (gage_eval.paths)."""
+"""The file access policy for paths and URLs in data rows (gage_eval.api.paths)."""
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
 
-from gage_eval.paths import checked_url, data_path
-from gage_eval.sample import RowContext
+from gage_eval.api.paths import checked_url, data_path
+from gage_eval.api.sample import RowContext
 
 
 @pytest.fixture

@@ -10,15 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from gage_eval.backend import GENERATE, LOGLIKELIHOOD, Request
-from gage_eval.engine import Engine, RunOptions, TaskRun
-from gage_eval.errors import GageError
-from gage_eval.loglikelihood import chat_context, request_context
+from gage_eval.api.backend import GENERATE, LOGLIKELIHOOD, Request
+from gage_eval.engine.loop import Engine, RunOptions, TaskRun
+from gage_eval.api.errors import GageError
+from gage_eval.api.loglikelihood import chat_context, request_context
 from gage_eval.plugins import load_plugins
-from gage_eval.reasoning import strip_output, strip_reasoning
-from gage_eval.requests import RequestBuilder
-from gage_eval.rows import RowChecker
-from gage_eval.tasks import read_task_file
+from gage_eval.engine.reasoning import strip_output, strip_reasoning
+from gage_eval.tasks.requests import RequestBuilder
+from gage_eval.tasks.rows import RowChecker
+from gage_eval.tasks.spec import read_task_file
 
 ROOT = Path(__file__).resolve().parents[2]
 PIQA = ROOT / "tasks" / "piqa"

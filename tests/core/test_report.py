@@ -1,4 +1,4 @@
-"""report.html (gage_eval.report): written at the end of every run unless --no-report, its
+"""report.html (gage_eval.engine.report): written at the end of every run unless --no-report, its
 numbers equal summary.json's, a run stopped early still gets one, secrets never reach it, a
 failing report never loses the run; ``gage-eval report`` puts several runs side by side; MMMU
 images come back as embedded thumbnails."""
@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from gage_eval import report as report_mod
-from gage_eval.report import Z95, report_command
+from gage_eval.engine import report as report_mod
+from gage_eval.engine.report import Z95, report_command
 
 ROOT = Path(__file__).resolve().parents[2]
 SHARED = ROOT.parent / "shared" / "data"
@@ -161,7 +161,7 @@ def test_report_command_puts_runs_side_by_side(run_cli, tmp_path):
 
 
 def test_report_command_refuses_a_folder_that_is_no_run(tmp_path):
-    from gage_eval.errors import GageError
+    from gage_eval.api.errors import GageError
 
     with pytest.raises(GageError, match="no summary.json there; is it a gage-eval run folder"):
         CliRunner().invoke(report_command, [str(tmp_path)], catch_exceptions=False)
@@ -172,7 +172,7 @@ def test_report_command_refuses_a_folder_that_is_no_run(tmp_path):
 def test_the_template_ships_in_the_package():
     from importlib.resources import files
 
-    assert files("gage_eval").joinpath("templates", "report.html.jinja").is_file()
+    assert files("gage_eval.engine").joinpath("templates", "report.html.jinja").is_file()
 
 
 @pytest.mark.skipif(not (SHARED / "mmmu").is_dir(), reason="needs ../shared/data (mmmu)")

@@ -1,4 +1,4 @@
-"""run.reproducibility in summary.json (gage_eval/repro.py): a dummy run's record has the library
+"""run.reproducibility in summary.json (gage_eval/runfolder/repro.py): a dummy run's record has the library
 versions, the platform, the seeds, and hashes equal to the files' sha256; a task folder's git
 commit is read from a repository made here; making the record never imports torch."""
 from __future__ import annotations
@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from gage_eval import repro
-from gage_eval.rundir import folder_digest
-from gage_eval.schemas import validation_errors
+from gage_eval.runfolder import repro
+from gage_eval.runfolder.rundir import folder_digest
+from gage_eval.api.schemas import validation_errors
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -47,7 +47,7 @@ def task_repo(tmp_path) -> Path:
 
 
 def test_dummy_run_has_the_record(task_repo, tmp_path):
-    from gage_eval.engine import Engine, RunOptions
+    from gage_eval.engine.loop import Engine, RunOptions
 
     run_dir = tmp_path / "run"
     run_dir.mkdir()
@@ -95,7 +95,7 @@ def test_a_folder_outside_any_repository_has_no_commit(tmp_path):
 
 def test_the_record_does_not_import_torch(tmp_path):
     code = ("import sys, json\n"
-            "from gage_eval.engine import Engine, RunOptions\n"
+            "from gage_eval.engine.loop import Engine, RunOptions\n"
             "from pathlib import Path\n"
             f"d = Path({str(tmp_path / 'run')!r}); d.mkdir()\n"
             "s = Engine(RunOptions(tasks=['piqa'], model='dummy', limit=2, quiet=True), d).run()\n"

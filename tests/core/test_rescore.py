@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from gage_eval import hookimpl
-from gage_eval.rescore import rescore_command
+from gage_eval.engine.rescore import rescore_command
 from gage_plugins_builtin.backends.dummy import DummyBackend
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -41,7 +41,7 @@ def write_records(run: Path, task: str, recs: list[dict]) -> None:
 
 
 def validate_summary(run: Path) -> None:
-    from gage_eval.schemas import validation_errors
+    from gage_eval.api.schemas import validation_errors
 
     assert validation_errors(json.loads((run / "summary.json").read_text()), "summary") == []
 

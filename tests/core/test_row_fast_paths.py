@@ -9,10 +9,10 @@ from collections import OrderedDict
 
 import pytest
 
-from gage_eval import records
-from gage_eval.records import dumps
-from gage_eval.sample import elide_inline_media
-from gage_eval.tasks import Template
+from gage_eval.runfolder import records
+from gage_eval.runfolder.records import dumps
+from gage_eval.api.sample import elide_inline_media
+from gage_eval.api.templates import Template
 
 LONG = "data:image/png;base64," + "A" * 400
 
@@ -76,8 +76,7 @@ def test_only_a_lone_field_takes_the_fast_path():
 
 
 def test_output_past_the_size_limit_is_left_to_jinja(monkeypatch):
-    from gage_eval import sandbox
-
+    from gage_eval.api import sandbox
     monkeypatch.setattr(sandbox, "MAX_SIZE", 10)
     t = Template("Q: {{ question }}", "t")
     assert t.render(question="1234567") == "Q: 1234567"
@@ -89,7 +88,7 @@ def _elide_reference(record, keep=256):
     """elide_inline_media as it was before the fast paths (the general isinstance walk)."""
     from typing import Mapping
 
-    from gage_eval.sample import _elided
+    from gage_eval.api.sample import _elided
 
     if isinstance(record, Mapping):
         out = None
@@ -187,8 +186,7 @@ def test_dumps_with_options_uses_json():
 
 @pytest.mark.parametrize("record", RECORDS, ids=range(len(RECORDS)))
 def test_elide_without_orjson_prescan_is_the_same(record, monkeypatch):
-    from gage_eval import sample
-
+    from gage_eval.api import sample
     monkeypatch.setattr(sample, "_orjson", None)
     got, want = elide_inline_media(record), _elide_reference(record)
     assert got == want and (got is record) == (want is record)
@@ -208,12 +206,11 @@ class _Map(OrderedDict):
 
 def _general_media(sample):
     """RowChecker._media without its text-only shortcut."""
-    from gage_eval.rows import RowChecker
+    from gage_eval.tasks.rows import RowChecker
 
     checker = RowChecker("t", lambda r, c: r)
     ctx = checker.context("f:1", 0)
-    from gage_eval import rows as rows_mod
-
+    from gage_eval.tasks import rows as rows_mod
     saved = rows_mod._text_only
     rows_mod._text_only = lambda messages: False
     try:
@@ -237,7 +234,7 @@ def _general_media(sample):
     {"id": "a", "messages": "not a list"},
 ])
 def test_media_check_shortcut_matches_the_general_walk(sample, tmp_path, monkeypatch):
-    from gage_eval.rows import RowChecker
+    from gage_eval.tasks.rows import RowChecker
 
     monkeypatch.chdir(tmp_path)
     checker = RowChecker("t", lambda r, c: r)
@@ -247,8 +244,7 @@ def test_media_check_shortcut_matches_the_general_walk(sample, tmp_path, monkeyp
 @pytest.mark.parametrize("choices", [["a", "b"], ["x"] * 26, ["x"] * 27, ["a", Text("b")], ["a", 1],
                                      [{"id": "K", "content": "c"}, "d"], ("a", "b"), {"p": "q"}])
 def test_options_from_choices_shortcut_matches_the_general_code(choices, monkeypatch):
-    from gage_eval import sample as sample_mod
-
+    from gage_eval.api import sample as sample_mod
     fast = sample_mod._options_from_choices(choices)
     general = [{"id": sample_mod.LETTERS[i] if i < 26 else str(i), "content": str(c)}
                if not (isinstance(c, dict) and "id" in c) else {"id": str(c["id"]), "content": str(c["content"])}
@@ -260,7 +256,7 @@ def test_options_from_choices_shortcut_matches_the_general_code(choices, monkeyp
 
 @pytest.mark.parametrize("answer", [0, 1, "A", "B", "sol b", " A ", "1"])
 def test_legacy_references_are_the_normalized_label(answer):
-    from gage_eval.sample import from_legacy, normalize_references
+    from gage_eval.api.sample import from_legacy, normalize_references
 
     sample = from_legacy({}, sample_id="s", question="q", choices=["sol a", "sol b"], answer=answer)
     assert sample["references"] == normalize_references([sample["label"]])
@@ -269,8 +265,8 @@ def test_legacy_references_are_the_normalized_label(answer):
 @pytest.mark.parametrize("result", [1, 0, 1.5, True, False, None, {"value": 1}, {"value": True},
                                     {"value": None}, {}, _Map(value=0.5), {"value": "x"}, "x", [1]])
 def test_metric_value_matches_the_general_rule(result):
-    from gage_eval.errors import GageError
-    from gage_eval.metric import metric_value
+    from gage_eval.api.errors import GageError
+    from gage_eval.api.metric import metric_value
 
     def general(r):
         value = r.get("value") if isinstance(r, Mapping) else r
@@ -296,8 +292,8 @@ from typing import Mapping  # noqa: E402
 @pytest.mark.parametrize("path", ["sample.a.b", "sample.l.1", "sample.l.-1", "sample.l.5", "sample.m.x",
                                   "sample.missing", "model_output", "sample.a.b.c", "other.x", "sample.l.--1"])
 def test_metric_context_get_reads_dicts_mappings_and_lists(path):
-    from gage_eval.errors import GageError
-    from gage_eval.metric import MetricContext
+    from gage_eval.api.errors import GageError
+    from gage_eval.api.metric import MetricContext
 
     ctx = MetricContext(sample={"a": {"b": 1}, "l": [10, 20], "m": _Map(x="y")}, model_output={"t": 1})
 
@@ -347,7 +343,7 @@ def test_render_field_is_render(source, option):
                                      [{"type": "image_url"}], [OrderedDict(type="text", text="o")], ["raw"],
                                      [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]], ids=repr)
 def test_content_text_shortcut_matches_the_general_join(content):
-    from gage_eval.sample import content_text
+    from gage_eval.api.sample import content_text
 
     def general(c):
         if c is None:
@@ -365,7 +361,7 @@ def test_content_text_shortcut_matches_the_general_join(content):
 def test_row_context_shortcut_is_the_constructor():
     from pathlib import Path
 
-    from gage_eval.sample import _PLAIN_ROW_CONTEXT, RowContext, row_context
+    from gage_eval.api.sample import _PLAIN_ROW_CONTEXT, RowContext, row_context
 
     assert _PLAIN_ROW_CONTEXT  # RowContext gained a __post_init__, __slots__ or a field: see row_context
     args = ("t", "f.jsonl:3", 2, Path("/data"), (Path("/more"),), True)
@@ -380,8 +376,7 @@ def test_row_context_shortcut_is_the_constructor():
 def test_decode_reports_as_raw_decode_did(text):
     import json as _json
 
-    from gage_eval import jsonio
-
+    from gage_eval.api import jsonio
     def via_raw_decode(t):  # the reader as it was: JSONDecoder.raw_decode's own StopIteration handling
         try:
             return jsonio.decode(t)

@@ -1,4 +1,4 @@
-"""The row checker (gage_eval.rows): one code path for a run and `gage-eval validate`.
+"""The row checker (gage_eval.tasks.rows): one code path for a run and `gage-eval validate`.
 
 Unit tests of the checker, then the real CLI in a subprocess over a Sample v1 file with
 one bad row per rule: each bad row is written with an error naming file:line and the
@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from gage_eval.errors import RowError
-from gage_eval.rows import RowChecker
+from gage_eval.api.errors import RowError
+from gage_eval.tasks.rows import RowChecker
 from gage_plugins_builtin.preprocessors import Identity, Legacy
 
 PNG_1PX = base64.b64decode("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg==")

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import pytest
 
-from gage_eval.sample import (from_legacy, label_text, last_user_text, messages_text, normalize_references,
+from gage_eval.api.sample import (from_legacy, label_text, last_user_text, messages_text, normalize_references,
                               reference_texts, render_few_shot, segment_types)
-from gage_eval.schemas import validation_errors
+from gage_eval.api.schemas import validation_errors
 
 
 def test_question_and_choices_map_to_messages_options_and_option_map():

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gage_eval.options import shuffled_pick
+from gage_eval.config.options import shuffled_pick
 
 ROWS = 60
 ENV_VARS = ("GAGE_EVAL_OUTPUT_DIR", "GAGE_EVAL_SAVE_DIR", "GAGE_EVAL_MAX_SAMPLES", "GAGE_EVAL_SHUFFLE",

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gage_eval.schemas import validation_errors
+from gage_eval.api.schemas import validation_errors
 
 SPEC = Path(__file__).resolve().parents[3] / "shared" / "spec"
 
@@ -113,7 +113,7 @@ def test_instance_single_turn_needs_output():
 
 @pytest.mark.parametrize("case", sorted(INVALID))
 def test_fast_validator_agrees_on_invalid_shapes(case):
-    from gage_eval.schemas import fast_validator
+    from gage_eval.api.schemas import fast_validator
 
     fast = fast_validator("sample")
     if fast is None:
@@ -125,7 +125,7 @@ def test_fast_validator_agrees_on_invalid_shapes(case):
 
 @pytest.mark.parametrize("name", ["sample", "instance", "task", "legal_eval_v1"])
 def test_fast_validator_compiles_every_schema(name):
-    from gage_eval.schemas import fast_validator
+    from gage_eval.api.schemas import fast_validator
 
     pytest.importorskip("jsonschema_rs")
     assert fast_validator(name) is not None

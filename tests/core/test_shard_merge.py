@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from gage_eval.options import in_shard
-from gage_eval.schemas import validation_errors
+from gage_eval.config.options import in_shard
+from gage_eval.api.schemas import validation_errors
 
 
 def summary_of(run_dir: Path) -> dict:
@@ -159,8 +159,8 @@ def test_a_merge_that_cannot_write_keeps_nothing(run_cli, tmp_path, monkeypatch,
     left; shards unchanged."""
     import os
 
-    from gage_eval import writers
-    from gage_eval.records import output_error
+    from gage_eval.runfolder import writers
+    from gage_eval.runfolder.records import output_error
 
     shards = [run(run_cli, tmp_path, f"s{i}", "--shard", f"{i}/2") for i in range(2)]
     before = sorted(str(p) for p in tmp_path.rglob("*"))

@@ -366,8 +366,8 @@ def test_judge_threshold_reads_the_judges_score_in_a_run(run_cli, tmp_path):
 
 
 def test_a_spec_metric_entry_is_read_as_gage_eval_entry(tmp_path):
-    from gage_eval.schemas import validation_errors
-    from gage_eval.tasks import metric_entry
+    from gage_eval.api.schemas import validation_errors
+    from gage_eval.tasks.spec import metric_entry
 
     assert metric_entry({"metric_id": "acc1", "implementation": "multi_choice_accuracy",
                          "params": {"label_field": "label"}}) == {

@@ -1,4 +1,4 @@
-"""gage_eval.stats and the intervals in summary.json: the normal and bootstrap 95% intervals, the
+"""gage_eval.api.stats and the intervals in summary.json: the normal and bootstrap 95% intervals, the
 binomial sampler behind the bootstrap, and the cluster-robust stderr (task.yaml stderr.cluster_by),
 against values worked out by hand."""
 from __future__ import annotations
@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from gage_eval import stats
-from gage_eval.metric import TaskAggregate
-from gage_eval.schemas import validation_errors
+from gage_eval.api import stats
+from gage_eval.api.metric import TaskAggregate
+from gage_eval.api.schemas import validation_errors
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -135,7 +135,7 @@ def test_task_schema_takes_stderr_cluster_by():
 def test_run_summary_has_intervals_and_clustered_stderr(tmp_path):
     """A dummy run of piqa clustered by sample.id (clusters of one row): stderr_clustered equals the
     stderr, and the summary, with its intervals, validates against summary.schema.json."""
-    from gage_eval.engine import Engine, RunOptions
+    from gage_eval.engine.loop import Engine, RunOptions
 
     folder = tmp_path / "tasks" / "piqa_clustered"
     shutil.copytree(ROOT / "tasks" / "piqa", folder)
@@ -164,7 +164,7 @@ def test_the_mean_and_stderr_do_not_depend_on_row_order():
     the aggregate is the same to the last bit (a running mean is not: 0.4499999999999999 for 9/20)."""
     import random as _random
 
-    from gage_eval.metric import MeanAccumulator
+    from gage_eval.api.metric import MeanAccumulator
 
     rows = [1.0] * 9 + [0.0] * 11 + [0.1, 0.2, 0.7] * 5
     results = set()

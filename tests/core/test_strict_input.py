@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from gage_eval import jsonio
-from gage_eval.errors import GageError
-from gage_eval.jsonio import InputError, iter_json_rows, read_yaml
-from gage_eval.records import dumps, write_json_atomic
-from gage_eval.tasks import read_task_file
+from gage_eval.api import jsonio
+from gage_eval.api.errors import GageError
+from gage_eval.api.jsonio import InputError, iter_json_rows, read_yaml
+from gage_eval.runfolder.records import dumps, write_json_atomic
+from gage_eval.tasks.spec import read_task_file
 
 ROOT = Path(__file__).resolve().parents[2]
 PIQA = {"goal": "Open a jar.", "sol1": "Twist the lid.", "sol2": "Freeze the jar.", "label": 0}

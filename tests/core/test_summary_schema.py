@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gage_eval.schemas import load_schema, validation_errors
+from gage_eval.api.schemas import load_schema, validation_errors
 
 GOOD = {"goal": "How do I open a jar?", "sol1": "Twist the lid.", "sol2": "Paint the lid.", "label": 0}
 
@@ -28,7 +28,7 @@ def summary_of(run_dir: Path) -> dict:
 
 @pytest.fixture(scope="module")
 def piqa_summary(tmp_path_factory) -> dict:
-    from gage_eval.engine import Engine, RunOptions
+    from gage_eval.engine.loop import Engine, RunOptions
 
     run_dir = tmp_path_factory.mktemp("ok") / "r"
     run_dir.mkdir()
@@ -84,7 +84,7 @@ def test_judged_run_with_slices_validates(tmp_path, run_cli, shared_data):
 
 
 def test_interrupted_then_resumed_run_validates(tmp_path, run_cli, monkeypatch):
-    from gage_eval.engine import Engine, RunOptions
+    from gage_eval.engine.loop import Engine, RunOptions
     from gage_plugins_builtin.backends.dummy import DummyBackend
 
     data = rows_file(tmp_path / "rows.jsonl", 20)
@@ -115,7 +115,7 @@ def test_interrupted_then_resumed_run_validates(tmp_path, run_cli, monkeypatch):
 
 
 def test_settings_describe_every_run_option():
-    from gage_eval.engine import RunOptions
+    from gage_eval.engine.loop import RunOptions
 
     settings = load_schema("summary")["properties"]["run"]["properties"]["settings"]
     assert set(settings["properties"]) == set(settings["required"]) == {f.name for f in fields(RunOptions)}

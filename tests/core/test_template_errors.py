@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from gage_eval.tasks import Template
+from gage_eval.api.templates import Template
 
 ROOT = Path(__file__).resolve().parents[2]
 PROMPT_NAMES = "sample, messages, question, options, metadata, letters"

@@ -19,12 +19,14 @@ from pathlib import Path
 import pluggy
 import pytest
 
-from gage_eval import events, hookspecs
-from gage_eval.backend import Backend
-from gage_eval.judge import Judge
-from gage_eval.loader import Loader, Preprocessor
-from gage_eval.metric import Metric
-from gage_eval.writers import Writer
+from gage_eval.api import events
+
+from gage_eval.api import hookspecs
+from gage_eval.api.backend import Backend
+from gage_eval.api.judge import Judge
+from gage_eval.api.loader import Loader, Preprocessor
+from gage_eval.api.metric import Metric
+from gage_eval.api.writer import Writer
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC_PATH = ROOT / "docs" / "hooks.md"
@@ -160,7 +162,7 @@ def test_no_documented_event_is_missing():
     assert m, "docs/hooks.md has no '## Events' section"
     documented = set(re.findall(r"^- `(\w+)\(", _section(m.start()), re.MULTILINE))
     ghosts = sorted(documented - set(EVENTS))
-    assert not ghosts, f"docs/hooks.md documents events that gage_eval/events.py does not define: {ghosts}"
+    assert not ghosts, f"docs/hooks.md documents events that gage_eval/api/events.py does not define: {ghosts}"
 
 
 def test_metric_result_keys_are_read_by_the_core():

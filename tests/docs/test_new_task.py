@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from gage_eval.schemas import validation_errors
+from gage_eval.api.schemas import validation_errors
 from gage_plugins_builtin.new_task import KINDS, task_files
 
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from gage_eval import hookimpl
-from gage_eval.errors import GageError
-from gage_eval.run import build_options
+from gage_eval.api.errors import GageError
+from gage_eval.cli.run import build_options
 from gage_plugins_builtin.backends.dummy import DummyBackend
 
 SECRET = "sk-test-0123456789abcdef"
@@ -32,7 +32,6 @@ class KeyedPlugin:
 @pytest.fixture
 def keyed(monkeypatch):
     from gage_eval import plugins
-
     plugins.reset_plugins()
     plugins.register_plugin(KeyedPlugin(), "keyed-test")
     yield

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from gage_eval.rows import RowChecker
-from gage_eval.sample import RowContext
+from gage_eval.tasks.rows import RowChecker
+from gage_eval.api.sample import RowContext
 from gage_plugins_builtin.legal.preprocess import LegalEvalV1
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from gage_eval.judge import Verdict
-from gage_eval.backend import ModelOutput
-from gage_eval.sample import RowContext
+from gage_eval.api.judge import Verdict
+from gage_eval.api.backend import ModelOutput
+from gage_eval.api.sample import RowContext
 from gage_plugins_builtin.judges import LLMJudge, parse_reply, ReplyError
 from gage_plugins_builtin.legal.metrics import parse_choice_ids
 from gage_plugins_builtin.legal.preprocess import LegalEvalV1

@@ -7,7 +7,7 @@ import shutil
 
 import pytest
 
-from gage_eval.schemas import validation_errors, validation_warnings
+from gage_eval.api.schemas import validation_errors, validation_warnings
 
 MERGED = "legal_eval_v1/data/for_eval/merged_legal_eval_v1.jsonl"
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gage_eval.errors import GageError
+from gage_eval.api.errors import GageError
 from gage_plugins_builtin.multimodal.media import (DEFAULT_PROMPT, MAX_PIXELS, MIN_PIXELS, ImageResize, data_url,
                                                    smart_size, with_default_prompt)
 
@@ -175,7 +175,7 @@ def test_transformers_vision_backend_args_and_settings():
 @pytest.mark.slow
 def test_transformers_vision_backend_processor_gets_resized_images(tiny_vlm, monkeypatch):
     """The tiny LLaVA's processor is called with the resized images, and answers."""
-    from gage_eval.backend import Request
+    from gage_eval.api.backend import Request
     from gage_plugins_builtin.backends.hf_vision import VisionTransformersBackend
 
     backend = VisionTransformersBackend(pretrained=str(tiny_vlm), dtype="float32", device="cpu",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gage_eval.metric import MetricContext
+from gage_eval.api.metric import MetricContext
 from gage_plugins_builtin.multimodal.metrics import (ANLS, MMMUAccuracy, anls_score, eval_open, levenshtein,
                                                      parse_multi_choice, parse_open)
 

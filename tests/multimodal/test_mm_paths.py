@@ -5,8 +5,8 @@ import base64
 
 import pytest
 
-from gage_eval.rows import RowChecker
-from gage_eval.sample import RowContext
+from gage_eval.tasks.rows import RowChecker
+from gage_eval.api.sample import RowContext
 from gage_plugins_builtin.multimodal.media import image_bytes, to_image_url
 from gage_plugins_builtin.multimodal.preprocess import MMMU, DocVQA
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gage_eval.sample import RowContext, elide_inline_media
+from gage_eval.api.sample import RowContext, elide_inline_media
 from gage_plugins_builtin.multimodal.media import image_bytes, to_image_url
 from gage_plugins_builtin.multimodal.preprocess import MMMU, DocVQA, interleave
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from gage_eval.errors import GageError
+from gage_eval.api.errors import GageError
 from gage_plugins_builtin.multimodal.media import DEFAULT_PROMPT, MAX_PIXELS, MIN_PIXELS, data_url, smart_size
 
 pytest.importorskip("PIL")
@@ -34,7 +34,7 @@ def test_openai_backend_request_body_has_resized_image(tmp_path):
     """The body the backend posts: the image as a data URL of the resized image, the default prompt."""
     import asyncio
 
-    from gage_eval.backend import Request
+    from gage_eval.api.backend import Request
     from gage_plugins_builtin.backends.openai_backend import openai_backend
 
     backend = openai_backend(base_url="http://127.0.0.1:9/v1", model="m", vision="true", min_pixels="200000")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gage_eval.backend import Request
+from gage_eval.api.backend import Request
 
 pytestmark = pytest.mark.slow
 HERE = Path(__file__).resolve().parent
@@ -91,7 +91,6 @@ def test_stop_strings_cut_the_text(backend):
 
 def _tiny_plugin(folder: Path):
     from gage_eval import hookimpl
-
     class TinyVision:
         @hookimpl
         def gage_register_backends(self, register):
@@ -108,7 +107,6 @@ def _tiny_plugin(folder: Path):
 
 def test_cli_mmmu_end_to_end(run_cli, tiny_vlm, shared_data, tmp_path):
     from gage_eval import plugins
-
     data = shared_data / "mmmu" / "Economics" / "validation-00000-of-00001.parquet"
     try:
         hf = importlib.import_module("gage_plugins_builtin.backends.hf")

@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from gage_eval.backend import Request
-from gage_eval.errors import GageError
+from gage_eval.api.backend import Request
+from gage_eval.api.errors import GageError
 from gage_plugins_builtin.backends.vllm_backend import vllm_backend
 
 PNG_1PX = base64.b64decode("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg==")
@@ -149,7 +149,7 @@ def test_data_parallel_size_above_one_in_one_process_points_at_the_ray_executor(
 
 
 def test_loglikelihood_moves_trailing_whitespace_and_conditions_empty_context_on_bos(fake_vllm):
-    """The shared rule (gage_eval.loglikelihood): the first answer token is never dropped."""
+    """The shared rule (gage_eval.api.loglikelihood): the first answer token is never dropped."""
     backend = vllm_backend(pretrained="m", vision=False)
     spaced, newline, empty = backend.run([
         Request(kind="loglikelihood", sample_id="s", prompt="Q: ", continuations=("x",)),

@@ -16,8 +16,8 @@ import pytest
 
 ray = pytest.importorskip("ray", reason="needs Ray: pip install 'gage-eval[ray]'")
 
-from gage_eval.executor import Plan, split_args  # noqa: E402
-from gage_eval.errors import GageError  # noqa: E402
+from gage_eval.engine.executor import Plan, split_args  # noqa: E402
+from gage_eval.api.errors import GageError  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 

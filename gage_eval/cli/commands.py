@@ -1,0 +1,77 @@
+"""The core's own sub-commands, there whatever plugins are loaded or disabled: ``tasks``,
+``plugins`` and ``validate`` (gage_eval.cli.validate). Plugins add theirs through the ``gage_register_commands`` hook."""
+from __future__ import annotations
+
+import json
+
+import click
+
+from gage_eval.api.errors import GageError
+
+
+@click.command("tasks")
+@click.option("--include-path", multiple=True, help="Also look in this folder of task folders.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def tasks_command(include_path, as_json):
+    """List the tasks that can run, with the plugin (or path) each comes from."""
+    from gage_eval.plugins import load_plugins
+    from gage_eval.tasks.spec import discover, read_task_file
+
+    _, registry = load_plugins()
+    found = discover(registry.task_paths, list(include_path))
+    rows = []
+    for name, src in sorted(found.items()):
+        try:
+            spec = read_task_file(src.folder, src.origin)
+            rows.append({"name": name, "origin": src.origin, "kind": spec.kind, "folder": str(src.folder),
+                         "description": spec.description.strip().splitlines()[0] if spec.description else ""})
+        except GageError as exc:
+            rows.append({"name": name, "origin": src.origin, "kind": "INVALID", "folder": str(src.folder),
+                         "description": str(exc).splitlines()[0]})
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    if not rows:
+        click.echo("no tasks found (no plugin registers task folders; add --include-path DIR)", err=True)
+    width = max([len(r["name"]) for r in rows] + [4])
+    for r in rows:
+        click.echo(f"{r['name'].ljust(width)}  {r['kind']:<13}  {r['origin']:<10}  {r['description']}")
+
+
+@click.command("plugins")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def plugins_command(as_json):
+    """List the loaded plugins, their versions and what each registered."""
+    from gage_eval.plugins import BUILTIN, load_plugins, plugin_versions
+
+    pm, registry = load_plugins()
+    versions = plugin_versions()
+    registered = registry.by_plugin()
+    rows = []
+    for name, plugin in pm.list_name_plugin():
+        if plugin is None:  # blocked by GAGE_EVAL_DISABLE_PLUGINS: pluggy keeps the name, not the plugin
+            continue
+        version = versions.get(name) or getattr(plugin, "__version__", None)
+        if name == BUILTIN:
+            from gage_eval import __version__ as version
+        rows.append({"name": name, "version": version, "registers": registered.get(name, {})})
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    if not rows:
+        click.echo("no plugins loaded (see GAGE_EVAL_DISABLE_PLUGINS)", err=True)
+    for row in rows:
+        click.echo(f"{row['name']} {row['version'] or ''}".rstrip())
+        for kind, names in row["registers"].items():
+            click.echo(f"  {kind}: {', '.join(names)}")
+
+
+def core_commands() -> tuple[click.Command, ...]:
+    from gage_eval.cli.compare import compare_command
+    from gage_eval.engine.merge import merge_command
+    from gage_eval.engine.report import report_command
+    from gage_eval.engine.rescore import rescore_command
+    from gage_eval.cli.validate import validate_command
+
+    return (tasks_command, plugins_command, validate_command, compare_command, rescore_command, report_command,
+            merge_command)

@@ -1,0 +1,571 @@
+"""``gage-eval compare RUN_A RUN_B``: a paired comparison of two run folders.
+
+Per task present in both runs, the samples (``samples/<task>.jsonl``, the record of truth)
+are aligned by sample id. Rows that errored on either side are counted and left out of the
+paired statistics. Per metric present in both runs' summary.json for the task:
+
+* the mean of A and of B over the paired ids, and the difference B - A;
+* a seeded paired bootstrap 95% interval of the difference: the paired ids, in natural
+  order (piqa-2 before piqa-10), are resampled with replacement ``--samples`` times
+  (default 1000) by ``random.Random(seed)`` (default 1234), index ``int(rng.random() * n)``
+  drawn n times per resample, the same resampled ids for every metric of the task; the interval is the 2.5 and 97.5 percentiles of
+  the resampled differences (linear interpolation between order statistics);
+* for a binary metric (every paired value 0 or 1): McNemar's exact test on the discordant
+  pairs, b = 1->0 and c = 0->1 (two-sided binomial, p = min(1, 2 * sum_{k<=min(b,c)}
+  C(b+c, k) / 2^(b+c)), p = 1 when b + c = 0), and the ids that flipped each way.
+
+When the primary metric is not binary, the rows' ``overall.passed`` is compared the same way
+(as ``overall.passed``). A diff of the settings follows: model name, model_id and args, the
+run settings that change results, each task's version, task folder hash and data hashes
+(inputs.json), gage-eval and plugin versions (summary.json ``run.versions``) and, when the
+runs have it, ``run.reproducibility``.
+
+Statistics use the standard library only (math.comb, random.Random). See docs/compare.md.
+"""
+from __future__ import annotations
+
+import json
+import random
+import re
+import sys
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping
+
+import click
+
+from gage_eval.api.errors import EXIT_USAGE, GageError
+from gage_eval.api.metric import metric_value
+from gage_eval.runfolder.runfiles import GENERATOR, check_inputs, check_page_output, check_summary, iter_run_records, \
+    read_run_json, write_page
+from gage_eval.api.stats import quantile as percentile  # linear between order statistics (numpy's default)
+
+DEFAULT_SEED = 1234
+DEFAULT_SAMPLES = 1000
+CONFIDENCE = 0.95
+SHOW_FLIPS = 5  # ids of each flip direction the console shows (--json and --html: all)
+UP, DOWN = "0->1", "1->0"
+_DIGITS = re.compile(r"(\d+)")
+
+# run.settings keys left out of the settings diff: where the run was written and how it was
+# shown (they never change a number), and the model keys shown under model.* already.
+_SETTINGS_NOISE = frozenset({"output_dir", "run_id", "command", "quiet", "report", "config_file", "writers",
+                             "cache", "eee_version", "model", "model_args", "judge_model", "judge_args"})
+
+
+class _Absent:
+    def __repr__(self) -> str:
+        return "(absent)"
+
+
+ABSENT = _Absent()
+
+
+# ---------------------------------------------------------------- statistics
+
+def mcnemar_exact_p(b: int, c: int) -> float:
+    """Two-sided exact McNemar p-value on the discordant pairs b and c (binomial, p = 1/2)."""
+    n = b + c
+    if n == 0:
+        return 1.0
+    # sum_{k<=min(b,c)} C(n, k) in exact integers: C(n, k+1) = C(n, k) * (n - k) / (k + 1) (the
+    # division is exact), one product per term instead of a fresh math.comb (which is quadratic
+    # at 100k discordant pairs); then one correctly rounded division by 2^n
+    term = tail = 1
+    for k in range(min(b, c)):
+        term = term * (n - k) // (k + 1)
+        tail += term
+    return min(1.0, (2 * tail) / (1 << n))
+
+
+def bootstrap_intervals(diffs: Mapping[str, list[float]], n: int, resamples: int, seed: int,
+                        confidence: float = CONFIDENCE) -> dict[str, list[float]]:
+    """The percentile bootstrap interval of the mean of each metric's per-sample differences.
+
+    ``diffs[name]`` holds the difference B - A of each of the n paired samples (in one order,
+    the same for every metric). Each resample draws n indices ``int(rng.random() * n)`` from
+    ``random.Random(seed)``; the same indices serve every metric, so the intervals do not depend
+    on which metrics are compared."""
+    if n == 0 or resamples <= 0 or not diffs:
+        return {}
+    rng = random.Random(seed)
+    rand = rng.random
+    means: dict[str, list[float]] = {name: [] for name in diffs}
+    getters = {name: d.__getitem__ for name, d in diffs.items()}
+    for _ in range(resamples):
+        idx = [int(rand() * n) for _ in range(n)]
+        for name, get in getters.items():
+            means[name].append(sum(map(get, idx)) / n)
+    alpha = (1.0 - confidence) / 2
+    out = {}
+    for name, values in means.items():
+        values.sort()
+        out[name] = [percentile(values, alpha), percentile(values, 1.0 - alpha)]
+    return out
+
+
+# ---------------------------------------------------------------- reading run folders
+
+class RunFolder:
+    """A run folder's summary.json, config.json and inputs.json."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        summary_path = path / "summary.json"
+        if not path.is_dir():
+            raise GageError(f"{path}: not a folder; compare takes two run folders (each with a summary.json)")
+        if not summary_path.exists() and not summary_path.is_symlink():
+            raise GageError(f"{path}: not a run folder (no summary.json); compare takes two run folders "
+                            f"written by gage-eval")
+        self.summary = read_run_json(path, "summary.json")
+        check_summary(summary_path, self.summary)
+        self.config = read_run_json(path, "config.json", required=False) or {}
+        self.inputs = read_run_json(path, "inputs.json", required=False) or {}
+        check_inputs(path / "inputs.json", self.inputs)
+
+    @property
+    def run(self) -> dict:
+        return self.summary["run"]
+
+    @property
+    def tasks(self) -> dict:
+        return self.summary["tasks"]
+
+    def samples(self, task: str, warn: Callable[[str], None]) -> dict[str, dict]:
+        """The task's records by sample id (a repeated id: the last record, with a warning)."""
+        path = self.path / "samples" / f"{task}.jsonl"
+        if not path.exists():
+            raise GageError(f"{path}: missing; compare aligns the samples of task {task!r} from it")
+        records: dict[str, dict] = {}
+        repeated = 0
+        for _, record in iter_run_records(self.path, path):
+            sid = record.get("id")
+            if sid is None:
+                raise GageError(f"{path}: a record without 'id'; compare aligns samples by id")
+            sid = str(sid)
+            if sid in records:
+                repeated += 1
+            records[sid] = record
+        if repeated:
+            warn(f"{path}: {repeated} sample id(s) appear more than once; the last record of each is used")
+        return records
+
+
+def _errored(record: Mapping[str, Any]) -> bool:
+    """A row that errored or was not scored: left out of the paired statistics."""
+    result = record.get("eval_result") or {}
+    return result.get("error") is not None or not isinstance(result.get("metrics"), dict)
+
+
+def _row_values(record: Mapping[str, Any], names: Iterable[str]) -> tuple[bool, dict[str, float | None], Any]:
+    """(errored, metric values, overall.passed) of one sample record."""
+    if _errored(record):
+        return True, {}, None
+    result = record["eval_result"]
+    metrics = result["metrics"]
+    values: dict[str, float | None] = {}
+    for name in names:
+        try:
+            values[name] = metric_value(metrics.get(name))
+        except GageError:
+            values[name] = None
+    passed = (result.get("overall") or {}).get("passed")
+    return False, values, passed
+
+
+# ---------------------------------------------------------------- comparing
+
+def _is_binary(values: Iterable[float]) -> bool:
+    return all(v == 0.0 or v == 1.0 for v in values)
+
+
+def _paired_metric(ids: list[str], a: list[float], b: list[float]) -> dict[str, Any]:
+    n = len(ids)
+    mean_a = sum(a) / n if n else None
+    mean_b = sum(b) / n if n else None
+    out: dict[str, Any] = {
+        "n": n, "mean_a": mean_a, "mean_b": mean_b,
+        "diff": (mean_b - mean_a) if n else None, "ci": None,
+        "binary": bool(n) and _is_binary(a) and _is_binary(b), "mcnemar": None, "flips": None,
+    }
+    if out["binary"]:
+        up = [i for i, x, y in zip(ids, a, b) if x == 0.0 and y == 1.0]
+        down = [i for i, x, y in zip(ids, a, b) if x == 1.0 and y == 0.0]
+        # b: A right, B wrong (1->0); c: A wrong, B right (0->1)
+        out["mcnemar"] = {"b": len(down), "c": len(up), "p": mcnemar_exact_p(len(down), len(up))}
+        out["flips"] = {UP: up, DOWN: down}
+    return out
+
+
+def _add_intervals(compared: dict[str, dict[str, Any]], diffs: Mapping[str, list[float]], missing: Mapping[str, int],
+                   per_metric_ids: Mapping[str, list[str]], resamples: int, seed: int) -> None:
+    """Each compared metric's paired bootstrap interval; one bootstrap per set of ids (usually
+    one: every metric has a value on every paired row)."""
+    groups: dict[tuple[str, ...], list[str]] = {}
+    for name, ids in per_metric_ids.items():
+        groups.setdefault(tuple(ids), []).append(name)
+    for ids, group in groups.items():
+        cis = bootstrap_intervals({name: diffs[name] for name in group}, len(ids), resamples, seed)
+        for name in group:
+            compared[name]["ci"] = cis.get(name)
+            compared[name]["missing"] = missing[name]
+
+
+def compare_task(run_a: RunFolder, run_b: RunFolder, task: str, *, resamples: int, seed: int,
+                 warn: Callable[[str], None]) -> dict[str, Any]:
+    sum_a, sum_b = run_a.tasks[task], run_b.tasks[task]
+    metrics_a = list((sum_a.get("metrics") or {}).keys())
+    metrics_b = set((sum_b.get("metrics") or {}).keys())
+    names = [m for m in metrics_a if m in metrics_b]
+    rec_a, rec_b = run_a.samples(task, warn), run_b.samples(task, warn)
+    common = sorted(set(rec_a) & set(rec_b), key=_natural_key)
+    if not common:
+        raise GageError(f"{run_a.path} and {run_b.path}: task {task!r} has no sample id in common "
+                        f"({len(rec_a)} and {len(rec_b)} samples); the runs cannot be compared")
+    if len(common) < len(rec_a) or len(common) < len(rec_b):
+        warn(f"task {task!r}: the sample ids overlap only partly: {len(rec_a)} in {run_a.path}, "
+             f"{len(rec_b)} in {run_b.path}, {len(common)} in both; comparing those {len(common)}")
+    row_a = {sid: _row_values(rec_a[sid], names) for sid in common}
+    row_b = {sid: _row_values(rec_b[sid], names) for sid in common}
+    errored_a = sum(map(_errored, rec_a.values()))
+    errored_b = sum(map(_errored, rec_b.values()))
+    paired = [sid for sid in common if not row_a[sid][0] and not row_b[sid][0]]
+    primary = sum_a.get("primary_metric")
+
+    compared: dict[str, dict[str, Any]] = {}
+    diffs: dict[str, list[float]] = {}
+    missing: dict[str, int] = {}
+    per_metric_ids: dict[str, list[str]] = {}
+
+    def pair(name: str, ids: list[str], a: list[float], b: list[float]) -> None:
+        per_metric_ids[name] = ids
+        missing[name] = len(paired) - len(ids)
+        compared[name] = _paired_metric(ids, a, b)
+        diffs[name] = [y - x for x, y in zip(a, b)]
+
+    for name in names:
+        ids = [sid for sid in paired if row_a[sid][1].get(name) is not None and row_b[sid][1].get(name) is not None]
+        pair(name, ids, [row_a[sid][1][name] for sid in ids], [row_b[sid][1][name] for sid in ids])
+    if not (primary in compared and compared[primary]["binary"]):
+        ids = [sid for sid in paired if isinstance(row_a[sid][2], bool) and isinstance(row_b[sid][2], bool)]
+        if ids:
+            pair("overall.passed", ids, [float(row_a[sid][2]) for sid in ids], [float(row_b[sid][2]) for sid in ids])
+    _add_intervals(compared, diffs, missing, per_metric_ids, resamples, seed)
+    return {
+        "primary_metric": primary,
+        "ids": {"a": len(rec_a), "b": len(rec_b), "common": len(common),
+                "only_in_a": len(rec_a) - len(common), "only_in_b": len(rec_b) - len(common)},
+        "errored": {"a": errored_a, "b": errored_b, "left_out": len(common) - len(paired)},
+        "paired": len(paired),
+        "metrics_only_in_a": [m for m in metrics_a if m not in metrics_b],
+        "metrics_only_in_b": sorted(metrics_b - set(metrics_a)),
+        "metrics": compared,
+    }
+
+
+def _flatten(prefix: str, value: Any, out: dict[str, Any]) -> None:
+    """Leaf values under dotted keys; an empty object has no leaf (``{}`` and absent read the same)."""
+    if isinstance(value, dict):
+        for key in sorted(value):
+            _flatten(f"{prefix}.{key}", value[key], out)
+    else:
+        out[prefix] = value
+
+
+def _natural_key(sid: str) -> tuple:
+    """piqa-2 before piqa-10: digit runs compare as numbers (text and digits alternate in step)."""
+    return tuple(int(part) if i % 2 else part for i, part in enumerate(_DIGITS.split(sid))), sid
+
+
+def _task_version(run: RunFolder, task: str) -> Any:
+    """The task's version as recorded (summary task entry or reproducibility); runs that did not
+    record it: the ``version`` of the task.yaml in the run's task folder as it is now (its
+    folder hash, beside it in the diff, says whether the folder changed since), else ABSENT."""
+    entry = run.tasks.get(task) or {}
+    if "version" in entry:
+        return entry["version"]
+    repro = run.run.get("reproducibility")
+    if isinstance(repro, dict):
+        tasks = repro.get("tasks")
+        if isinstance(tasks, dict) and isinstance(tasks.get(task), dict) and "version" in tasks[task]:
+            return tasks[task]["version"]
+    folder = (entry.get("source") or {}).get("folder")
+    if isinstance(folder, str) and (Path(folder) / "task.yaml").is_file():
+        from gage_eval.api.jsonio import read_yaml
+
+        try:
+            spec = read_yaml(Path(folder) / "task.yaml")
+        except GageError:
+            return ABSENT
+        if isinstance(spec, dict) and "version" in spec:
+            return spec["version"]
+    return ABSENT
+
+
+def _settings_side(run: RunFolder, tasks: list[str]) -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    model = run.run.get("model") or {}
+    if not model and run.config:
+        model = {"name": run.config.get("model"), "args": run.config.get("model_args")}
+    judge = run.run.get("judge")
+    for role, entry in (("model", model), ("judge", judge or {})):
+        for key in ("name", "model_id", "args", "settings"):
+            if key in entry:
+                _flatten(f"{role}.{key}", entry[key], flat)
+    if not judge:
+        flat["judge"] = None
+    settings = run.run.get("settings") or run.config
+    for key in sorted(settings):
+        if key not in _SETTINGS_NOISE:
+            _flatten(f"settings.{key}", settings[key], flat)
+    for task in tasks:
+        flat[f"task.{task}.version"] = _task_version(run, task)
+        inputs = run.inputs.get(task) or {}
+        folder = inputs.get("task_folder") or {}
+        flat[f"task.{task}.folder_sha256"] = folder.get("sha256", ABSENT)
+        data = inputs.get("data")
+        flat[f"task.{task}.data_sha256"] = sorted(data.values()) if isinstance(data, dict) else ABSENT
+        flat[f"task.{task}.data_files"] = sorted(data) if isinstance(data, dict) else ABSENT
+    _flatten("versions", run.run.get("versions") or {}, flat)
+    repro = run.run.get("reproducibility")
+    if isinstance(repro, dict):
+        repro = dict(repro)
+        if isinstance(repro.get("tasks"), dict):  # only the compared tasks
+            repro["tasks"] = {t: v for t, v in repro["tasks"].items() if t in tasks}
+        _flatten("reproducibility", repro, flat)
+    return flat
+
+
+def settings_diff(run_a: RunFolder, run_b: RunFolder, tasks: list[str]) -> list[dict[str, Any]]:
+    """One row per setting of either run: key, a, b (None when absent), in_a, in_b, same."""
+    a, b = _settings_side(run_a, tasks), _settings_side(run_b, tasks)
+    # a run from before run.reproducibility existed: one row says so, not one per missing leaf
+    for mine, other, run in ((a, b, run_a), (b, a, run_b)):
+        if not isinstance(run.run.get("reproducibility"), dict):
+            for key in [k for k in other if k.startswith("reproducibility.")]:
+                del other[key]
+            mine["reproducibility"] = ABSENT
+            other.setdefault("reproducibility", "(recorded)")
+    keys = list(a) + [k for k in b if k not in a]
+    rows = []
+    for key in keys:
+        va, vb = a.get(key, ABSENT), b.get(key, ABSENT)
+        in_a, in_b = va is not ABSENT, vb is not ABSENT
+        rows.append({"key": key, "a": va if in_a else None, "b": vb if in_b else None,
+                     "in_a": in_a, "in_b": in_b, "same": in_a == in_b and va == vb})
+    return rows
+
+
+def compare_runs(path_a: Path, path_b: Path, *, tasks: Iterable[str] = (), resamples: int = DEFAULT_SAMPLES,
+                 seed: int = DEFAULT_SEED, warn: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """The whole comparison as a JSON-ready dict (what ``--json`` prints)."""
+    warn = warn or (lambda msg: None)
+    if resamples < 0:
+        raise GageError(f"--samples {resamples}: the number of bootstrap resamples must be 0 or more")
+    run_a, run_b = RunFolder(Path(path_a)), RunFolder(Path(path_b))
+    in_a, in_b = list(run_a.tasks), set(run_b.tasks)
+    both = [t for t in in_a if t in in_b]
+    wanted = list(dict.fromkeys(tasks))
+    if wanted:
+        for t in wanted:
+            if t not in both:
+                where = " and ".join(str(r.path) for r, s in ((run_a, set(in_a)), (run_b, in_b)) if t not in s)
+                raise GageError(f"--task {t}: not in {where}; the tasks in both runs: {', '.join(both) or 'none'}")
+        selected = wanted
+    else:
+        selected = both
+    if not selected:
+        raise GageError(f"{run_a.path} and {run_b.path}: no task in common (A: {', '.join(in_a) or 'none'}; "
+                        f"B: {', '.join(sorted(in_b)) or 'none'})")
+    result: dict[str, Any] = {
+        "run_a": {"path": str(run_a.path), "id": run_a.run.get("id")},
+        "run_b": {"path": str(run_b.path), "id": run_b.run.get("id")},
+        "seed": seed, "bootstrap_samples": resamples, "confidence": CONFIDENCE,
+        "tasks_only_in_a": [t for t in in_a if t not in in_b],
+        "tasks_only_in_b": sorted(in_b - set(in_a)),
+        "tasks": {},
+    }
+    for task in selected:
+        result["tasks"][task] = compare_task(run_a, run_b, task, resamples=resamples, seed=seed, warn=warn)
+    result["settings"] = settings_diff(run_a, run_b, selected)
+    return result
+
+
+# ---------------------------------------------------------------- showing
+
+def _num(x: Any, signed: bool = False) -> str:
+    if x is None:
+        return "-"
+    return f"{x:+.4f}" if signed else f"{x:.4f}"
+
+
+def _p(p: Any) -> str:
+    if p is None:
+        return "-"
+    return f"{p:.4g}" if p >= 1e-4 else f"{p:.2e}"
+
+
+def _ci(ci: Any) -> str:
+    return "-" if not ci else f"[{ci[0]:+.4f}, {ci[1]:+.4f}]"
+
+
+def _show(value: Any, present: bool) -> str:
+    if not present:
+        return "(absent)"
+    text = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+    return text if len(text) <= 72 else text[:69] + "..."  # a sha256 (64) is shown whole
+
+
+def metric_rows(task_result: Mapping[str, Any]) -> list[list[str]]:
+    """The console and HTML table of one task: a header and one row per metric."""
+    rows = [["metric", "n", "A", "B", "B-A", f"{int(CONFIDENCE * 100)}% CI (bootstrap)", "McNemar p",
+             UP, DOWN]]
+    for name, m in task_result["metrics"].items():
+        mc = m.get("mcnemar")
+        rows.append([name, str(m["n"]), _num(m["mean_a"]), _num(m["mean_b"]), _num(m["diff"], True), _ci(m["ci"]),
+                     _p(mc["p"]) if mc else "-", str(mc["c"]) if mc else "-", str(mc["b"]) if mc else "-"])
+    return rows
+
+
+def _table(rows: list[list[str]]) -> list[str]:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))).rstrip()
+            for r in rows]
+
+
+def render_console(result: Mapping[str, Any]) -> str:
+    a, b = result["run_a"], result["run_b"]
+    lines = [f"A: {a['path']} (run {a['id']})", f"B: {b['path']} (run {b['id']})",
+             f"paired bootstrap: {result['bootstrap_samples']} resamples, seed {result['seed']}"]
+    if result["tasks_only_in_a"]:
+        lines.append(f"tasks only in A (not compared): {', '.join(result['tasks_only_in_a'])}")
+    if result["tasks_only_in_b"]:
+        lines.append(f"tasks only in B (not compared): {', '.join(result['tasks_only_in_b'])}")
+    for task, t in result["tasks"].items():
+        ids, err = t["ids"], t["errored"]
+        lines += ["", f"{task}: {ids['common']} sample ids in both (A {ids['a']}, B {ids['b']}); "
+                      f"errored rows: A {err['a']}, B {err['b']} ({err['left_out']} common id(s) left out); "
+                      f"{t['paired']} paired"]
+        for side in ("a", "b"):
+            only = t[f"metrics_only_in_{side}"]
+            if only:
+                lines.append(f"  metrics only in {side.upper()} (not compared): {', '.join(only)}")
+        if t["metrics"]:
+            lines += ["  " + line for line in _table(metric_rows(t))]
+        for name, m in t["metrics"].items():
+            if m.get("missing"):
+                lines.append(f"  {name}: {m['missing']} paired row(s) without a value on one side, left out")
+            flips = m.get("flips") or {}
+            for way in (UP, DOWN):
+                ids_ = flips.get(way) or []
+                if ids_:
+                    more = f" ... (+{len(ids_) - SHOW_FLIPS} more; --json lists all)" if len(ids_) > SHOW_FLIPS else ""
+                    lines.append(f"  {name} {way} ({len(ids_)}): {', '.join(ids_[:SHOW_FLIPS])}{more}")
+    rows = result["settings"]
+    differ = [r for r in rows if not r["same"]]
+    lines += ["", f"settings: {len(differ)} differ, {len(rows) - len(differ)} the same"]
+    if differ:
+        table = [["setting", "A", "B"]] + [[r["key"], _show(r["a"], r["in_a"]), _show(r["b"], r["in_b"])]
+                                           for r in differ]
+        lines += ["  " + line for line in _table(table)]
+    return "\n".join(lines)
+
+
+_HTML = """<!doctype html>
+<html lang="en"><head><meta charset="utf-8">
+{{ generator | safe }}
+<title>gage-eval compare: {{ r.run_a.id }} vs {{ r.run_b.id }}</title>
+<style>
+body{font-family:system-ui,sans-serif;margin:2em;color:#222;max-width:1100px}
+table{border-collapse:collapse;margin:.6em 0 1.2em}
+th,td{border:1px solid #ccc;padding:.25em .6em;text-align:right;font-variant-numeric:tabular-nums}
+th:first-child,td:first-child{text-align:left}
+th{background:#f2f2f2}
+td.same{color:#888}
+tr.differ td{background:#fff5e0}
+code{font-size:90%}
+.ids{font-family:monospace;font-size:90%;word-break:break-all}
+.note{color:#555}
+</style></head><body>
+<h1>gage-eval compare</h1>
+<p>A: <code>{{ r.run_a.path }}</code> (run {{ r.run_a.id }})<br>
+B: <code>{{ r.run_b.path }}</code> (run {{ r.run_b.id }})<br>
+<span class="note">Paired bootstrap: {{ r.bootstrap_samples }} resamples, seed {{ r.seed }};
+McNemar's exact test on binary metrics.</span></p>
+{% if r.tasks_only_in_a %}<p class="note">Tasks only in A (not compared): {{ r.tasks_only_in_a|join(", ") }}</p>{% endif %}
+{% if r.tasks_only_in_b %}<p class="note">Tasks only in B (not compared): {{ r.tasks_only_in_b|join(", ") }}</p>{% endif %}
+{% for task, t in r.tasks.items() %}
+<h2 id="task-{{ task }}">{{ task }}</h2>
+<p>{{ t.ids.common }} sample ids in both (A {{ t.ids.a }}, B {{ t.ids.b }});
+errored rows: A {{ t.errored.a }}, B {{ t.errored.b }} ({{ t.errored.left_out }} common ids left out);
+{{ t.paired }} paired.</p>
+{% if t.metrics_only_in_a %}<p class="note">Metrics only in A (not compared): {{ t.metrics_only_in_a|join(", ") }}</p>{% endif %}
+{% if t.metrics_only_in_b %}<p class="note">Metrics only in B (not compared): {{ t.metrics_only_in_b|join(", ") }}</p>{% endif %}
+{% set rows = tables[task] %}
+<table class="metrics"><thead><tr>{% for c in rows[0] %}<th>{{ c }}</th>{% endfor %}</tr></thead>
+<tbody>{% for row in rows[1:] %}<tr>{% for c in row %}<td>{{ c }}</td>{% endfor %}</tr>{% endfor %}</tbody></table>
+{% for name, m in t.metrics.items() %}{% if m.flips %}{% for way, ids in m.flips.items() %}{% if ids %}
+<details><summary>{{ name }} {{ way }}: {{ ids|length }} sample(s)</summary>
+<p class="ids">{{ ids|join(", ") }}</p></details>
+{% endif %}{% endfor %}{% endif %}{% endfor %}
+{% endfor %}
+<h2>Settings</h2>
+<p>{{ differ }} differ, {{ r.settings|length - differ }} the same.</p>
+<table class="settings"><thead><tr><th>setting</th><th>A</th><th>B</th></tr></thead><tbody>
+{% for s in settings %}<tr class="{{ 'same' if s.same else 'differ' }}"><td>{{ s.key }}</td>
+<td class="{{ 'same' if s.same else '' }}">{{ show(s.a, s.in_a) }}</td>
+<td class="{{ 'same' if s.same else '' }}">{{ show(s.b, s.in_b) }}</td></tr>
+{% endfor %}</tbody></table>
+</body></html>
+"""
+
+
+def render_html(result: Mapping[str, Any]) -> str:
+    """A self-contained page (inline CSS, no script, no network) with the tables and the flipped ids."""
+    import jinja2
+
+    env = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined)
+
+    def show(value: Any, present: bool) -> str:
+        if not present:
+            return "(absent)"
+        return value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+
+    tables = {task: metric_rows(t) for task, t in result["tasks"].items()}
+    settings = [s for s in result["settings"] if not s["same"]] + [s for s in result["settings"] if s["same"]]
+    differ = sum(1 for s in result["settings"] if not s["same"])
+    return env.from_string(_HTML).render(r=result, tables=tables, differ=differ, show=show, settings=settings,
+                                             generator=GENERATOR)
+
+
+@click.command("compare")
+@click.argument("run_a", type=click.Path(path_type=Path))
+@click.argument("run_b", type=click.Path(path_type=Path))
+@click.option("--task", "tasks", multiple=True, metavar="T",
+              help="Compare only this task (repeatable; default: every task in both runs).")
+@click.option("--samples", "resamples", type=int, default=DEFAULT_SAMPLES, show_default=True, metavar="B",
+              help="Bootstrap resamples for the interval of each difference (0: no interval).")
+@click.option("--seed", type=int, default=DEFAULT_SEED, show_default=True, metavar="N",
+              help="Seed of the bootstrap resampling.")
+@click.option("--html", "html_file", type=click.Path(dir_okay=False, path_type=Path), metavar="FILE",
+              help="Also write the comparison as a self-contained HTML page.")
+@click.option("--json", "as_json", is_flag=True, help="Print the whole comparison as JSON.")
+def compare_command(run_a, run_b, tasks, resamples, seed, html_file, as_json):
+    """Compare two run folders sample by sample: per task and metric the means, the difference
+    B-A with a paired bootstrap 95% interval, McNemar's exact test and the flipped samples for
+    binary metrics, and the settings that differ. Exits 2 when the runs cannot be aligned."""
+    try:
+        if html_file is not None:  # before the work: a refused page costs nothing
+            check_page_output(html_file, [run_a, run_b], "--html")
+        result = compare_runs(run_a, run_b, tasks=tasks, resamples=resamples, seed=seed,
+                              warn=lambda msg: click.echo(f"gage-eval: warning: {msg}", err=True))
+        if html_file is not None:
+            write_page(html_file, [render_html(result)], make_folder=False)
+    except GageError as exc:
+        click.echo(f"gage-eval: error: {exc}", err=True)
+        sys.exit(getattr(exc, "exit_code", EXIT_USAGE))
+    if as_json:
+        click.echo(json.dumps(result, indent=2))
+    else:
+        click.echo(render_console(result))
+    if html_file is not None and not as_json:
+        click.echo(f"HTML: {html_file}")

@@ -1,0 +1,120 @@
+"""A run's settings (saved as config.json, reloaded by --resume) and its id."""
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Callable
+
+from gage_eval.config.defaults import DEFAULT_MODEL, DEFAULT_OUTPUT_DIR, DEFAULT_SEED
+from gage_eval.api.errors import GageError
+
+@dataclass
+class RunOptions:
+    """Everything that decides what a run does; saved as config.json for --resume."""
+
+    tasks: list[str]
+    model: str = DEFAULT_MODEL
+    model_args: dict = field(default_factory=dict)
+    judge_model: str | None = None
+    judge_args: dict = field(default_factory=dict)
+    batch_size: int | str | None = None
+    limit: int | float | None = None  # a row count, or a fraction in (0, 1] of each task's rows (--max-samples)
+    shuffle: bool = False  # --shuffle: --limit takes a seeded random choice of rows, not the first ones
+    shuffle_seed: int | None = None  # --shuffle-seed: the choice's seed (set whenever shuffle is; default --seed)
+    output_dir: str = DEFAULT_OUTPUT_DIR
+    run_id: str | None = None
+    seed: int = DEFAULT_SEED
+    include_paths: list[str] = field(default_factory=list)
+    data: dict = field(default_factory=dict)
+    task_overrides: dict = field(default_factory=dict)
+    fail_fast: bool = False
+    max_error_rate: float = 0.0
+    allow_paths: list[str] = field(default_factory=list)
+    allow_urls: bool = False
+    # prompt controls (issue 12): None / empty means "as the task file says"
+    system_prompt: str | None = None
+    gen_kwargs: dict = field(default_factory=dict)  # merged over each task's request.generation
+    num_fewshot: int | None = None
+    fewshot_as_multiturn: bool | None = None  # None: multi-turn whenever the chat template is on (lm-eval)
+    apply_chat_template: bool | None = None  # None: the task's request.chat
+    strip_reasoning: bool = False  # score the text after the last </think>; the raw text stays in the record
+    writers: list[str] = field(default_factory=list)  # plugin writers: NAME or NAME:k=v,... (--writer)
+    cache: str | None = None  # --cache DIR: the response cache's folder (gage_eval.engine.cache)
+    eee_version: str = "0.2.0"  # --eee-version: the Every Eval Ever version of instances/ (0.2.0, 0.3.0)
+    report: bool = True  # report.html at the end of the run (--no-report: none)
+    shard: str | None = None  # --shard I/N: only the rows whose sample id hashes to shard I of N
+    executor: str = "local"  # --executor: the model in this process, or as replicas on a Ray cluster (ray)
+    ray_address: str | None = None  # --ray-address: the Ray cluster to join (else a local one starts)
+    quiet: bool = False
+    command: str = ""
+    config_file: str | None = None
+
+
+
+
+def new_run_id() -> str:
+    return time.strftime("%Y%m%d-%H%M%S") + "-" + uuid.uuid4().hex[:6]
+
+
+
+def load_options(run_dir: Path) -> RunOptions:
+    path = run_dir / "config.json"
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise GageError(f"--resume {run_dir}: no config.json there; is it a gage-eval run folder?") from None
+    except (OSError, ValueError) as exc:
+        raise GageError(f"--resume {run_dir}: {path} is unreadable ({exc}); the run cannot be resumed") from None
+    known = {f.name for f in fields(RunOptions)}
+    if not isinstance(data, dict) or not {"tasks"} <= set(data) <= known:
+        extra = sorted(set(data) - known) if isinstance(data, dict) else []
+        raise GageError(f"--resume {run_dir}: {path} is not a gage-eval run config"
+                        + (f" (unknown keys: {', '.join(extra)})" if extra else ""))
+    return RunOptions(**data)
+
+
+def parse_shard(text: str | None, where: str = "--shard") -> str | None:
+    """``I/N`` (0 <= I < N) checked and normalised; None stays None."""
+    if text is None:
+        return None
+    index, slash, count = str(text).partition("/")
+    try:
+        i, n = int(index), int(count)
+    except ValueError:
+        i = n = -1
+    if not slash or n < 1 or not 0 <= i < n:
+        raise GageError(f"{where}: expected I/N with 0 <= I < N (e.g. 0/4), got {text!r}")
+    return f"{i}/{n}"
+
+
+def shuffled_pick(count: int, keep: int, seed: int) -> Callable[[int], bool]:
+    """Which of ``count`` rows (by position) a shuffled ``--limit keep`` takes: the rows come in
+    a seeded random order, sha256 of ``"seed:position"`` (the same on any machine and Python),
+    and the first ``keep`` of that order are taken; a larger ``keep`` takes a superset. Memory
+    holds the smaller of the taken and the left-out positions."""
+    import hashlib
+    import heapq
+
+    def key(i: int) -> tuple[int, int]:
+        return int.from_bytes(hashlib.sha256(f"{seed}:{i}".encode()).digest()[:8], "big"), i
+
+    if keep >= count:
+        return lambda i: True
+    if keep <= count - keep:
+        taken = frozenset(heapq.nsmallest(keep, range(count), key=key))
+        return taken.__contains__
+    left_out = frozenset(heapq.nlargest(count - keep, range(count), key=key))
+    return lambda i: i not in left_out
+
+
+def in_shard(sample_id: str, shard: str) -> bool:
+    """Whether a row belongs to ``shard`` (``I/N``): a stable hash of its sample id, so every
+    shard of a run, on any machine, splits the rows the same way."""
+    import hashlib
+
+    index, _, count = shard.partition("/")
+    digest = hashlib.sha256(str(sample_id).encode("utf-8", "surrogatepass")).digest()
+    return int.from_bytes(digest[:8], "big") % int(count) == int(index)

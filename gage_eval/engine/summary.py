@@ -1,0 +1,157 @@
+"""Summary arithmetic: stage timings with their totals and rates, and the exit status of a run
+from its tasks' statuses."""
+from __future__ import annotations
+
+import sys
+from dataclasses import asdict
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Mapping
+
+from gage_eval.api.errors import EXIT_OK, EXIT_ROW_ERRORS, EXIT_TASK_FAILED, PLUGIN_FAULTS, fault_text
+from gage_eval.runfolder.repro import reproducibility
+
+STAGES = ("dataset_materialization_s", "inference_s", "judge_s", "evaluation_s", "writing_s")
+
+
+def derived_timings(stages: Mapping[str, float], n: int, wall: float | None = None) -> dict[str, float]:
+    """Stage times plus the totals, throughputs and per-sample latencies of spec 004 section 9."""
+    t = {k: float(stages.get(k, 0.0)) for k in STAGES}
+    t["execution_runtime_s"] = t["inference_s"] + t["evaluation_s"]
+    t["total_runtime_s"] = t["dataset_materialization_s"] + t["execution_runtime_s"] + t["writing_s"]
+    if wall is not None:
+        t["wall_runtime_s"] = wall
+    if n:
+        if wall:
+            t["throughput_total_samples_per_s"] = n / wall
+            t["latency_total_ms_per_sample"] = 1000 * wall / n
+        if t["inference_s"] > 0:
+            t["throughput_inference_samples_per_s"] = n / t["inference_s"]
+            t["latency_inference_ms_per_sample"] = 1000 * t["inference_s"] / n
+        if t["evaluation_s"] > 0:
+            t["throughput_auto_eval_samples_per_s"] = n / t["evaluation_s"]
+    return t
+
+
+
+def exit_status(tasks: Mapping[str, Mapping[str, Any]]) -> int:
+    """The run's exit status from its tasks' statuses: a failed task outranks errored rows."""
+    statuses = {t["status"] for t in tasks.values()}
+    if "failed" in statuses or not tasks:
+        return EXIT_TASK_FAILED
+    return EXIT_ROW_ERRORS if "errors" in statuses else EXIT_OK
+
+
+
+def run_summary(*, run_id: str, options: Any, tasks: Mapping[str, Any], timings: Mapping[str, Any],
+                model: Mapping[str, Any], judge: Mapping[str, Any] | None, interrupted: str | None,
+                stopped: int | None, versions: Mapping[str, Any], created: str) -> dict:
+    """summary.json (schemas/summary.schema.json): the run's settings, versions, timings and
+    outcome, then each task's counts and metrics."""
+    return {
+        "run": {
+            "id": run_id,
+            "created": created,  # RFC 3339
+            "command": options.command,
+            "interrupted": interrupted,
+            "exit_status": stopped if stopped is not None else exit_status(tasks),
+            "versions": dict(versions),
+            "model": dict(model),
+            "judge": dict(judge) if judge is not None else None,
+            "settings": asdict(options),
+            "timings": {k: (round(v, 6) if isinstance(v, float) else v) for k, v in timings.items()},
+        },
+        "tasks": dict(tasks),
+    }
+
+
+def _stats(backend: Any) -> dict:
+    """``{"stats": ...}`` when the backend counted something (Backend.stats); a plugin's backend
+    without the method, or failing in it, adds nothing (a warning for the failure)."""
+    stats = getattr(backend, "stats", None)
+    if stats is None:
+        return {}
+    try:
+        got = stats()
+    except Exception as exc:
+        print(f"gage-eval: warning: the model backend's stats() failed ({type(exc).__name__}: {exc}); "
+              "summary.json has none", file=sys.stderr)
+        return {}
+    return {"stats": got} if isinstance(got, dict) and got else {}
+
+
+def _settings(backend: Any, role: str) -> dict:
+    """``{"settings": ...}``; a backend failing in settings() (or returning no mapping) still
+    leaves a summary: its settings empty, ``settings_error`` saying why, a warning. The rows
+    were scored, so the exit status is the tasks' as always."""
+    try:
+        got = backend.settings()
+        if got is None:
+            got = {}
+        if not isinstance(got, Mapping):
+            raise TypeError(f"it returned {type(got).__name__}, not a mapping")
+        return {"settings": dict(got)}
+    except PLUGIN_FAULTS as exc:
+        why = f"settings() failed: {fault_text(exc)}"
+        print(f"gage-eval: warning: the {role} backend's {why}; summary.json records none", file=sys.stderr)
+        return {"settings": {}, "settings_error": why}
+
+
+def build_summary(run_id: str, options: Any, runs: list, backends: tuple, wall: float, load_s: float,
+                  interrupted: str | None, stopped: int | None, versions: Mapping[str, Any],
+                  inputs: Mapping[str, Any] | None = None) -> dict:
+    """The summary of a run from its task runs (``TaskRun``) and its (model, judge) backends;
+    ``inputs``: the tasks' fingerprints (inputs.json) for ``run.reproducibility``."""
+    backend, judge_backend = backends
+    tasks = {tr.name: tr.summary(options.max_error_rate) for tr in runs}
+    timings = derived_timings({k: sum(tr.timings[k] for tr in runs) for k in STAGES},
+                              sum(tr.counts["total"] for tr in runs), wall)
+    timings["model_load_s"] = load_s
+    model = {"name": options.model, "model_id": backend.model_id, "args": options.model_args,
+             **_settings(backend, "model"), **_stats(backend)}
+    judge = ({"name": options.judge_model or options.model, "model_id": judge_backend.model_id,
+              "args": options.judge_args, **_settings(judge_backend, "judge model")} if any(tr.judge for tr in runs)
+             else None)
+    summary = run_summary(run_id=run_id, options=options, tasks=tasks, timings=timings, model=model, judge=judge,
+                          interrupted=interrupted, stopped=stopped, versions=versions,
+                          created=datetime.now().astimezone().isoformat(timespec="seconds"))
+    summary["run"]["reproducibility"] = reproducibility(options, runs, inputs)
+    if options.cache:  # the response cache's hits and misses, per request (gage_eval.engine.cache)
+        keys = ("hits", "misses") + (("judge_hits", "judge_misses")
+                                     if any("judge_hits" in tr.cache_counts for tr in runs) else ())
+        summary["run"]["cache"] = {"path": str(Path(options.cache) / "responses.sqlite"),
+                                   **{k: sum(tr.cache_counts.get(k, 0) for tr in runs) for k in keys}}
+    return summary
+
+
+def _fmt(x: Any) -> str:
+    return "-" if x is None else (f"{x:.4f}" if isinstance(x, float) else str(x))
+
+
+def print_results(summary: dict, run_dir: Path) -> None:
+    """The results table and the counts a finished run (or rescore) prints."""
+    import click
+
+    from gage_eval.api.errors import EXIT_MEANING
+
+    rows = [("task", "metric", "value", "stderr", "n")]
+    for name, task in summary["tasks"].items():
+        for metric, entry in task["metrics"].items():
+            rows.append((name, metric, _fmt(entry["value"]), _fmt(entry["stderr"]), str(entry["n"])))
+    widths = [max(len(r[i]) for r in rows) for i in range(5)]
+    for r in rows:
+        click.echo("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
+    for name, task in summary["tasks"].items():
+        c = task["counts"]
+        line = (f"{name}: {c['total']} rows, {c['scored']} scored, {c['errored']} errored"
+                + (f" ({c['judge_errors']} judge errors)" if c.get("judge_errors") else ""))
+        if task.get("status") == "failed":
+            line += f"; FAILED: {task['failure']}"
+        elif task.get("status") == "errors":
+            line += "; rows errored (see samples/ or events.jsonl)"
+        click.echo(line)
+    t = summary["run"]["timings"]
+    status = summary["run"].get("exit_status", 0)
+    click.echo(f"wall time {t['wall_runtime_s']:.1f}s; outputs in {run_dir}"
+               + (f"; exit status {status} ({EXIT_MEANING.get(status, '')})" if status else ""))
+

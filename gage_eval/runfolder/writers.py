@@ -1,0 +1,246 @@
+"""Output writers: each finished record goes to every writer of the run, as it is written.
+
+The run folder's own files are the core's writers: ``samples/<task>.jsonl`` (the record of
+truth, which ``--resume`` reads back), ``instances/<task>.jsonl`` (Every Eval Ever instance
+records: 0.2.0, spec 002, or 0.3.0 with ``eee_aggregate.json``, :mod:`gage_eval.runfolder.eee`) and
+``summary.json``. A plugin adds formats with the
+``gage_register_writers`` hook; a run names the ones it wants with ``--writer NAME[:k=v,...]``.
+
+On ``--resume`` every writer starts each task afresh and first receives the records kept
+from before, in their order, so it rebuilds its output whole; it never needs to read back
+what it wrote. A plugin writer gets copies (it cannot change the record, the counts or the
+summary); one that fails, ``sys.exit`` included, is reported once and left out for the rest of
+the run: the samples file still holds every record, a resume rebuilds the writer's output, and
+``--drop-writer NAME`` resumes without it.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any, Callable, Iterator, Mapping
+
+from gage_eval.runfolder import eee
+from gage_eval.api.errors import PLUGIN_FAULTS, GageError, OutputError, fault_text
+from gage_eval.api.events import RunStart, TaskDone, plugin_copy
+from gage_eval.config.kv import parse_kv
+from gage_eval.api.secrets import REDACTED, is_secret_key
+from gage_eval.api.writer import Writer
+from gage_eval.runfolder.records import JsonlAppender, build_instance, output_error, recover_jsonl, write_json_atomic
+
+
+class SamplesWriter(Writer):
+    """``samples/<task>.jsonl``: one line per sample, flushed as it is written."""
+
+    name = "samples"
+
+    def __init__(self, run_dir: Path):
+        self.run_dir = run_dir
+        self._files: dict[str, JsonlAppender] = {}
+
+    def path(self, task: str) -> Path:
+        return self.run_dir / "samples" / f"{task}.jsonl"
+
+    def recover(self, task: str, keep: Callable[[Mapping[str, Any]], bool]) -> Iterator[tuple[dict, bool]]:
+        """The records an earlier run of this folder wrote for ``task``, each with ``keep(record)``;
+        those not kept (to be run again) are removed from the file."""
+        return recover_jsonl(self.path(task), keep)
+
+    def write(self, task: str, record: Mapping[str, Any]) -> None:
+        out = self._files.get(task)
+        if out is None:  # opened at the first record: a task that never wrote one leaves no file
+            out = self._files[task] = JsonlAppender(self.path(task))
+        out.write(record)
+
+    def task_end(self, event: TaskDone) -> None:
+        out = self._files.pop(event.task, None)
+        if out is not None:
+            out.close()
+
+    def end(self, summary: Mapping[str, Any]) -> None:
+        for task in list(self._files):
+            self._files.pop(task).close()
+
+
+class InstancesWriter(SamplesWriter):
+    """``instances/<task>.jsonl``: the Every Eval Ever record(s) of each sample, in the version
+    the run names (``--eee-version``): 0.2.0 (spec 002, the default), one instance_level_eval
+    record a sample; or 0.3.0 (:mod:`gage_eval.runfolder.eee`), one record per metric value a sample
+    contributed, and at the end the aggregate record ``eee_aggregate.json`` in the run folder.
+
+    ``eee_version`` None: the run folder's ``config.json`` says (read at :meth:`start`; it is
+    written before). A run in 0.2.0 removes an ``eee_aggregate.json`` an earlier 0.3.0 run of the
+    folder left (a resume rebuilds instances/ in the version it names)."""
+
+    name = "instances"
+
+    def __init__(self, run_dir: Path, eee_version: str | None = None):
+        super().__init__(run_dir)
+        self.model_id = ""
+        self.run_id = run_dir.name
+        self.eee_version = eee_version
+        self._notes = eee.MetricNotes()  # what the 0.3.0 aggregate needs from the records
+        self._started = False
+
+    def path(self, task: str) -> Path:
+        return self.run_dir / "instances" / f"{task}.jsonl"
+
+    def start(self, run: RunStart) -> None:
+        self.model_id, self.run_id, self._started = run.model_id, run.run_id, True
+        if self.eee_version is None:
+            self.eee_version = _config_eee_version(self.run_dir)
+
+    def task_start(self, task: str) -> None:
+        try:  # rebuilt whole from the kept records on resume
+            self.path(task).unlink(missing_ok=True)
+        except OSError as exc:
+            raise output_error(self.path(task), exc) from None
+
+    def write(self, task: str, record: Mapping[str, Any]) -> None:
+        if self.eee_version != eee.EEE_VERSION:
+            super().write(task, build_instance(record, task=task, model_id=self.model_id, evaluation_id=self.run_id))
+            return
+        self._notes.add(task, record)
+        for instance in eee.build_instances(record, task=task, model_id=self.model_id, evaluation_id=self.run_id):
+            super().write(task, instance)
+
+    def end(self, summary: Mapping[str, Any]) -> None:
+        super().end(summary)
+        if not self._started:  # stopped before start() (the model load): instances/ is as it was
+            return
+        path = self.run_dir / eee.AGGREGATE_FILE
+        if self.eee_version == eee.EEE_VERSION:
+            write_json_atomic(path, eee.build_aggregate(summary, notes=self._notes,
+                                                        inputs=eee.read_inputs(self.run_dir)))
+        else:
+            try:
+                path.unlink(missing_ok=True)
+            except OSError as exc:
+                raise output_error(path, exc) from None
+
+
+def _config_eee_version(run_dir: Path) -> str:
+    """The run's --eee-version as its config.json holds it (0.2.0 when absent or unreadable)."""
+    import json
+
+    try:
+        config = json.loads((run_dir / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return "0.2.0"
+    version = config.get("eee_version") if isinstance(config, dict) else None
+    return version if version in eee.VERSIONS else "0.2.0"
+
+
+class SummaryWriter(Writer):
+    """``summary.json``, replaced whole (never half-written)."""
+
+    name = "summary"
+
+    def __init__(self, run_dir: Path):
+        self.path = run_dir / "summary.json"
+
+    def end(self, summary: Mapping[str, Any]) -> None:
+        write_json_atomic(self.path, summary)
+
+
+def parse_writer(spec: str) -> tuple[str, dict]:
+    """``NAME`` or ``NAME:k=v,k2=v2`` as the writer's name and its factory's arguments."""
+    name, _, args = str(spec).partition(":")
+    if not name.strip():
+        raise GageError(f"--writer {spec!r}: expected NAME or NAME:key=value,...")
+    return name.strip(), parse_kv(args, f"--writer {name.strip()}")
+
+
+def writer_secrets(specs: list[str]) -> tuple[str, ...]:
+    """The values of secret-looking arguments (``api_key=``, ``token=``, ...) in ``--writer``
+    specs: masked wherever the run writes or prints, like a backend's secrets."""
+    out = []
+    for spec in specs:
+        for key, value in parse_writer(spec)[1].items():
+            if is_secret_key(key) and value not in (None, "", REDACTED):
+                out.append(str(value))
+    return tuple(out)
+
+
+def plugin_writers(registry: Any, specs: list[str]) -> list[Writer]:
+    """The writers a run names, built from the registered factories."""
+    out = []
+    for spec in specs:
+        name, args = parse_writer(spec)
+        try:
+            writer = registry.build("writers", name, f"--writer {name}", None, **args)
+        except GageError:
+            raise
+        except PLUGIN_FAULTS as exc:  # refused before the run starts, as a bad argument is
+            raise GageError(f"--writer {name}: its factory failed: {fault_text(exc)}") from None
+        for method in ("start", "task_start", "write", "task_end", "end"):
+            if not callable(getattr(writer, method, None)):
+                raise GageError(f"--writer {name}: its factory returned {type(writer).__name__}, which has no "
+                                f"{method}() method (a writer derives from gage_eval.api.Writer)")
+        try:
+            writer.name = name
+        except AttributeError:
+            pass
+        out.append(writer)
+    return out
+
+
+class WriterSet:
+    """The run's writers, fed in order: the core's first (the samples file before anything
+    else), then the plugins'. A core writer's failure stops the run (nothing can be kept);
+    a plugin writer's is reported once and that writer is dropped."""
+
+    def __init__(self, core: list[Writer], plugins: list[Writer], warn: Callable[[str], None] | None = None):
+        self.core = core
+        self.plugins = plugins
+        self.failed: dict[str, str] = {}  # plugin writer name -> why it was dropped
+        self.started = False  # a run stopped before start() (in the model load) ends only the core's
+        self._warn = warn or (lambda msg: print(f"gage-eval: warning: {msg}", file=sys.stderr))
+
+    def _each(self, method: str, *args: Any, skip: int = 0) -> None:
+        for writer in self.core[skip:]:
+            getattr(writer, method)(*args)
+        for writer in list(self.plugins):
+            try:  # each its own copy: what a plugin changes reaches no count, file or other writer
+                getattr(writer, method)(*[plugin_copy(a) for a in args])
+            except PLUGIN_FAULTS as exc:  # a bug, a full disk, sys.exit: its output is rebuilt by a resume
+                self.plugins.remove(writer)
+                why = fault_text(exc)
+                self.failed[writer.name] = why
+                self._warn(f"writer {writer.name!r} failed in {method}() and is left out for the rest of "
+                           f"the run: {why}; every record is in samples/, and --resume rebuilds its output "
+                           f"(--drop-writer {writer.name} resumes without it)")
+
+    def start(self, run: RunStart) -> None:
+        self.started = True
+        self._each("start", run)
+
+    def task_start(self, task: str) -> None:
+        self._each("task_start", task)
+
+    def write(self, task: str, record: Mapping[str, Any]) -> None:
+        self._each("write", task, record)
+
+    def replay(self, task: str, record: Mapping[str, Any]) -> None:
+        """A record kept from before a resume: to every writer but the samples file, which holds it."""
+        self._each("write", task, record, skip=1)
+
+    def task_end(self, event: TaskDone) -> None:
+        self._each("task_end", event)
+
+    def end(self, summary: Mapping[str, Any]) -> None:
+        """Every writer that started gets the end, even when one before it failed; the first core
+        failure is raised."""
+        first: OutputError | None = None
+        for writer in self.core:
+            try:
+                writer.end(summary)
+            except OutputError as exc:
+                first = first or exc
+        core, self.core = self.core, []
+        try:
+            if self.started:
+                self._each("end", summary)
+        finally:
+            self.core = core
+        if first is not None:
+            raise first

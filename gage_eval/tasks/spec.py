@@ -1,0 +1,241 @@
+"""Task folders: discovery and the validated task spec (templates: gage_eval.api.templates)."""
+from __future__ import annotations
+
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from gage_eval.api.errors import GageError
+from gage_eval.api.jsonio import json_type, not_regular, read_yaml
+from gage_eval.api.schemas import validation_errors
+
+TASK_FILE = "task.yaml"
+
+
+@dataclass(frozen=True)
+class TaskSource:
+    name: str
+    folder: Path
+    origin: str  # plugin name, or "--include-path"
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """A task folder's ``task.yaml``, validated. Paths in it are relative to ``folder``."""
+
+    name: str
+    folder: Path
+    origin: str
+    description: str
+    dataset: dict
+    preprocessor: dict
+    request: dict
+    metrics: list
+    judge: dict | None = None
+    requires: tuple[str, ...] = ()
+    primary_metric: str | None = None
+    cluster_by: str | None = None  # stderr.cluster_by: a sample field whose values cluster the rows
+    raw: dict = field(default_factory=dict, repr=False)
+
+    @property
+    def kind(self) -> str:
+        return self.request["kind"]
+
+    def capabilities_needed(self) -> set[str]:
+        needed = {self.kind} | set(self.requires)
+        if self.request.get("chat"):
+            needed.add("chat")
+        return needed
+
+
+def metric_entry(entry: Any) -> Any:
+    """A task.yaml metric entry in gage-eval's form (a name, or ``{name, as, args}``). Spec 004's
+    forms (its sections 7.5 and 10.11.2) are read as it: ``{metric_id, implementation, params}`` is
+    ``{name: implementation or metric_id, as: metric_id, args: params}``, the call string
+    ``"regex_match(pattern='\\d+')"`` is ``{name: regex_match, args: {pattern: ...}}`` (literal
+    keyword values only), and ``{numeric_match: {tolerance: 0.1}}`` is ``{name: numeric_match,
+    args: {tolerance: 0.1}}``. ``ValueError`` for a call string that is not one."""
+    if isinstance(entry, str):
+        return _call_entry(entry) if "(" in entry else entry
+    if not isinstance(entry, dict) or "name" in entry:
+        return entry
+    if "metric_id" not in entry:
+        if len(entry) == 1:  # {metric: {params}}
+            (name, params), = entry.items()
+            return {"name": name, **({"args": dict(params)} if params else {})}
+        return entry
+    out: dict[str, Any] = {"name": entry.get("implementation") or entry["metric_id"]}
+    if entry["metric_id"] != out["name"]:
+        out["as"] = entry["metric_id"]
+    if entry.get("params"):
+        out["args"] = dict(entry["params"])
+    return out
+
+
+def _call_entry(text: str) -> dict:
+    import ast
+    import warnings
+
+    try:
+        with warnings.catch_warnings():  # '\d' in a pattern is meant as written: no escape warning
+            warnings.simplefilter("ignore")
+            call = ast.parse(text.strip(), mode="eval").body
+        if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name)) or call.args:
+            raise ValueError
+        args = {kw.arg: ast.literal_eval(kw.value) for kw in call.keywords}
+        if None in args:
+            raise ValueError
+    except (SyntaxError, ValueError):
+        raise ValueError(f"{text!r} is neither a metric name nor a call NAME(key=literal, ...)") from None
+    return {"name": call.func.id, **({"args": args} if args else {})}
+
+
+def metric_entries(path: Any, entries: list) -> list:
+    out = []
+    for i, entry in enumerate(entries):
+        try:
+            out.append(metric_entry(entry))
+        except ValueError as exc:
+            raise GageError(f"{path}: key 'metrics.{i}': {exc}") from None
+    return out
+
+
+def read_task_file(folder: Path, origin: str = "") -> TaskSpec:
+    """The task folder's task.yaml, read strictly (:func:`gage_eval.api.jsonio.read_yaml`) and
+    checked against the task schema; every problem a GageError naming the file and key."""
+    path = folder / TASK_FILE
+    data = read_yaml(path)
+    if data is None:
+        raise GageError(f"{path}: the file is empty; a task file needs dataset, request and metrics")
+    if not isinstance(data, dict):
+        raise GageError(f"{path}: expected a mapping of task settings, got {json_type(data)}")
+    problems = validation_errors(data, "task")
+    if problems:
+        lines = "\n".join(f"  {path}: key '{where or '<top>'}': {msg}" for where, msg in problems)
+        raise GageError(f"invalid task file {path}:\n{lines}")
+    request = dict(data["request"])
+    for key in ("prompt",):
+        if key in request and not (folder / request[key]).is_file():
+            raise GageError(f"{path}: key 'request.{key}': template file {request[key]!r} not found in {folder}")
+    return TaskSpec(
+        name=data.get("name", folder.name),
+        folder=folder,
+        origin=origin,
+        description=data.get("description", ""),
+        dataset=dict(data["dataset"]),
+        preprocessor=dict(data.get("preprocessor") or {"name": "identity"}),
+        request=request,
+        metrics=metric_entries(path, data["metrics"]),
+        judge=data.get("judge"),
+        requires=tuple(data.get("requires", ())),
+        primary_metric=data.get("primary_metric"),
+        cluster_by=(data.get("stderr") or {}).get("cluster_by"),
+        raw=data,
+    )
+
+
+def discover(task_paths: list[tuple[str, str]], include_paths: list[str] = (), warn=None) -> dict[str, TaskSource]:
+    """Find task folders: plugin-registered paths in order, then ``--include-path``.
+
+    A later folder with the same task name overrides an earlier one, with a warning.
+    """
+    warn = warn or (lambda msg: print(f"gage-eval: warning: {msg}", file=sys.stderr))
+    found: dict[str, TaskSource] = {}
+    roots = list(task_paths) + [("--include-path", p) for p in include_paths]
+    for origin, root in roots:
+        root_path = Path(root)
+        if not root_path.is_dir():
+            if origin == "--include-path":
+                raise GageError(f"--include-path {root}: not a folder")
+            warn(f"plugin {origin!r} registered task folder {root}, which does not exist")
+            continue
+        candidates = [root_path] if (root_path / TASK_FILE).is_file() else sorted(
+            p for p in root_path.iterdir() if (p / TASK_FILE).is_file())
+        for folder in candidates:
+            name = _task_name(folder)
+            if name in found and found[name].folder.resolve() != folder.resolve():
+                warn(f"task {name!r} from {origin} ({folder}) overrides the one from "
+                     f"{found[name].origin} ({found[name].folder})")
+            found[name] = TaskSource(name, folder, origin)
+    return found
+
+
+def _task_name(folder: Path) -> str:
+    try:
+        data = read_yaml(folder / TASK_FILE)
+    except GageError:  # reported when the task is read
+        return folder.name
+    if isinstance(data, dict) and isinstance(data.get("name"), str):
+        return data["name"]
+    return folder.name
+
+
+# ---------------------------------------------------------------------------
+def parse_data_overrides(values: list[str]) -> dict[str, str]:
+    """``--data TASK=PATH`` pairs as a mapping."""
+    out = {}
+    for value in values:
+        task, sep, path = value.partition("=")
+        if not sep or not task or not path:
+            raise GageError(f"--data {value!r}: expected TASK=PATH")
+        out[task] = path
+    return out
+
+
+_SHARD = re.compile(r"^(?P<split>[A-Za-z0-9_.]+)-\d{5}-of-\d{5}\.")
+DATA_SUFFIXES = (".jsonl", ".json", ".csv", ".parquet")
+
+
+def dataset_for_path(path: str, split: str | None = None) -> dict:
+    """A dataset section that reads a local file or folder, picked by its extension.
+
+    JSON (``.jsonl``, ``.json``) is read by the strict jsonl loader, the reader ``validate`` uses;
+    csv and parquet by the hf loader.
+
+    In a folder of Hugging Face shards (``validation-00000-of-00001.parquet``) only
+    the shards of ``split`` (the task's own split) are read. Local files are
+    streamed, so memory does not grow with the file.
+    """
+    p = Path(path)
+    if not p.exists():
+        raise GageError(f"--data: {path} does not exist")
+    special = not_regular(p)
+    if special:
+        raise GageError(f"--data: {path}: {special}; give a data file or a folder of them")
+    if p.is_file() and p.suffix in (".jsonl", ".json"):  # read strictly, as validate does
+        return {"loader": "jsonl", "args": {"path": str(p.resolve())}}
+    if p.is_dir():
+        files = sorted(f for f in p.rglob("*") if f.suffix in DATA_SUFFIXES and f.is_file())
+        if not files:
+            raise GageError(f"--data: {path} holds no .jsonl, .json, .csv or .parquet file")
+        shards = [f for f in files if _SHARD.match(f.name)]
+        if shards:
+            splits = sorted({_SHARD.match(f.name)["split"] for f in shards})
+            want = split if split in splits else (splits[0] if len(splits) == 1 else None)
+            if want is None:
+                raise GageError(f"--data: {path} holds shards of splits {', '.join(splits)} but the task "
+                                f"reads split {split!r}; point at one file or folder")
+            files = [f for f in shards if _SHARD.match(f.name)["split"] == want]
+        if not shards and (all(f.suffix == ".jsonl" for f in files) or all(f.suffix == ".json" for f in files)):
+            return {"loader": "jsonl", "args": {"path": str(p.resolve())}}
+        kinds = {f.suffix for f in files}
+        if len(kinds) > 1:
+            raise GageError(f"--data: {path} mixes file types {sorted(kinds)}; point at one kind")
+        fmt = files[0].suffix.lstrip(".")
+        return {"loader": "hf", "args": {"path": "json" if fmt == "jsonl" else fmt,
+                                         "data_files": [str(f.resolve()) for f in files],
+                                         "split": "train", "streaming": True}}
+    fmt = {".json": "json", ".csv": "csv", ".parquet": "parquet"}.get(p.suffix)
+    if fmt is None:
+        raise GageError(f"--data: {path}: unsupported file type {p.suffix!r} (use .jsonl, .json, .csv or .parquet)")
+    return {"loader": "hf", "args": {"path": fmt, "data_files": [str(p.resolve())], "split": "train",
+                                     "streaming": True}}
+
+
+def with_dataset(spec: TaskSpec, dataset: Mapping[str, Any]) -> TaskSpec:
+    from dataclasses import replace
+
+    merged = dict(dataset)
+    return replace(spec, dataset=merged)
