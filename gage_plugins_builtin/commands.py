@@ -1,5 +1,5 @@
 """The builtin plugin's sub-commands ``new-task`` and ``convert``, added through gage_register_commands
-(``tasks``, ``plugins`` and ``validate`` belong to the core: gage_eval.commands)."""
+(``tasks``, ``plugins`` and ``validate`` belong to the core: gage_eval.cli.commands)."""
 from __future__ import annotations
 
 from pathlib import Path

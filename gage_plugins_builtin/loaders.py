@@ -19,7 +19,7 @@ class JsonlLoader(Loader):
     """Rows of a .jsonl file (or a .json array), or of every .jsonl file in a folder (sorted
     by name; a folder without one: its .json files).
 
-    Read strictly through :func:`gage_eval.jsonio.iter_json_rows`, the reader
+    Read strictly through :func:`gage_eval.api.jsonio.iter_json_rows`, the reader
     ``gage-eval validate`` uses. Each row's locator is ``file:line``; a row that is not a
     strict JSON object is yielded as a :class:`RowError`, so it is reported and counted.
     A file that is not UTF-8 text at all (gzip, UTF-16) raises GageError before any row.

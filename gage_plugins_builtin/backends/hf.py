@@ -2,7 +2,7 @@
 
 Log-likelihoods follow lm-evaluation-harness 0.4.13's ``hf`` model exactly where it
 matters for the numbers: pairs are split into tokens by the rule every backend shares
-(:mod:`gage_eval.loglikelihood`: trailing whitespace moves to the continuation, the whole
+(:mod:`gage_eval.api.loglikelihood`: trailing whitespace moves to the continuation, the whole
 is encoded and split at the context's token count, an empty context is the prefix token),
 and the input is truncated from the left to ``max_length + 1`` tokens. Unlike lm-eval, the
 context of a multiple-choice question is run once and every choice attends to its keys and
@@ -470,7 +470,7 @@ class TransformersBackend(Backend):
             for k, out in self._generate([requests[i] for i in gen_idx]):
                 yield gen_idx[k], out
 
-    # -- tokenization: the shared rule of gage_eval.loglikelihood ------------------------------
+    # -- tokenization: the shared rule of gage_eval.api.loglikelihood ------------------------------
 
     def _encoder(self) -> loglikelihood.Encode:
         """The shared rule's ``encode`` for this tokenizer, built once (it decodes the prefix token)."""
@@ -484,7 +484,7 @@ class TransformersBackend(Backend):
         return loglikelihood.prefix_token_id(self.tokenizer)
 
     def encode_request(self, req: Request) -> tuple[list[int], list[list[int]]]:
-        """(context tokens, each choice's tokens) by :func:`gage_eval.loglikelihood.encode_choices`; a
+        """(context tokens, each choice's tokens) by :func:`gage_eval.api.loglikelihood.encode_choices`; a
         chat request's context is its messages through the chat template (``request_context``)."""
         return loglikelihood.encode_choices(loglikelihood.request_context(req, self.tokenizer), req.continuations,
                                             self._encoder(), self.prefix_token_id())

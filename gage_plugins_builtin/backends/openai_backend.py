@@ -10,7 +10,7 @@
   (``endpoint=chat`` sends it as one user message instead, for chat-only servers).
 - loglikelihood: ``POST {base_url}/completions`` with ``echo: true, logprobs: 1,
   max_tokens: 1``. With ``tokenizer=`` (a folder or hub id) the pair is split into tokens by
-  the shared rule (:mod:`gage_eval.loglikelihood`), sent as token ids, and the echoed
+  the shared rule (:mod:`gage_eval.api.loglikelihood`), sent as token ids, and the echoed
   log-probabilities at the continuation's positions are summed, as lm-eval's
   ``local-completions``. Without it, context + continuation go as text and the sum runs
   from the token holding the first character after the stripped context (trailing
@@ -41,7 +41,7 @@ reply fails its row, unkept); ``max_consecutive_failures`` (default 5, 0 turns i
 ``breaker_seconds`` (default 10): that many failures in a row (connection errors, timeouts,
 5xx, broken replies; one prompt's own failures count once), over at least that long, stop
 the run (a request that runs out of retries sooner fails its own row). A 401, 403, 404 or model-not-found answer stops it
-at once. Stopping is :class:`~gage_eval.errors.FatalBackendError` from ``run`` and ``stream``.
+at once. Stopping is :class:`~gage_eval.api.errors.FatalBackendError` from ``run`` and ``stream``.
 
 Several endpoints (:mod:`~gage_plugins_builtin.backends.openai_endpoints`): servers of one
 model as ``base_url=http://a:8000/v1|http://b:8000/v1`` (``|`` between URLs; a list in a run
@@ -60,7 +60,7 @@ behaves as it always did.
 Credentials: the key (sent as ``Authorization: Bearer``), user-info in ``base_url``
 (``http://user:PASS@host/v1``, sent as ``Authorization: Basic``), every header value, the
 value of each query parameter of ``base_url`` whose name looks secret
-(``?api-key=K``, :func:`~gage_eval.redact.is_secret_query_name`; the query follows each
+(``?api-key=K``, :func:`~gage_eval.api.secrets.is_secret_query_name`; the query follows each
 request's path and is shown as ``?api-key=***``) and a proxy's password are the backend's ``secrets``: none is in ``settings()``, ``model_id``
 or any error message, and a value that is the redacted placeholder ``***`` (a stored run's
 settings) is refused, never sent. Requests go through aiohttp (about 0.3 ms of client CPU a

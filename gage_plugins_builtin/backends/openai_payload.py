@@ -175,7 +175,7 @@ def continuation_logprob(reply: Any, context: str, continuation: str) -> tuple[f
     """The continuation's log-probability from a ``/completions`` reply with ``echo: true``.
 
     The echoed tokens carry ``text_offset`` (character offsets into the prompt).
-    As the shared rule (:mod:`gage_eval.loglikelihood`), the context's trailing whitespace
+    As the shared rule (:mod:`gage_eval.api.loglikelihood`), the context's trailing whitespace
     belongs to the continuation: the continuation's tokens are those from the one holding
     the first character after the stripped context up to the end of the prompt; a token
     that straddles the boundary counts for the continuation. ``is_greedy`` is whether each
@@ -228,7 +228,7 @@ def token_logprob(reply: Any, n_tokens: int, scored: range) -> tuple[float, bool
     """The sum of the echoed log-probabilities at the ``scored`` positions of a token-id prompt.
 
     For ``/completions`` with ``echo: true`` and the prompt sent as ``n_tokens`` token ids
-    (split by :func:`gage_eval.loglikelihood.encode_pair`): position ``k`` of the echo is
+    (split by :func:`gage_eval.api.loglikelihood.encode_pair`): position ``k`` of the echo is
     prompt token ``k``'s log-probability given the tokens before it.
     """
     choice = first_choice(reply)

@@ -1,7 +1,7 @@
 """vLLM's offline engine: batched generation, log-likelihoods from prompt logprobs, images.
 
 Log-likelihood pairs are split into tokens by the rule every backend shares
-(:mod:`gage_eval.loglikelihood`) and scored from vLLM's prompt log-probabilities.
+(:mod:`gage_eval.api.loglikelihood`) and scored from vLLM's prompt log-probabilities.
 
 ``stream()`` hands each request's output over the step the engine finishes it: the
 requests are queued with ``LLM.enqueue`` and the engine is stepped here, as ``LLM.generate``
@@ -335,7 +335,7 @@ class VLLMBackend(Backend):
 
     def _loglikelihood_prompts(self, requests: Sequence[Request], indices: list[int], prompts: list,
                                spans: list, owner: list) -> Iterator[tuple[int, ModelOutput]]:
-        """Append each log-likelihood pair's prompt (token ids, split by :mod:`gage_eval.loglikelihood`);
+        """Append each log-likelihood pair's prompt (token ids, split by :mod:`gage_eval.api.loglikelihood`);
         yields the requests that cannot be scored."""
         encode = loglikelihood.tokenizer_encoder(self.tokenizer)
         prefix = loglikelihood.prefix_token_id(self.tokenizer)

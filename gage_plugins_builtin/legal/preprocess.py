@@ -34,7 +34,7 @@ class LegalEvalV1(Preprocessor):
     :param attachment_roots: folders, relative to the data file's folder, where attachment
         paths are looked up, in order. A row's attachment must lie inside one of them (or
         in an ``--allow-path`` folder), symlinks resolved: ``..`` and absolute paths cannot
-        leave them (gage_eval.paths). The roots are the task's choice, as its file is.
+        leave them (gage_eval.api.paths). The roots are the task's choice, as its file is.
     :param validate: check each row against the legal_eval_v1 schema (``legal/legal_eval_v1.schema.json``) first.
     """
 

@@ -5,7 +5,7 @@ Each choice is scored ``log P(choice | context) - log P(choice | unconditioned c
 row is correct when the highest score is the gold option (the first maximum wins, like acc). The
 unconditioned context is the sample's ``unconditioned_input`` (spec 000, 1.3.11), or an empty
 context when the sample has none, which is what lm-eval uses for every row. Listing this metric is
-what makes the run ask for the second set of scores: :class:`gage_eval.requests.RequestBuilder`
+what makes the run ask for the second set of scores: :class:`gage_eval.tasks.requests.RequestBuilder`
 sets ``Request.unconditioned`` only when a task's metric has ``needs_unconditioned``, and the
 engine hands the result to metrics as ``model_output.unconditioned_loglikelihoods``.
 """

@@ -3,7 +3,7 @@
 Preprocessors turn what a dataset row holds (a path relative to the data file, an
 http or data URL, a Hugging Face ``Image`` value ``{"bytes", "path"}``, or an
 already decoded PIL image) into the URL of an ``image_url`` segment, under the file
-access policy of :mod:`gage_eval.paths`. Backends turn
+access policy of :mod:`gage_eval.api.paths`. Backends turn
 those URLs back into PIL images, one request at a time, while the request is in flight.
 PIL is imported only when an image is actually decoded or encoded.
 
@@ -65,7 +65,7 @@ def to_image_url(value: Any, ctx: RowContext | Path | str | None = None, field: 
     Hugging Face ``Image`` value ``{"bytes": ..., "path": ...}`` (bytes become a data URL,
     a path alone is taken like a string), raw bytes, or a PIL image. Paths resolve against
     the data file's folder and must stay in it (or in an ``--allow-path`` folder); http(s)
-    URLs need ``--allow-urls`` (:mod:`gage_eval.paths`). ``ctx`` is the row's context (a
+    URLs need ``--allow-urls`` (:mod:`gage_eval.api.paths`). ``ctx`` is the row's context (a
     bare folder is taken as the data folder, with nothing else allowed). Raises
     ``ValueError`` naming ``field`` when the value cannot be used as an image.
     """
@@ -108,7 +108,7 @@ def segment_url(segment: Mapping[str, Any]) -> str:
 def image_bytes(url: str, base_dir: Path | str | None = None, timeout: float = 30.0) -> bytes:
     """The encoded bytes behind an image URL: a data URL, http(s), ``file://`` or a local path.
 
-    Backends call this with the URLs of checked samples (:mod:`gage_eval.rows`): local
+    Backends call this with the URLs of checked samples (:mod:`gage_eval.tasks.rows`): local
     paths are already absolute and confined, and an http(s) URL is there only when the
     user gave ``--allow-urls``. A relative path with no ``base_dir`` is refused rather than
     taken from the working directory."""

@@ -1,9 +1,9 @@
 """Preprocessors for MMMU and DocVQA rows (the Hugging Face column layouts) into Sample v1.
 
 Images become ``image_url`` segments: embedded bytes as data URLs, paths resolved from
-the data file's folder (``ctx.base_dir``) and kept inside it (gage_eval.paths), http(s)
+the data file's folder (``ctx.base_dir``) and kept inside it (gage_eval.api.paths), http(s)
 URLs kept only with ``--allow-urls``. The written samples file carries
-a short placeholder instead of each inline image (gage_eval.sample.elide_inline_media).
+a short placeholder instead of each inline image (gage_eval.api.sample.elide_inline_media).
 """
 from __future__ import annotations
 
