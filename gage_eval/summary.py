@@ -116,6 +116,11 @@ def build_summary(run_id: str, options: Any, runs: list, backends: tuple, wall: 
                           interrupted=interrupted, stopped=stopped, versions=versions,
                           created=datetime.now().astimezone().isoformat(timespec="seconds"))
     summary["run"]["reproducibility"] = reproducibility(options, runs, inputs)
+    from gage_eval.groups import run_groups
+
+    groups = run_groups(options, tasks)
+    if groups:  # --tasks named a group: its score beside its tasks' (gage_eval.groups)
+        summary["groups"] = groups
     if options.cache:  # the response cache's hits and misses, per request (gage_eval.cache)
         keys = ("hits", "misses") + (("judge_hits", "judge_misses")
                                      if any("judge_hits" in tr.cache_counts for tr in runs) else ())

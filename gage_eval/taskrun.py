@@ -309,19 +309,24 @@ def _check_capabilities(tasks: list[TaskSpec], backend: Backend, model: str, rol
 def resolve_tasks(options: RunOptions, registry: Registry) -> list[tuple[TaskSpec, str | None]]:
     """Each task's validated spec, or a placeholder and the reason its folder cannot run. Unknown
     names are a usage error; a broken task folder fails that task only."""
+    from gage_eval.groups import discover_groups, expand
+
     found = discover(registry.task_paths, options.include_paths)
-    unknown = [t for t in options.tasks if t not in found]
+    names = options.tasks
+    if any(t not in found for t in names):  # a group or tag: its tasks
+        names = expand(names, found, discover_groups(found))
+    unknown = [t for t in names if t not in found]
     if unknown:
         raise GageError(f"unknown task(s): {', '.join(unknown)}; available: {', '.join(sorted(found)) or 'none'} "
                         f"(see `gage-eval tasks`)")
-    extra = set(options.data) - set(options.tasks)
+    extra = set(options.data) - set(names)
     if extra:
         raise GageError(f"--data names task(s) not in --tasks: {', '.join(sorted(extra))}")
     specs = []
-    for name in options.tasks:
+    for name in names:
         src = found[name]
         try:
-            spec = read_task_file(src.folder, src.origin)
+            spec = read_task_file(src.folder, src.origin, src.params)
             if name in options.data:
                 split = (spec.dataset.get("args") or {}).get("split")
                 spec = with_dataset(spec, dataset_for_path(options.data[name], split))
