@@ -70,9 +70,16 @@ class RequestBuilder:
         self.chat: bool = bool(req.get("chat", False)) if forced is None else bool(forced)
         self.prompt = Template.from_file(spec.folder / req["prompt"]) if req.get("prompt") else None
         self.choice = Template(req.get("choice", "{{ option.content }}"), f"{where}.choice")
-        self.description = Template(req["description"], f"{where}.description") if req.get("description") else None
+        # the description keeps its trailing newlines, as lm-eval's templates do (Jinja drops one: give it one more)
+        self.description = Template(req["description"] + "\n", f"{where}.description") if req.get("description") \
+            else None
         self.params = dict(spec.params)  # a variant's parameters (task.yaml variants)
         self.delimiter: str = req.get("target_delimiter", " ")
+        # each choice is a context and the prompt the one continuation after it (lm-eval's multiple input)
+        self.contexts: bool = bool(req.get("choices_are_contexts", False))
+        if self.contexts and (self.kind != LOGLIKELIHOOD or self.chat):
+            raise GageError(f"{where}.choices_are_contexts: only a plain (not chat) loglikelihood request "
+                            f"can put its choices in the context")
         self.gen: dict = normalized_gen(req.get("generation"))
         # only a task with a metric that reads unconditioned scores (acc_mutual_info) pays for them
         self.unconditioned = any(getattr(m, "needs_unconditioned", False) for m in metrics)
@@ -156,6 +163,9 @@ class RequestBuilder:
                 return (Request(kind=LOGLIKELIHOOD, sample_id=sid, messages=tuple(chat), continuations=conts,
                                 chat=True, modalities=_modalities(chat), unconditioned=unconditioned),
                         {"prompt": last_user_text(chat), "choices": choices, "continuations": list(conts)})
+            if self.contexts:
+                return self._multiple_input(sid, choices, rendered if rendered is not None else messages_text(messages),
+                                            shots, messages)
             context = self._plain(rendered if rendered is not None else messages_text(messages), shots, variables)
             delimiter = self.delimiter
             conts = tuple([delimiter + c for c in choices])
@@ -175,6 +185,19 @@ class RequestBuilder:
 
     # -- pieces ------------------------------------------------------------------------------
 
+    def _multiple_input(self, sid: str, choices: list[str], rendered: str, shots: list[tuple[str, str, list]],
+                        messages: list[dict]) -> tuple[Request, dict]:
+        """Each choice after the few-shot examples is a context; the rendered prompt after the
+        target delimiter is the continuation scored after each (``request.choices_are_contexts``).
+        The kept ``prompt`` is that rendered text, ``contexts`` the contexts."""
+        contexts = tuple(self._plain(c, shots) for c in choices)
+        cont = self.delimiter + rendered
+        conts = (cont,) * len(contexts)
+        return (Request(kind=LOGLIKELIHOOD, sample_id=sid, contexts=contexts, continuations=conts,
+                        modalities=_modalities(messages)),
+                {"prompt": rendered, "contexts": list(contexts),
+                 "choices": choices, "continuations": list(conts)})
+
     def _generation(self, sample: Mapping[str, Any]) -> dict:
         gen = dict(self.gen)
         for key in ("generation_params", "sampling_params"):
@@ -190,6 +213,8 @@ class RequestBuilder:
         messages = [m for m in shot.get("messages") or [] if m.get("role") != "system"]
         variables = self.variables(shot, messages)
         question = self.prompt.render(**variables) if self.prompt else messages_text(messages)
+        if self.kind == LOGLIKELIHOOD and self.contexts:  # the gold context, then the shared continuation
+            return self.choices(shot, variables)[_gold_index(shot)], question, []
         if self.kind == LOGLIKELIHOOD:
             answer = self.choices(shot, variables)[_gold_index(shot)]
         else:

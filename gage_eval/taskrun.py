@@ -119,6 +119,7 @@ class TaskRun:
             metric = registry.build("metrics", entry["name"], where, f"metrics.{i}", **args)
             self.metrics.append((entry.get("as", entry["name"]),
                                  metric if policy == "error" else MissingFieldPolicy(metric, policy)))
+        self.aggregate.corpus = {name: m.aggregate for name, m in self.metrics if getattr(m, "corpus", False)}
         self.primary = spec.primary_metric or self.metrics[0][0]
         if spec.judge:
             self.judge = registry.build("judges", spec.judge["name"], where, "judge",
@@ -243,11 +244,14 @@ class TaskRun:
             if value:
                 self.extra_counts[key] = self.extra_counts.get(key, 0) + 1
         values = {name: metric_value(v) for name, v in (result.get("metrics") or {}).items()}
-        if all(v is None for v in values.values()):
+        corpus = self.aggregate.corpus
+        items = {name: v["item"] for name, v in (result.get("metrics") or {}).items()
+                 if name in corpus and isinstance(v, Mapping) and "item" in v} if corpus else None
+        if all(v is None for v in values.values()) and not items:
             self.counts["skipped"] += 1
             return
         self.counts["scored"] += 1
-        self.aggregate.add(values, record.get("data_tag"), record)
+        self.aggregate.add(values, record.get("data_tag"), record, items)
 
     def status(self, max_error_rate: float = 0.0) -> tuple[str, str | None]:
         """``ok``, ``errors`` (rows errored, more than ``max_error_rate`` of them) or ``failed``
