@@ -31,7 +31,9 @@ What is here, by what a plugin does with it:
   (:func:`data_path`, :func:`checked_url`, :func:`base_folder`, :func:`context_for`),
   schema validation (:func:`validation_errors`, :func:`validation_warnings`,
   :func:`sample_v1_required_errors`; a plugin adds schemas with ``gage_register_schemas``),
-  :func:`field_message` for a row error's wording, and :class:`SampleIdentity` (rows that
+  :func:`field_message` for a row error's wording, :func:`data_packages` (the installed data
+  packages registered with ``gage_register_data_packages``: offline copies of hub datasets),
+  and :class:`SampleIdentity` (rows that
   already are Sample v1, as the builtin ``identity`` preprocessor reads them).
 - errors: :class:`GageError` (a one-line error the CLI prints without a traceback),
   :class:`InputError`, :class:`OutputError`, :class:`FatalBackendError` (no further request
@@ -59,6 +61,7 @@ from gage_eval.loader import Loader, Preprocessor
 from gage_eval.loglikelihood import (Encode, TokenPair, encode_choices, encode_pair, prefix_token_id,
                                      request_context, tokenizer_encoder)
 from gage_eval.metric import Metric, MetricContext, metric_value
+from gage_eval.plugins import data_packages
 from gage_eval.paths import REMOTE_SCHEMES, base_folder, checked_url, context_for, data_path
 from gage_eval.redact import (REDACTED, is_secret_key, is_secret_query_name, mask, masked_url, query_secrets, redact,
                              scrub, secret_forms, strip_credentials, url_credentials)
@@ -87,7 +90,7 @@ __all__ = [
     "Loader", "Preprocessor", "RowContext", "SCHEMA_VERSION", "MEDIA_SEGMENTS", "LETTERS", "text_segment", "user_message",
     "content_text", "messages_text", "text_chat", "last_user_text", "reference_text", "reference_texts",
     "label_text", "normalize_references", "from_legacy",
-    "iter_json_rows", "check_data_file", "json_type",
+    "iter_json_rows", "check_data_file", "json_type", "data_packages",
     "REMOTE_SCHEMES", "base_folder", "data_path", "checked_url", "context_for",
     "validation_errors", "validation_warnings", "sample_v1_required_errors", "field_message", "SampleIdentity",
     # errors

@@ -149,6 +149,21 @@ class TaskRun:
         extra = [self.spec.folder / shots] if isinstance(shots, str) else []
         return self.dataset_files() + [p for p in extra if p.is_file()]
 
+    def data_source(self) -> dict | None:
+        """Where the rows come from (summary.json): ``--data``'s path, else what the loader says
+        (``Loader.source``: the hub, an installed data package, a saved folder), else None."""
+        if self.name in self.options.data:
+            return {"from": "--data", "path": str(self.options.data[self.name])}
+        source = getattr(getattr(self, "loader", None), "source", None)
+        return dict(source) if isinstance(source, Mapping) else None
+
+    def data_note(self) -> str | None:
+        """:meth:`data_source` in words, for the console (None: nothing to say)."""
+        if self.name in self.options.data:
+            return f"rows from --data {self.options.data[self.name]}"
+        note = getattr(getattr(self, "loader", None), "source_note", None)
+        return note if isinstance(note, str) and note else None
+
     def available(self) -> int | None:
         """The dataset's row count when the loader knows it cheaply (``total()``), else None."""
         total = getattr(self.loader, "total", None)
@@ -282,7 +297,8 @@ class TaskRun:
             "task": self.name,
             "status": status,
             "failure": reason,
-            "source": {"folder": str(self.spec.folder), "origin": self.spec.origin},
+            "source": {"folder": str(self.spec.folder), "origin": self.spec.origin,
+                       **({"dataset": self.data_source()} if self.data_source() else {})},
             "primary_metric": self.primary,
             "metrics": agg["metrics"],
             "slices": agg["slices"],

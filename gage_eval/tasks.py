@@ -534,6 +534,9 @@ def dataset_for_path(path: str, split: str | None = None) -> dict:
         raise GageError(f"--data: {path}: {special}; give a data file or a folder of them")
     if p.is_file() and p.suffix in (".jsonl", ".json"):  # read strictly, as validate does
         return {"loader": "jsonl", "args": {"path": str(p.resolve())}}
+    if p.is_dir() and _saved_dataset(p):
+        # a Hugging Face save_to_disk folder (or a folder of them, one per split): the hf loader reads it
+        return {"loader": "hf", "args": {"path": str(p.resolve()), "split": split or "train"}}
     if p.is_dir():
         files = sorted(f for f in p.rglob("*") if f.suffix in DATA_SUFFIXES and f.is_file())
         if not files:
@@ -560,6 +563,11 @@ def dataset_for_path(path: str, split: str | None = None) -> dict:
         raise GageError(f"--data: {path}: unsupported file type {p.suffix!r} (use .jsonl, .json, .csv or .parquet)")
     return {"loader": "hf", "args": {"path": fmt, "data_files": [str(p.resolve())], "split": "train",
                                      "streaming": True}}
+
+
+def _saved_dataset(p: Path) -> bool:
+    """A ``save_to_disk`` folder: state.json beside arrow files, here or in its sub-folders."""
+    return any((d / "state.json").is_file() and any(d.glob("*.arrow")) for d in (p, *p.iterdir()) if d.is_dir())
 
 
 def with_dataset(spec: TaskSpec, dataset: Mapping[str, Any]) -> TaskSpec:

