@@ -50,6 +50,9 @@ PREPROCESSORS = {
     "legal_eval_v1": P + "legal.preprocess:LegalEvalV1",
     # -- the seed system's Sample envelope (gage-eval convert) --
     "seed_sample": P + "convert.seed_sample:SeedSample",
+    # -- the standard suite's QA sets (arc, openbookqa, commonsense_qa, sciq, siqa, boolq) --
+    "labeled_choices": P + "suite_qa:LabeledChoices",
+    "choice_columns": P + "suite_qa:ChoiceColumns",
     # -- the standard suite's reshaped rows (hellaswag, winogrande, copa; cb, rte, sst2, mrpc) --
     "hellaswag": P + "suite_choice:HellaSwag",
     "winogrande": P + "suite_choice:Winogrande",
