@@ -50,6 +50,7 @@ class Registry:
     writers: dict[str, Registered] = field(default_factory=dict)
     schemas: dict[str, RegisteredSchema] = field(default_factory=dict)
     task_paths: list[tuple[str, str]] = field(default_factory=list)
+    data_packages: dict[str, Registered] = field(default_factory=dict)  # name -> root (a folder or a function)
 
     def get(self, kind: str, name: str) -> Registered:
         table: dict[str, Registered] = getattr(self, kind)
@@ -151,6 +152,17 @@ def collect_registry(pm: pluggy.PluginManager) -> Registry:
     for impl in pm.hook.gage_register_task_paths.get_hookimpls():
         plugin = pm.get_name(impl.plugin) or repr(impl.plugin)
         impl.function(register=lambda path, _p=plugin: registry.task_paths.append((_p, str(path))))
+    for impl in pm.hook.gage_register_data_packages.get_hookimpls():
+        plugin = pm.get_name(impl.plugin) or repr(impl.plugin)
+
+        def register_package(name: str, root: Any, _plugin: str = plugin) -> None:
+            if name in registry.data_packages:
+                raise GageError(f"data package {name!r} is registered by both plugin "
+                                f"{registry.data_packages[name].plugin!r} and plugin {_plugin!r}; disable one "
+                                f"with GAGE_EVAL_DISABLE_PLUGINS={_plugin}")
+            registry.data_packages[name] = Registered(name, root, _plugin)
+
+        impl.function(register=register_package)
     return registry
 
 
@@ -217,5 +229,21 @@ def plugin_versions() -> dict[str, str]:
     return _plugin_versions()
 
 
-# the API's schema lookup reads the registry through this (the API imports nothing above it)
+def installed_data_packages() -> list[tuple[str, str]]:
+    """The registered data packages that are installed, as ``(name, folder)`` in registration order
+    (builtins first); a root function that fails or returns None counts as not installed."""
+    _, registry = load_plugins()
+    out = []
+    for reg in registry.data_packages.values():
+        try:
+            root = reg.factory() if callable(reg.factory) else reg.factory
+        except Exception:  # a plugin's lookup must not break a run; the package is just not found
+            continue
+        if root is not None and os.path.isdir(root):
+            out.append((reg.name, str(root)))
+    return out
+
+
+# the API's schema and data-package lookups read the registry through these (the API imports nothing above it)
 schemas.use_plugin_schemas(lambda: load_plugins()[1].schemas)
+schemas.use_data_packages(installed_data_packages)

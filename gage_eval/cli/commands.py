@@ -22,7 +22,7 @@ def tasks_command(include_path, as_json):
     rows = []
     for name, src in sorted(found.items()):
         try:
-            spec = read_task_file(src.folder, src.origin)
+            spec = read_task_file(src.folder, src.origin, src.params)
             rows.append({"name": name, "origin": src.origin, "kind": spec.kind, "folder": str(src.folder),
                          "description": spec.description.strip().splitlines()[0] if spec.description else ""})
         except GageError as exc:

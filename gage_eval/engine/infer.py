@@ -59,14 +59,21 @@ class Inference:
         for it, _ in owners:
             waiting[id(it)] = waiting.get(id(it), 0) + 1
 
+        parts: dict[int, list] = {}  # a row whose request has per-choice contexts: its parts' outputs
+
         def arrived(j: int, out: ModelOutput) -> None:
             it, aux = owners[j]
             out, scrubbed = scrub_output(out, self.secrets)
             it.scrubbed += scrubbed
-            if aux:
+            if aux is True:
                 it.aux_output = out
-            else:
+            elif aux is False:
                 it.output = out
+            else:  # part ``aux`` of a request with per-choice contexts
+                got_parts = parts.setdefault(id(it), [None] * len(it.request.contexts))
+                got_parts[aux] = out
+                if all(p is not None for p in got_parts):
+                    it.output = merged_parts(got_parts)
             waiting[id(it)] -= 1
             if not waiting[id(it)]:
                 self._finish(it)
@@ -171,11 +178,19 @@ class Inference:
                         "locator": it.locator}
 
 
-def _requests(live: list[Item]) -> tuple[list[Request], list[tuple[Item, bool]]]:
+def _requests(live: list[Item]) -> tuple[list[Request], list[tuple[Item, bool | int]]]:
     """The window's requests; ``owners[j]`` is request j's row and whether it is that row's
-    unconditioned request (acc_mutual_info's second pass)."""
-    requests, owners = [], []
+    unconditioned request (acc_mutual_info's second pass), or, for a request with per-choice
+    ``contexts``, which of its one-pair requests it is (an int)."""
+    requests: list[Request] = []
+    owners: list[tuple[Item, bool | int]] = []
     for it in live:
+        if it.request.kind == LOGLIKELIHOOD and it.request.contexts:
+            for i, (context, cont) in enumerate(zip(it.request.contexts, it.request.continuations)):
+                requests.append(Request(kind=LOGLIKELIHOOD, sample_id=it.request.sample_id, prompt=context,
+                                        continuations=(cont,), modalities=it.request.modalities))
+                owners.append((it, i))
+            continue
         requests.append(it.request)
         owners.append((it, False))
         if it.request.kind == LOGLIKELIHOOD and it.request.unconditioned is not None:
@@ -183,3 +198,16 @@ def _requests(live: list[Item]) -> tuple[list[Request], list[tuple[Item, bool]]]
                                     prompt=it.request.unconditioned, continuations=it.request.continuations))
             owners.append((it, True))
     return requests, owners
+
+
+def merged_parts(outputs: list[ModelOutput]) -> ModelOutput:
+    """One output for a request with per-choice contexts, from its one-pair outputs in order: the
+    first error, else each part's log-likelihood (and greedy flag) in the choices' order."""
+    for out in outputs:
+        if out.error:
+            return out
+    greedy = [out.is_greedy[0] for out in outputs if out.is_greedy]
+    tokens = [out.input_tokens for out in outputs if out.input_tokens is not None]
+    return ModelOutput(loglikelihoods=[out.loglikelihoods[0] for out in outputs],
+                       is_greedy=greedy if len(greedy) == len(outputs) else None,
+                       input_tokens=sum(tokens) if tokens else None)

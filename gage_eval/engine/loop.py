@@ -93,6 +93,9 @@ class Engine:
         write_json_atomic(self.run_dir / "config.json", redact(asdict(opts), self.secrets))
         events = EventLog(self.run_dir / "events.jsonl", self.run_id)
         events.emit("run_resume" if self.resume else "run_start", tasks=opts.tasks, model=opts.model)
+        for tr in ready:
+            if tr.data_note():  # said once: where each task's rows come from
+                status(f"task {tr.name}: {self._clean(tr.data_note())}", quiet=opts.quiet)
         for tr in runs:
             if tr.failure:
                 events.emit("task_failed", task=tr.name, message=self._clean(tr.failure))

@@ -103,7 +103,7 @@ def model_output(it: Any, strip_reasoning: bool = False) -> dict:
     return out
 
 
-_ENTRY_KEYS = ("prompt", "formatted_prompt", "raw_text", "choices", "continuations", "loglikelihoods",
+_ENTRY_KEYS = ("prompt", "formatted_prompt", "raw_text", "choices", "contexts", "continuations", "loglikelihoods",
                "unconditioned_loglikelihoods", "is_greedy",
                "finish_reason", "latency_ms", "time_to_first_token_ms", "raw")
 

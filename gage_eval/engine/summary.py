@@ -116,6 +116,11 @@ def build_summary(run_id: str, options: Any, runs: list, backends: tuple, wall: 
                           interrupted=interrupted, stopped=stopped, versions=versions,
                           created=datetime.now().astimezone().isoformat(timespec="seconds"))
     summary["run"]["reproducibility"] = reproducibility(options, runs, inputs)
+    from gage_eval.tasks.groups import run_groups
+
+    groups = run_groups(options, tasks)
+    if groups:  # --tasks named a group: its score beside its tasks' (gage_eval.tasks.groups)
+        summary["groups"] = groups
     if options.cache:  # the response cache's hits and misses, per request (gage_eval.engine.cache)
         keys = ("hits", "misses") + (("judge_hits", "judge_misses")
                                      if any("judge_hits" in tr.cache_counts for tr in runs) else ())
@@ -128,6 +133,14 @@ def _fmt(x: Any) -> str:
     return "-" if x is None else (f"{x:.4f}" if isinstance(x, float) else str(x))
 
 
+def _print_table(rows: list[tuple[str, ...]]) -> None:
+    import click
+
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    for r in rows:
+        click.echo("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
+
+
 def print_results(summary: dict, run_dir: Path) -> None:
     """The results table and the counts a finished run (or rescore) prints."""
     import click
@@ -138,9 +151,14 @@ def print_results(summary: dict, run_dir: Path) -> None:
     for name, task in summary["tasks"].items():
         for metric, entry in task["metrics"].items():
             rows.append((name, metric, _fmt(entry["value"]), _fmt(entry["stderr"]), str(entry["n"])))
-    widths = [max(len(r[i]) for r in rows) for i in range(5)]
-    for r in rows:
-        click.echo("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
+    _print_table(rows)
+    if summary.get("groups"):  # lm-eval's "Groups" table: each group over all the tasks under it
+        rows = [("group", "metric", "value", "stderr", "n")]
+        for name, group in summary["groups"].items():
+            label = "  " * group.get("depth", 0) + ("- " if group.get("depth") else "") + group.get("alias", name)
+            for metric, entry in group["metrics"].items():
+                rows.append((label, metric, _fmt(entry["value"]), _fmt(entry["stderr"]), str(entry["n"])))
+        _print_table(rows)
     for name, task in summary["tasks"].items():
         c = task["counts"]
         line = (f"{name}: {c['total']} rows, {c['scored']} scored, {c['errored']} errored"

@@ -120,6 +120,7 @@ class TaskRun:
             metric = registry.build("metrics", entry["name"], where, f"metrics.{i}", **args)
             self.metrics.append((entry.get("as", entry["name"]),
                                  metric if policy == "error" else MissingFieldPolicy(metric, policy)))
+        self.aggregate.corpus = {name: m.aggregate for name, m in self.metrics if getattr(m, "corpus", False)}
         self.primary = spec.primary_metric or self.metrics[0][0]
         if spec.judge:
             self.judge = registry.build("judges", spec.judge["name"], where, "judge",
@@ -148,6 +149,21 @@ class TaskRun:
         shots = (self.spec.raw.get("fewshot") or {}).get("path") if isinstance(self.spec.raw, Mapping) else None
         extra = [self.spec.folder / shots] if isinstance(shots, str) else []
         return self.dataset_files() + [p for p in extra if p.is_file()]
+
+    def data_source(self) -> dict | None:
+        """Where the rows come from (summary.json): ``--data``'s path, else what the loader says
+        (``Loader.source``: the hub, an installed data package, a saved folder), else None."""
+        if self.name in self.options.data:
+            return {"from": "--data", "path": str(self.options.data[self.name])}
+        source = getattr(getattr(self, "loader", None), "source", None)
+        return dict(source) if isinstance(source, Mapping) else None
+
+    def data_note(self) -> str | None:
+        """:meth:`data_source` in words, for the console (None: nothing to say)."""
+        if self.name in self.options.data:
+            return f"rows from --data {self.options.data[self.name]}"
+        note = getattr(getattr(self, "loader", None), "source_note", None)
+        return note if isinstance(note, str) and note else None
 
     def available(self) -> int | None:
         """The dataset's row count when the loader knows it cheaply (``total()``), else None."""
@@ -244,11 +260,14 @@ class TaskRun:
             if value:
                 self.extra_counts[key] = self.extra_counts.get(key, 0) + 1
         values = {name: metric_value(v) for name, v in (result.get("metrics") or {}).items()}
-        if all(v is None for v in values.values()):
+        corpus = self.aggregate.corpus
+        items = {name: v["item"] for name, v in (result.get("metrics") or {}).items()
+                 if name in corpus and isinstance(v, Mapping) and "item" in v} if corpus else None
+        if all(v is None for v in values.values()) and not items:
             self.counts["skipped"] += 1
             return
         self.counts["scored"] += 1
-        self.aggregate.add(values, record.get("data_tag"), record)
+        self.aggregate.add(values, record.get("data_tag"), record, items)
 
     def status(self, max_error_rate: float = 0.0) -> tuple[str, str | None]:
         """``ok``, ``errors`` (rows errored, more than ``max_error_rate`` of them) or ``failed``
@@ -279,7 +298,8 @@ class TaskRun:
             "task": self.name,
             "status": status,
             "failure": reason,
-            "source": {"folder": str(self.spec.folder), "origin": self.spec.origin},
+            "source": {"folder": str(self.spec.folder), "origin": self.spec.origin,
+                       **({"dataset": self.data_source()} if self.data_source() else {})},
             "primary_metric": self.primary,
             "metrics": agg["metrics"],
             "slices": agg["slices"],
@@ -310,19 +330,24 @@ def _check_capabilities(tasks: list[TaskSpec], backend: Backend, model: str, rol
 def resolve_tasks(options: RunOptions, registry: Registry) -> list[tuple[TaskSpec, str | None]]:
     """Each task's validated spec, or a placeholder and the reason its folder cannot run. Unknown
     names are a usage error; a broken task folder fails that task only."""
+    from gage_eval.tasks.groups import discover_groups, expand
+
     found = discover(registry.task_paths, options.include_paths)
-    unknown = [t for t in options.tasks if t not in found]
+    names = options.tasks
+    if any(t not in found for t in names):  # a group or tag: its tasks
+        names = expand(names, found, discover_groups(found))
+    unknown = [t for t in names if t not in found]
     if unknown:
         raise GageError(f"unknown task(s): {', '.join(unknown)}; available: {', '.join(sorted(found)) or 'none'} "
                         f"(see `gage-eval tasks`)")
-    extra = set(options.data) - set(options.tasks)
+    extra = set(options.data) - set(names)
     if extra:
         raise GageError(f"--data names task(s) not in --tasks: {', '.join(sorted(extra))}")
     specs = []
-    for name in options.tasks:
+    for name in names:
         src = found[name]
         try:
-            spec = read_task_file(src.folder, src.origin)
+            spec = read_task_file(src.folder, src.origin, src.params)
             if name in options.data:
                 split = (spec.dataset.get("args") or {}).get("split")
                 spec = with_dataset(spec, dataset_for_path(options.data[name], split))

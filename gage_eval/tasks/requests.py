@@ -71,7 +71,16 @@ class RequestBuilder:
         self.chat: bool = bool(req.get("chat", False)) if forced is None else bool(forced)
         self.prompt = Template.from_file(spec.folder / req["prompt"]) if req.get("prompt") else None
         self.choice = Template(req.get("choice", "{{ option.content }}"), f"{where}.choice")
+        # the description keeps its trailing newlines, as lm-eval's templates do (Jinja drops one: give it one more)
+        self.description = Template(req["description"] + "\n", f"{where}.description") if req.get("description") \
+            else None
+        self.params = dict(spec.params)  # a variant's parameters (task.yaml variants)
         self.delimiter: str = req.get("target_delimiter", " ")
+        # each choice is a context and the prompt the one continuation after it (lm-eval's multiple input)
+        self.contexts: bool = bool(req.get("choices_are_contexts", False))
+        if self.contexts and (self.kind != LOGLIKELIHOOD or self.chat):
+            raise GageError(f"{where}.choices_are_contexts: only a plain (not chat) loglikelihood request "
+                            f"can put its choices in the context")
         self.gen: dict = normalized_gen(req.get("generation"))
         # only a task with a metric that reads unconditioned scores (acc_mutual_info) pays for them
         self.unconditioned = any(getattr(m, "needs_unconditioned", False) for m in metrics)
@@ -117,6 +126,7 @@ class RequestBuilder:
             "options": sample.get("options") or [],
             "metadata": sample.get("metadata") or {},
             "letters": LETTERS,
+            "params": self.params,
         }
 
     def choices(self, sample: Mapping[str, Any], variables: dict) -> list[str]:
@@ -149,12 +159,15 @@ class RequestBuilder:
             choices = self.choices(sample, variables)
             unconditioned = unconditioned_context(sample) if self.unconditioned else None
             if self.chat:
-                chat = self._chat_messages(messages, rendered, shots)
+                chat = self._chat_messages(messages, rendered, shots, variables)
                 conts = tuple(choices)
                 return (Request(kind=LOGLIKELIHOOD, sample_id=sid, messages=tuple(chat), continuations=conts,
                                 chat=True, modalities=_modalities(chat), unconditioned=unconditioned),
                         {"prompt": last_user_text(chat), "choices": choices, "continuations": list(conts)})
-            context = self._plain(rendered if rendered is not None else messages_text(messages), shots)
+            if self.contexts:
+                return self._multiple_input(sid, choices, rendered if rendered is not None else messages_text(messages),
+                                            shots, messages)
+            context = self._plain(rendered if rendered is not None else messages_text(messages), shots, variables)
             delimiter = self.delimiter
             conts = tuple([delimiter + c for c in choices])
             return (Request(kind=LOGLIKELIHOOD, sample_id=sid, prompt=context, continuations=conts,
@@ -162,16 +175,29 @@ class RequestBuilder:
                     {"prompt": context, "choices": choices, "continuations": list(conts)})
         gen = self._generation(sample)
         if self.chat:
-            chat = self._chat_messages(messages, rendered, shots)
+            chat = self._chat_messages(messages, rendered, shots, variables)
             return (Request(kind=GENERATE, sample_id=sid, messages=tuple(chat), chat=True, gen=gen,
                             modalities=_modalities(chat)),
                     {"prompt": last_user_text(chat)})
-        prompt = self._plain(rendered if rendered is not None else messages_text(messages), shots)
+        prompt = self._plain(rendered if rendered is not None else messages_text(messages), shots, variables)
         return (Request(kind=GENERATE, sample_id=sid, prompt=prompt, messages=tuple(messages), gen=gen,
                         modalities=_modalities(messages)),
                 {"prompt": prompt})
 
     # -- pieces ------------------------------------------------------------------------------
+
+    def _multiple_input(self, sid: str, choices: list[str], rendered: str, shots: list[tuple[str, str, list]],
+                        messages: list[dict]) -> tuple[Request, dict]:
+        """Each choice after the few-shot examples is a context; the rendered prompt after the
+        target delimiter is the continuation scored after each (``request.choices_are_contexts``).
+        The kept ``prompt`` is that rendered text, ``contexts`` the contexts."""
+        contexts = tuple(self._plain(c, shots) for c in choices)
+        cont = self.delimiter + rendered
+        conts = (cont,) * len(contexts)
+        return (Request(kind=LOGLIKELIHOOD, sample_id=sid, contexts=contexts, continuations=conts,
+                        modalities=_modalities(messages)),
+                {"prompt": rendered, "contexts": list(contexts),
+                 "choices": choices, "continuations": list(conts)})
 
     def _generation(self, sample: Mapping[str, Any]) -> dict:
         gen = dict(self.gen)
@@ -188,6 +214,8 @@ class RequestBuilder:
         messages = [m for m in shot.get("messages") or [] if m.get("role") != "system"]
         variables = self.variables(shot, messages)
         question = self.prompt.render(**variables) if self.prompt else messages_text(messages)
+        if self.kind == LOGLIKELIHOOD and self.contexts:  # the gold context, then the shared continuation
+            return self.choices(shot, variables)[_gold_index(shot)], question, []
         if self.kind == LOGLIKELIHOOD:
             answer = self.choices(shot, variables)[_gold_index(shot)]
         else:
@@ -200,13 +228,22 @@ class RequestBuilder:
         # an example without an answer adds its prompt alone, as lm-eval does
         return "".join(q + (self.delimiter + a + self.fewshot_delimiter if a != "" else "") for q, a, _ in shots)
 
-    def _plain(self, question: str, shots: list[tuple[str, str, list]]) -> str:
-        if not shots and not self.system_prompt:
+    def _head(self, variables: dict) -> str:
+        """--system-prompt and the task's description, joined as lm-eval joins them."""
+        head = self.system_prompt or ""
+        if self.description is not None:
+            text = self.description.render_dict(variables)
+            head = _join(head, text, self.fewshot_delimiter) if head and text else head or text
+        return head
+
+    def _plain(self, question: str, shots: list[tuple[str, str, list]], variables: dict | None = None) -> str:
+        head = self._head(variables or {"params": self.params}) if self.description is not None else self.system_prompt
+        if not shots and not head:
             return "" + question  # (a str subclass still comes out a str)
-        return (self.system_prompt or "") + self._shots_text(shots) + question
+        return (head or "") + self._shots_text(shots) + question
 
     def _chat_messages(self, messages: list[dict], rendered: str | None,
-                       shots: list[tuple[str, str, list]]) -> list[dict]:
+                       shots: list[tuple[str, str, list]], variables: dict) -> list[dict]:
         system = [m for m in messages if m.get("role") == "system"]
         rest = [m for m in messages if m.get("role") != "system"]
         if rendered is not None:
@@ -219,9 +256,10 @@ class RequestBuilder:
             rest = turns + rest
         elif shots:
             rest = _prefix_first_user(rest, self._shots_text(shots), [s for _, _, m in shots for s in m])
-        if self.system_prompt:
+        head = self._head(variables)
+        if head:
             own = messages_text(system)
-            text = self.system_prompt if not own else _join(self.system_prompt, own, self.fewshot_delimiter)
+            text = head if not own else _join(head, own, self.fewshot_delimiter)
             system = [{"role": "system", "content": [text_segment(text)]}]
         return system + rest
 

@@ -12,6 +12,7 @@ from gage_eval.api.jsonio import json_type, not_regular, read_yaml
 from gage_eval.api.schemas import validation_errors
 
 TASK_FILE = "task.yaml"
+TASK_NAME = re.compile(r"^[A-Za-z0-9_.\-/]+$")
 
 
 @dataclass(frozen=True)
@@ -19,6 +20,8 @@ class TaskSource:
     name: str
     folder: Path
     origin: str  # plugin name, or "--include-path"
+    params: Mapping[str, str] | None = None  # one entry of the task file's variants
+    tags: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -37,6 +40,7 @@ class TaskSpec:
     requires: tuple[str, ...] = ()
     primary_metric: str | None = None
     cluster_by: str | None = None  # stderr.cluster_by: a sample field whose values cluster the rows
+    params: Mapping[str, str] = field(default_factory=dict)  # the variant's parameters (templates: params)
     raw: dict = field(default_factory=dict, repr=False)
 
     @property
@@ -102,9 +106,8 @@ def metric_entries(path: Any, entries: list) -> list:
     return out
 
 
-def read_task_file(folder: Path, origin: str = "") -> TaskSpec:
-    """The task folder's task.yaml, read strictly (:func:`gage_eval.api.jsonio.read_yaml`) and
-    checked against the task schema; every problem a GageError naming the file and key."""
+def read_task_data(folder: Path) -> dict:
+    """The task folder's task.yaml as a mapping, read strictly and checked against the task schema."""
     path = folder / TASK_FILE
     data = read_yaml(path)
     if data is None:
@@ -115,6 +118,45 @@ def read_task_file(folder: Path, origin: str = "") -> TaskSpec:
     if problems:
         lines = "\n".join(f"  {path}: key '{where or '<top>'}': {msg}" for where, msg in problems)
         raise GageError(f"invalid task file {path}:\n{lines}")
+    return data
+
+
+_PLACEHOLDER = re.compile(r"(?<!\{)\{([A-Za-z_][A-Za-z0-9_]*)\}(?!\})")
+VARIANT_KEYS = ("name", "tags", "dataset", "fewshot")  # where {param} is replaced
+
+
+def with_params(value: Any, params: Mapping[str, str]) -> Any:
+    """``value`` with each ``{param}`` of a string in it replaced by the variant's value (``{{ x }}``,
+    Jinja's, and names that are no parameter are left alone)."""
+    if isinstance(value, str):
+        return _PLACEHOLDER.sub(lambda m: str(params[m[1]]) if m[1] in params else m[0], value)
+    if isinstance(value, list):
+        return [with_params(v, params) for v in value]
+    if isinstance(value, dict):
+        return {k: with_params(v, params) for k, v in value.items()}
+    return value
+
+
+def variant_data(data: dict, params: Mapping[str, str] | None) -> dict:
+    """A task file's settings for one of its ``variants`` (the file as it is without one)."""
+    if not params:
+        return data
+    out = {k: v for k, v in data.items() if k not in ("variants", "groups")}
+    out.update({k: with_params(data[k], params) for k in VARIANT_KEYS if k in data})
+    return out
+
+
+def read_task_file(folder: Path, origin: str = "", params: Mapping[str, str] | None = None) -> TaskSpec:
+    """The task folder's task.yaml, read strictly (:func:`gage_eval.api.jsonio.read_yaml`) and
+    checked against the task schema; every problem a GageError naming the file and key.
+    ``params``: one entry of the file's ``variants``, put in for its ``{placeholders}``."""
+    path = folder / TASK_FILE
+    data = read_task_data(folder)
+    if data.get("variants") and not params:
+        raise GageError(f"{path}: the file is a template of the tasks its 'variants' name; run one of those")
+    data = variant_data(data, params)
+    if not TASK_NAME.match(str(data.get("name", folder.name))):
+        raise GageError(f"{path}: key 'name': {data.get('name')!r} is no task name (letters, digits, _ . - /)")
     request = dict(data["request"])
     for key in ("prompt",):
         if key in request and not (folder / request[key]).is_file():
@@ -132,6 +174,7 @@ def read_task_file(folder: Path, origin: str = "") -> TaskSpec:
         requires=tuple(data.get("requires", ())),
         primary_metric=data.get("primary_metric"),
         cluster_by=(data.get("stderr") or {}).get("cluster_by"),
+        params=dict(params or {}),
         raw=data,
     )
 
@@ -154,22 +197,43 @@ def discover(task_paths: list[tuple[str, str]], include_paths: list[str] = (), w
         candidates = [root_path] if (root_path / TASK_FILE).is_file() else sorted(
             p for p in root_path.iterdir() if (p / TASK_FILE).is_file())
         for folder in candidates:
-            name = _task_name(folder)
-            if name in found and found[name].folder.resolve() != folder.resolve():
-                warn(f"task {name!r} from {origin} ({folder}) overrides the one from "
-                     f"{found[name].origin} ({found[name].folder})")
-            found[name] = TaskSource(name, folder, origin)
+            for source in _task_sources(folder, origin):
+                name = source.name
+                if name in found and found[name].folder.resolve() != folder.resolve():
+                    warn(f"task {name!r} from {origin} ({folder}) overrides the one from "
+                         f"{found[name].origin} ({found[name].folder})")
+                found[name] = source
     return found
 
 
-def _task_name(folder: Path) -> str:
+def _task_sources(folder: Path, origin: str) -> list[TaskSource]:
+    """The folder's task, or one task per entry of its ``variants`` (each named by ``name`` with
+    the entry's ``{placeholders}`` put in)."""
     try:
         data = read_yaml(folder / TASK_FILE)
     except GageError:  # reported when the task is read
-        return folder.name
-    if isinstance(data, dict) and isinstance(data.get("name"), str):
-        return data["name"]
-    return folder.name
+        return [TaskSource(folder.name, folder, origin)]
+    if not isinstance(data, dict):
+        return [TaskSource(folder.name, folder, origin)]
+    variants = data.get("variants")
+    if not isinstance(variants, list) or not variants:
+        name = data["name"] if isinstance(data.get("name"), str) else folder.name
+        tags = data.get("tags") if isinstance(data.get("tags"), list) else []
+        return [TaskSource(name, folder, origin, tags=tuple(map(str, tags)))]
+    out, seen = [], set()
+    for i, params in enumerate(variants):
+        if not isinstance(params, dict):
+            continue  # the schema says so when the task is read
+        params = {str(k): str(v) for k, v in params.items()}
+        one = variant_data(data, params)
+        name = one.get("name") if isinstance(one.get("name"), str) else folder.name
+        if name in seen:
+            raise GageError(f"{folder / TASK_FILE}: key 'variants.{i}': gives task name {name!r} again; "
+                            f"put each variant's parameters in 'name' (name: task_{{param}})")
+        seen.add(name)
+        tags = one.get("tags") if isinstance(one.get("tags"), list) else []
+        out.append(TaskSource(name, folder, origin, params, tuple(map(str, tags))))
+    return out
 
 
 # ---------------------------------------------------------------------------
@@ -206,6 +270,9 @@ def dataset_for_path(path: str, split: str | None = None) -> dict:
         raise GageError(f"--data: {path}: {special}; give a data file or a folder of them")
     if p.is_file() and p.suffix in (".jsonl", ".json"):  # read strictly, as validate does
         return {"loader": "jsonl", "args": {"path": str(p.resolve())}}
+    if p.is_dir() and _saved_dataset(p):
+        # a Hugging Face save_to_disk folder (or a folder of them, one per split): the hf loader reads it
+        return {"loader": "hf", "args": {"path": str(p.resolve()), "split": split or "train"}}
     if p.is_dir():
         files = sorted(f for f in p.rglob("*") if f.suffix in DATA_SUFFIXES and f.is_file())
         if not files:
@@ -232,6 +299,11 @@ def dataset_for_path(path: str, split: str | None = None) -> dict:
         raise GageError(f"--data: {path}: unsupported file type {p.suffix!r} (use .jsonl, .json, .csv or .parquet)")
     return {"loader": "hf", "args": {"path": fmt, "data_files": [str(p.resolve())], "split": "train",
                                      "streaming": True}}
+
+
+def _saved_dataset(p: Path) -> bool:
+    """A ``save_to_disk`` folder: state.json beside arrow files, here or in its sub-folders."""
+    return any((d / "state.json").is_file() and any(d.glob("*.arrow")) for d in (p, *p.iterdir()) if d.is_dir())
 
 
 def with_dataset(spec: TaskSpec, dataset: Mapping[str, Any]) -> TaskSpec:

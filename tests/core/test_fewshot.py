@@ -20,11 +20,22 @@ PIQA = ROOT / "tasks" / "piqa"
 LM_EVAL = json.loads(Path(__file__).with_name("lm_eval_fewshot.json").read_text())
 
 
+def piqa_on_sample_rows(task_yaml: Path) -> None:
+    """The copied piqa reads its folder's sample.jsonl (the invented rows, or those the test wrote)
+    and draws few-shot examples from it, as the shipped task did before it read real PIQA."""
+    text = task_yaml.read_text()
+    start, end = text.index("dataset:"), text.index("preprocessor:")
+    text = text[:start] + "dataset:\n  loader: jsonl\n  args:\n    path: sample.jsonl\n" + text[end:]
+    task_yaml.write_text(text.replace("fewshot:\n", "fewshot:\n  path: sample.jsonl\n", 1)
+                         .replace("  split: train\n", "", 1))
+
+
 def piqa_copy(tmp_path: Path, fewshot: str | None = "  path: sample.jsonl\n", rows: list[str] | None = None,
               name: str = "piqa") -> Path:
     """The shipped piqa task folder, copied, with another ``fewshot:`` body (None: no section)."""
     folder = tmp_path / name
     shutil.copytree(PIQA, folder)
+    piqa_on_sample_rows(folder / "task.yaml")
     text = (folder / "task.yaml").read_text()
     start, end = text.index("fewshot:"), text.index("metrics:")
     (folder / "task.yaml").write_text(text[:start] + (f"fewshot:\n{fewshot}" if fewshot is not None else "")

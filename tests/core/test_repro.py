@@ -39,6 +39,10 @@ def task_repo(tmp_path) -> Path:
     folder = repo / "tasks" / "piqa_repro"
     shutil.copytree(ROOT / "tasks" / "piqa", folder)
     text = (folder / "task.yaml").read_text().replace("name: piqa\n", "name: piqa_repro\n")
+    # the folder's own rows (tasks/piqa/sample.jsonl, invented), as data and few-shot pool
+    start, end = text.index("dataset:"), text.index("preprocessor:")
+    text = text[:start] + "dataset: {loader: jsonl, args: {path: sample.jsonl}}\n" + text[end:]
+    text = text.replace("fewshot:\n", "fewshot:\n  path: sample.jsonl\n", 1).replace("  split: train\n", "", 1)
     (folder / "task.yaml").write_text(text)
     git(repo, "init", "-q")
     git(repo, "add", ".")
