@@ -15,13 +15,13 @@ from pathlib import Path
 import pytest
 
 from gage_eval.api import MetricContext, RowContext
-from gage_eval.infer import merged_parts
-from gage_eval.backend import ModelOutput
-from gage_eval.metric import TaskAggregate
-from gage_eval.options import RunOptions
+from gage_eval.engine.infer import merged_parts
+from gage_eval.api.backend import ModelOutput
+from gage_eval.api.metric import TaskAggregate
+from gage_eval.config.options import RunOptions
 from gage_eval.plugins import load_plugins
-from gage_eval.requests import RequestBuilder
-from gage_eval.tasks import read_task_file
+from gage_eval.tasks.requests import RequestBuilder
+from gage_eval.tasks.spec import read_task_file
 from gage_plugins_builtin.metrics.corpus_f1 import F1, MacroF1, class_f1
 from gage_plugins_builtin.suite_choice import hellaswag_clean
 
