@@ -107,7 +107,7 @@ def test_ordinary_templates_render_as_before():
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads VmHWM from /proc")
 def test_refused_templates_stay_small(source):
     """The size is known from the arguments: refused before the value is built (peak memory, not just speed)."""
-    code = ("import sys\nfrom gage_eval.tasks.spec import Template\n"
+    code = ("import sys\nfrom gage_eval.api.templates import Template\n"
             "try:\n    Template(sys.argv[1], 'p').render()\nexcept ValueError as e:\n    print(e)\n"
             "hwm = [l for l in open('/proc/self/status') if l.startswith('VmHWM')][0]\n"
             "print(int(hwm.split()[1]) // 1024)")  # ru_maxrss would keep the parent's peak across exec
