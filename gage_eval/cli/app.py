@@ -255,7 +255,7 @@ def cli(ctx, tasks, debug, **flags):
 
     \b
     Examples:
-      gage-eval --tasks piqa --limit 20            # the bundled SmolLM2 on piqa's sample rows
+      gage-eval --tasks piqa --limit 20            # the bundled SmolLM2 on 20 real PIQA rows
       gage-eval --tasks piqa --model dummy
       gage-eval --tasks piqa --data piqa=validation.jsonl --model transformers --model-args pretrained=DIR
       gage-eval --tasks piqa --dry-run             # the prompts, without loading the model
