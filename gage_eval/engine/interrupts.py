@@ -21,11 +21,33 @@ class _Signals:
     import was cut short PanicException), and the run is still stopped as interrupted."""
 
     last: KeyboardInterrupt | None = None
+    holding = 0  # > 0 inside held(): an interrupt waits in `pending` until the block ends
+    pending: KeyboardInterrupt | None = None
 
 
 def _raise(interrupt: KeyboardInterrupt) -> None:
     _Signals.last = interrupt
+    if _Signals.holding:
+        _Signals.pending = _Signals.pending or interrupt
+        return
     raise interrupt
+
+
+class held:
+    """Within the block a Ctrl-C or SIGTERM (under the handlers here) waits until the block ends,
+    then is raised: what the block does together (a record written and counted) is never half
+    done, so the summary counts every record the files hold."""
+
+    def __enter__(self) -> "held":
+        _Signals.holding += 1
+        return self
+
+    def __exit__(self, kind: Any, *exc: Any) -> None:
+        _Signals.holding -= 1
+        if not _Signals.holding and _Signals.pending is not None:
+            interrupt, _Signals.pending = _Signals.pending, None
+            if kind is None:  # (a block that failed raises its own error; interrupt_of still finds this)
+                raise interrupt
 
 
 def _on_sigterm(signum: int, frame: Any) -> None:

@@ -24,7 +24,7 @@ from gage_eval.api.errors import FailFast, GageError, OutputError
 from gage_eval.api.events import RunEnd, RunStart, SampleDone, TaskDone
 from gage_eval.engine.idset import IdSet
 from gage_eval.engine.infer import Inference, Stops
-from gage_eval.engine.interrupts import Interrupted, interrupt_of, stop_reason
+from gage_eval.engine.interrupts import Interrupted, held, interrupt_of, stop_reason
 from gage_eval.engine.judging import Judging
 from gage_eval.engine.observers import Observers
 from gage_eval.config.options import RunOptions, in_shard
@@ -260,9 +260,10 @@ class Engine:
         err = (record.get("eval_result") or {}).get("error")
         t_w = time.perf_counter()
         tr.timings["evaluation_s"] += t_w - t_eval
-        self.writers.write(tr.name, record)
+        with held():  # a Ctrl-C between the two would leave a record on disk that the summary does not count
+            self.writers.write(tr.name, record)
+            tr.account(record)
         tr.timings["writing_s"] += time.perf_counter() - t_w
-        tr.account(record)
         if err:
             log.error(tr, record, err, it.locator, progress)
         if self.observers.impls("gage_sample_done"):  # (most runs have no observer: no event built per row)
