@@ -119,15 +119,17 @@ class RequestBuilder:
         self._next_index = 0
 
     def variables(self, sample: Mapping[str, Any], messages: list[dict]) -> dict:
-        return {
+        out = {
             "sample": sample,
             "messages": messages,
             "question": last_user_text(messages),
             "options": sample.get("options") or [],
             "metadata": sample.get("metadata") or {},
             "letters": LETTERS,
-            "params": self.params,
         }
+        if self.params:  # a variant's parameters (a task without variants has none to offer)
+            out["params"] = self.params
+        return out
 
     def choices(self, sample: Mapping[str, Any], variables: dict) -> list[str]:
         options = sample.get("options") or []

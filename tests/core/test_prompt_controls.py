@@ -188,8 +188,7 @@ def piqa_on_sample_rows(task_yaml: Path) -> None:
     text = task_yaml.read_text()
     start, end = text.index("dataset:"), text.index("preprocessor:")
     text = text[:start] + "dataset:\n  loader: jsonl\n  args:\n    path: sample.jsonl\n" + text[end:]
-    task_yaml.write_text(text.replace("fewshot:\n", "fewshot:\n  path: sample.jsonl\n", 1)
-                         .replace("  split: train\n", "", 1))
+    task_yaml.write_text(text.replace("  split: train\n", "  path: sample.jsonl\n", 1))
 
 
 def _split_pool_task(tmp_path: Path) -> Path:
