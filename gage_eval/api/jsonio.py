@@ -290,8 +290,8 @@ def file_problem(head: bytes, kind: str) -> str | None:
     return None
 
 
-_SPECIAL_FILES = {stat.S_IFIFO: "a FIFO", stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device",
-                  stat.S_IFSOCK: "a socket"}
+SPECIAL_FILES = {stat.S_IFIFO: "a FIFO", stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device",
+                 stat.S_IFSOCK: "a socket"}
 
 
 def not_regular(path: Path) -> str | None:
@@ -304,7 +304,7 @@ def not_regular(path: Path) -> str | None:
         return None
     if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
         return None
-    return f"not a regular file ({_SPECIAL_FILES.get(stat.S_IFMT(mode), 'a special file')})"
+    return f"not a regular file ({SPECIAL_FILES.get(stat.S_IFMT(mode), 'a special file')})"
 
 
 def check_data_file(path: Path) -> None:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import IO, Any, Iterable, Iterator, Mapping
 
 from gage_eval.api.errors import GageError
-from gage_eval.api.jsonio import json_type
+from gage_eval.api.jsonio import SPECIAL_FILES, json_type
 
 MAX_JSON_BYTES = 64 << 20  # summary.json, config.json, inputs.json: a real one is a few kB
 MAX_LINE_BYTES = 64 << 20  # one record of samples/<task>.jsonl (media are elided, text clipped by no one)
@@ -26,8 +26,7 @@ RUN_ID = re.compile(r"[A-Za-z0-9._-]{1,200}")  # a run id: one folder name
 GENERATOR = '<meta name="generator" content="gage-eval">'
 _HEAD_BYTES = 4096
 
-_KINDS = {stat.S_IFIFO: "a FIFO", stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device",
-          stat.S_IFSOCK: "a socket", stat.S_IFDIR: "a folder", stat.S_IFLNK: "a symlink"}
+_KINDS = {**SPECIAL_FILES, stat.S_IFDIR: "a folder", stat.S_IFLNK: "a symlink"}
 
 
 def folder_name_ok(name: Any) -> bool:
