@@ -47,8 +47,14 @@ What is here, by what a plugin does with it:
   can succeed) and :class:`RowError` (one row's problem).
 - writers: :class:`Writer`, the contract of an output format a plugin adds with
   ``gage_register_writers`` (fed each finished record and the run's end).
+- run options: :class:`RunOption`, what ``gage_register_options`` declares (a flag and run config
+  key of a plugin's own; its value reaches the plugin as ``RunStart.options[key]``).
 - events: :class:`RunStart`, :class:`SampleDone`, :class:`TaskDone`, :class:`RunEnd`, the
   frozen objects the event hooks receive.
+- run folders: :class:`RunFolder` (a stored run's layout and its strict readers:
+  ``config()``, ``inputs()``, ``summary()``, ``records(task)``, the paths of its files), and
+  pages written beside runs (:func:`write_page`, :func:`check_page_output`,
+  :data:`PAGE_GENERATOR`).
 - secrets: :func:`redact` (a settings mapping with secret values masked),
   :func:`scrub`/:func:`mask` (secrets removed from a message), :func:`is_secret_key`,
   :func:`strip_credentials`, :func:`url_credentials`, the query-string ones
@@ -72,7 +78,10 @@ if TYPE_CHECKING:  # what static tools see; at run time __getattr__ below loads 
     from gage_eval.api.loglikelihood import (Encode, TokenPair, encode_choices, encode_pair, prefix_token_id,
                                              request_context, tokenizer_encoder)
     from gage_eval.api.metric import (Metric, MetricContext, metric_value)
+    from gage_eval.api.options import RunOption
+    from gage_eval.api.pages import (PAGE_GENERATOR, check_page_output, write_page)
     from gage_eval.api.paths import (REMOTE_SCHEMES, base_folder, checked_url, context_for, data_path)
+    from gage_eval.api.runfolder import RunFolder
     from gage_eval.api.secrets import (REDACTED, is_secret_key, is_secret_query_name, mask, masked_url,
                                       query_secrets, redact, scrub, secret_forms, strip_credentials,
                                       url_credentials)
@@ -105,10 +114,12 @@ __all__ = [
     "validation_errors", "validation_warnings", "sample_v1_required_errors", "field_message", "SampleIdentity",
     # errors
     "GageError", "InputError", "OutputError", "FatalBackendError", "RowError",
-    # writers
-    "Writer",
+    # writers and run options
+    "Writer", "RunOption",
     # events
     "RunStart", "SampleDone", "TaskDone", "RunEnd",
+    # run folders: reading a stored run back, and pages written beside runs
+    "RunFolder", "PAGE_GENERATOR", "check_page_output", "write_page",
     # secrets
     "REDACTED", "redact", "scrub", "mask", "is_secret_key", "strip_credentials", "url_credentials",
     "is_secret_query_name", "query_secrets", "masked_url", "secret_forms",
@@ -126,7 +137,10 @@ _NAMES = {
     "loglikelihood": ("loglikelihood Encode TokenPair encode_choices encode_pair prefix_token_id "
                       "request_context tokenizer_encoder"),
     "metric": "Metric MetricContext metric_value",
+    "options": "RunOption",
+    "pages": "PAGE_GENERATOR check_page_output write_page",
     "paths": "REMOTE_SCHEMES base_folder checked_url context_for data_path",
+    "runfolder": "RunFolder",
     "secrets": ("REDACTED is_secret_key is_secret_query_name mask masked_url query_secrets redact scrub "
                 "secret_forms strip_credentials url_credentials"),
     "sample": ("LETTERS MEDIA_SEGMENTS SCHEMA_VERSION RowContext content_text from_legacy label_text "

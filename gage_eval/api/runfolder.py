@@ -1,32 +1,52 @@
-"""Reading a run folder back (``report``, ``compare``, ``rescore``) and writing pages beside runs.
+"""The run folder ``runs/<run_id>/``: its layout, and every read and write of its JSON files.
 
-A run folder is read only through here: its own files (a symlink must resolve inside the
-folder), regular files only (never a FIFO or a device), JSON files of at most
-:data:`MAX_JSON_BYTES` and sample lines of at most :data:`MAX_LINE_BYTES`; task names from
-summary.json are folder names as run ids are; every value a command uses has the type the run
-wrote. Each problem is one :class:`~gage_eval.api.errors.GageError` line (exit 2) naming the file,
-the line and the key. A page (report.html, compare --html) is never written inside a run folder
-other than as that run's own report.html, nor over a file that is not a page gage-eval wrote.
+This module is the one place that spells the folder's file names and reads them back; the
+engine, resume, rescore, merge, the report and compare all go through :class:`RunFolder`::
+
+    config.json     the run's options (secrets masked)          RunFolder.config()
+    inputs.json     hashes of what each task read               RunFolder.inputs()
+    summary.json    the run's and each task's results           RunFolder.summary()
+    samples/<task>.jsonl    one record per row                  RunFolder.records(task)
+    instances/<task>.jsonl  the Every Eval Ever instance records
+    events.jsonl    the run's events; .lock: one writer at a time
+
+A run folder is read strictly: its own files (a symlink must resolve inside the folder),
+regular files only (never a FIFO or a device), JSON files of at most :data:`MAX_JSON_BYTES` and
+sample lines of at most :data:`MAX_LINE_BYTES`; task names from summary.json are folder names as
+run ids are; every value a command uses has the type the run wrote. Each problem is one
+:class:`~gage_eval.api.errors.GageError` line (exit 2) naming the file, the line and the key.
 """
 from __future__ import annotations
 
+import json
+import math
 import os
 import re
 import stat
 from pathlib import Path
-from typing import IO, Any, Iterable, Iterator, Mapping
+from typing import IO, Any, Iterator, Mapping
 
-from gage_eval.api.errors import GageError
+from gage_eval.api.errors import GageError, OutputError
 from gage_eval.api.jsonio import SPECIAL_FILES, json_type
+
+CONFIG_FILE = "config.json"
+INPUTS_FILE = "inputs.json"
+SUMMARY_FILE = "summary.json"
+EVENTS_FILE = "events.jsonl"
+LOCK_FILE = ".lock"
+SAMPLES_DIR = "samples"
+INSTANCES_DIR = "instances"
+REPORT_FILE = "report.html"
 
 MAX_JSON_BYTES = 64 << 20  # summary.json, config.json, inputs.json: a real one is a few kB
 MAX_LINE_BYTES = 64 << 20  # one record of samples/<task>.jsonl (media are elided, text clipped by no one)
 RUN_ID = re.compile(r"[A-Za-z0-9._-]{1,200}")  # a run id: one folder name
-# The page's mark: a file that has it in its head is a page gage-eval wrote, and may be replaced.
-GENERATOR = '<meta name="generator" content="gage-eval">'
-_HEAD_BYTES = 4096
 
 _KINDS = {**SPECIAL_FILES, stat.S_IFDIR: "a folder", stat.S_IFLNK: "a symlink"}
+
+
+class MissingRunFile(GageError):
+    """A run folder's required file is not there (a resume reports it in its own words)."""
 
 
 def folder_name_ok(name: Any) -> bool:
@@ -43,7 +63,8 @@ def check_task_name(name: Any, where: str) -> None:
 
 # -- opening: the folder's own regular files, bounded -------------------------------------------
 
-def _kind(mode: int) -> str:
+def file_kind(mode: int) -> str:
+    """What a file's mode says it is, for a message (a FIFO, a folder, ...)."""
     return _KINDS.get(stat.S_IFMT(mode), "not a regular file")
 
 
@@ -66,7 +87,7 @@ def open_run_file(run_dir: Path, path: Path) -> tuple[IO[bytes], int] | None:
     st = os.fstat(fd)
     if not stat.S_ISREG(st.st_mode):
         os.close(fd)
-        raise GageError(f"{path}: {_kind(st.st_mode)}, not a regular file; a run folder holds the files "
+        raise GageError(f"{path}: {file_kind(st.st_mode)}, not a regular file; a run folder holds the files "
                         f"gage-eval wrote")
     os.set_blocking(fd, True)
     return os.fdopen(fd, "rb"), st.st_size
@@ -83,7 +104,7 @@ def read_run_json(run_dir: Path, name: str, *, required: bool = True) -> dict | 
     opened = open_run_file(run_dir, path)
     if opened is None:
         if required:
-            raise GageError(f"{run_dir}: no {name} there; is it a gage-eval run folder?")
+            raise MissingRunFile(f"{run_dir}: no {name} there; is it a gage-eval run folder?")
         return None
     fh, size = opened
     with fh:
@@ -93,8 +114,6 @@ def read_run_json(run_dir: Path, name: str, *, required: bool = True) -> dict | 
     if len(data) > MAX_JSON_BYTES:
         raise _too_big(path, len(data), MAX_JSON_BYTES, "a file")
     try:
-        import json
-
         value = json.loads(data.decode("utf-8"))
     except UnicodeDecodeError as exc:
         raise GageError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start + 1})") from None
@@ -109,8 +128,6 @@ def iter_run_records(run_dir: Path, path: Path) -> Iterator[tuple[int, dict]]:
     """(line number, record) of a samples file; nothing when it does not exist. Any line that is
     not a whole record (torn, over :data:`MAX_LINE_BYTES`, not an object, a wrong-typed key) is
     a GageError naming ``path:line``: the commands never skip a row silently."""
-    import json
-
     opened = open_run_file(run_dir, path)
     if opened is None:
         return
@@ -238,107 +255,129 @@ def check_inputs(path: Path, inputs: Mapping[str, Any]) -> None:
         _fields(str(path), f"{task}.", entry, {"task_folder": _OBJ_OR_NULL, "data": _OBJ_OR_NULL})
 
 
-_ANNOTATION_TYPES = {"list": (_LIST, "a list"), "dict": (_OBJ, "an object"), "str": (_STR, "a string"),
-                     "int": (int, "an integer"), "float": ((int, float), "a number"), "bool": (bool, "true or false"),
-                     "None": (_NONE, "null")}
+# -- writing -------------------------------------------------------------------------------------
+
+def finite(obj: Any) -> Any:
+    """``obj`` with every NaN or infinite float replaced by None (containers copied, others as they are)."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, Mapping):
+        return {k: finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [finite(v) for v in obj]
+    return obj
 
 
-def run_options(run_dir: Path) -> Any:
-    """The run's options from its config.json, each key of the type RunOptions declares."""
-    from dataclasses import fields
-
-    from gage_eval.config.options import RunOptions
-
-    path = run_dir / "config.json"
-    data = read_run_json(run_dir, "config.json")
-    known = {f.name: f for f in fields(RunOptions)}
-    extra = sorted(set(data) - set(known))
-    if "tasks" not in data or extra:
-        raise GageError(f"{path}: not a gage-eval run config" + (f" (unknown keys: {', '.join(extra)})" if extra
-                                                                   else " (no 'tasks')"))
-    for key, value in data.items():
-        names = [part.strip().split("[")[0] for part in str(known[key].type).split("|")]
-        kinds = [_ANNOTATION_TYPES[n] for n in names if n in _ANNOTATION_TYPES]
-        if kinds and not any(isinstance(value, t) and not (isinstance(value, bool) and t in (int, (int, float)))
-                             for t, _ in kinds):
-            raise GageError(f"{path}: key {key!r}: expected {' or '.join(w for _, w in kinds)}, "
-                            f"got {json_type(value)}")
-    for i, task in enumerate(data["tasks"]):
-        if not isinstance(task, str):
-            raise GageError(f"{path}: key 'tasks[{i}]': expected a string, got {json_type(task)}")
-    return RunOptions(**data)
+def output_error(path: Path, exc: OSError) -> OutputError:
+    """A failed write as a one-line error that says what is kept and how to go on."""
+    run_dir = path.parent.parent if path.parent.name in (SAMPLES_DIR, INSTANCES_DIR) else path.parent
+    return OutputError(f"cannot write {path}: {exc.strerror or exc}; the records written so far are kept: "
+                       f"free space or fix the folder, then continue with gage-eval --resume {run_dir}")
 
 
-# -- writing a page beside runs ----------------------------------------------------------------
+def write_json_atomic(path: Path, obj: Any) -> None:
+    """``obj`` as indented strict JSON (NaN and infinities as null), replacing ``path`` whole or
+    not at all; a failed write is an :class:`OutputError`."""
+    opts: dict[str, Any] = {"ensure_ascii": False, "indent": 2, "default": str, "allow_nan": False}
+    try:
+        text = json.dumps(obj, **opts)
+    except ValueError:  # rare: only then walk the value
+        text = json.dumps(finite(obj), **opts)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    try:
+        tmp.write_text(text + "\n", encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise output_error(path, exc) from None
+
 
 def is_run_folder(folder: Path) -> bool:
     """A folder holding a run's summary.json, or its config.json beside samples/ or events.jsonl."""
     try:
-        return (folder / "summary.json").is_file() or (folder / "config.json").is_file() and \
-            ((folder / "samples").is_dir() or (folder / "events.jsonl").is_file())
+        return (folder / SUMMARY_FILE).is_file() or (folder / CONFIG_FILE).is_file() and \
+            ((folder / SAMPLES_DIR).is_dir() or (folder / EVENTS_FILE).is_file())
     except OSError:
         return False
 
 
-def check_page_output(out: Path, run_dirs: list[Path], option: str, own_report: Path | None = None) -> None:
-    """Refuse to write a page at ``out`` inside a run folder (a given one, or any folder above
-    ``out`` holding a summary.json or config.json) unless ``out`` is ``own_report`` (the one
-    run's report.html), or over a file that is not a page gage-eval wrote (its generator mark)."""
-    target = out.parent.resolve() / out.name
-    if own_report is None or target != own_report.parent.resolve() / own_report.name:
-        roots = {d.resolve() for d in run_dirs}
-        for folder in target.parents:
-            if folder in roots or is_run_folder(folder):
-                raise GageError(f"{option} {out}: inside the run folder {folder}; gage-eval never writes into "
-                                f"a run folder (its files are the record of the run): write the page elsewhere")
-    try:
-        st = os.lstat(target)
-    except FileNotFoundError:
-        return
-    except OSError as exc:
-        raise GageError(f"{option} {out}: cannot check it ({exc.strerror or exc})") from None
-    if stat.S_ISREG(st.st_mode) and _is_page(target):
-        return
-    what = _kind(st.st_mode) if not stat.S_ISREG(st.st_mode) else "a file gage-eval did not write as a page"
-    raise GageError(f"{option} {out}: it exists and is {what}; gage-eval replaces only a report or compare "
-                    f"page it wrote: choose a new file name")
+class RunFolder:
+    """One run folder: where each of its files lies, and each read and write of them."""
 
+    def __init__(self, path: Path | str):
+        self.path = Path(path)
 
-def _is_page(path: Path) -> bool:
-    try:
-        with open(path, "rb") as fh:
-            head = fh.read(_HEAD_BYTES)
-    except OSError:
-        return False
-    return GENERATOR.encode() in head or bool(_OLD_PAGE.search(head))
+    def __repr__(self) -> str:
+        return f"RunFolder({str(self.path)!r})"
 
+    # where things lie
+    @property
+    def config_file(self) -> Path:
+        return self.path / CONFIG_FILE
 
-# the pages of gage-eval versions before the generator mark: their title
-_OLD_PAGE = re.compile(rb"<head>\s*<meta charset=\"utf-8\">[^<]*(?:<meta [^>]*>\s*)*<title>gage-eval (?:report|compare): ")
+    @property
+    def inputs_file(self) -> Path:
+        return self.path / INPUTS_FILE
 
+    @property
+    def summary_file(self) -> Path:
+        return self.path / SUMMARY_FILE
 
-def write_page(out: Path, chunks: Iterable[str], make_folder: bool = True) -> None:
-    """The page written whole or not at all: a new temporary file beside ``out``, renamed over it
-    (its folder made first when ``make_folder``)."""
-    import secrets
+    @property
+    def events_file(self) -> Path:
+        return self.path / EVENTS_FILE
 
-    from gage_eval.api.errors import OutputError
+    @property
+    def lock_file(self) -> Path:
+        return self.path / LOCK_FILE
 
-    tmp = out.with_name(f".{out.name}.{secrets.token_hex(6)}.tmp")
-    try:
-        if make_folder:
-            out.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o666)
-    except OSError as exc:
-        raise OutputError(f"{out}: cannot write the page ({exc.strerror or exc})") from None
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            for chunk in chunks:
-                fh.write(chunk)
-        os.replace(tmp, out)
-    except OSError as exc:
-        tmp.unlink(missing_ok=True)
-        raise OutputError(f"{out}: cannot write the page ({exc.strerror or exc})") from None
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    @property
+    def report_file(self) -> Path:
+        return self.path / REPORT_FILE
+
+    @property
+    def samples_dir(self) -> Path:
+        return self.path / SAMPLES_DIR
+
+    def samples_file(self, task: str) -> Path:
+        return self.path / SAMPLES_DIR / f"{task}.jsonl"
+
+    def instances_file(self, task: str) -> Path:
+        return self.path / INSTANCES_DIR / f"{task}.jsonl"
+
+    def is_run(self) -> bool:
+        """Whether this looks like a run folder (see :func:`is_run_folder`)."""
+        return is_run_folder(self.path)
+
+    # reading: strict, each problem one GageError naming the file
+    def config(self, *, missing_ok: bool = False) -> dict | None:
+        """config.json as a JSON object (the core turns it into its options); None when missing
+        and ``missing_ok``, else a :class:`MissingRunFile`."""
+        return read_run_json(self.path, CONFIG_FILE, required=not missing_ok)
+
+    def inputs(self, *, missing_ok: bool = True) -> dict:
+        """inputs.json, each task's entry checked; ``{}`` when missing and ``missing_ok`` (a run
+        stopped before it wrote one), else a :class:`MissingRunFile`."""
+        inputs = read_run_json(self.path, INPUTS_FILE, required=not missing_ok) or {}
+        check_inputs(self.inputs_file, inputs)
+        return inputs
+
+    def summary(self, *, missing_ok: bool = False) -> dict:
+        """summary.json with ``run`` and ``tasks`` checked; with ``missing_ok`` a missing file is
+        ``{}`` and both keys are optional (a run stopped before its end)."""
+        summary = read_run_json(self.path, SUMMARY_FILE, required=not missing_ok) or {}
+        check_summary(self.summary_file, summary, required=not missing_ok)
+        return summary
+
+    def records(self, task: str) -> Iterator[tuple[int, dict]]:
+        """(line number, record) of ``samples/<task>.jsonl``, each checked; nothing when it is missing."""
+        return iter_run_records(self.path, self.samples_file(task))
+
+    # writing: whole files, replaced atomically
+    def write_config(self, options: Mapping[str, Any]) -> None:
+        write_json_atomic(self.config_file, options)
+
+    def write_inputs(self, inputs: Mapping[str, Any]) -> None:
+        write_json_atomic(self.inputs_file, inputs)
+
+    def write_summary(self, summary: Mapping[str, Any]) -> None:
+        write_json_atomic(self.summary_file, summary)

@@ -35,8 +35,8 @@ import click
 
 from gage_eval.api.errors import EXIT_USAGE, GageError
 from gage_eval.api.metric import metric_value
-from gage_eval.runfolder.runfiles import GENERATOR, check_inputs, check_page_output, check_summary, iter_run_records, \
-    read_run_json, write_page
+from gage_eval.api.pages import PAGE_GENERATOR, check_page_output, write_page
+from gage_eval.api.runfolder import RunFolder
 from gage_eval.api.stats import quantile as percentile  # linear between order statistics (numpy's default)
 
 DEFAULT_SEED = 1234
@@ -105,22 +105,21 @@ def bootstrap_intervals(diffs: Mapping[str, list[float]], n: int, resamples: int
 
 # ---------------------------------------------------------------- reading run folders
 
-class RunFolder:
+class StoredRun:
     """A run folder's summary.json, config.json and inputs.json."""
 
     def __init__(self, path: Path):
         self.path = path
-        summary_path = path / "summary.json"
+        self.folder = folder = RunFolder(path)
+        summary_path = folder.summary_file
         if not path.is_dir():
             raise GageError(f"{path}: not a folder; compare takes two run folders (each with a summary.json)")
         if not summary_path.exists() and not summary_path.is_symlink():
             raise GageError(f"{path}: not a run folder (no summary.json); compare takes two run folders "
                             f"written by gage-eval")
-        self.summary = read_run_json(path, "summary.json")
-        check_summary(summary_path, self.summary)
-        self.config = read_run_json(path, "config.json", required=False) or {}
-        self.inputs = read_run_json(path, "inputs.json", required=False) or {}
-        check_inputs(path / "inputs.json", self.inputs)
+        self.summary = folder.summary()
+        self.config = folder.config(missing_ok=True) or {}
+        self.inputs = folder.inputs(missing_ok=True)
 
     @property
     def run(self) -> dict:
@@ -132,12 +131,12 @@ class RunFolder:
 
     def samples(self, task: str, warn: Callable[[str], None]) -> dict[str, dict]:
         """The task's records by sample id (a repeated id: the last record, with a warning)."""
-        path = self.path / "samples" / f"{task}.jsonl"
+        path = self.folder.samples_file(task)
         if not path.exists():
             raise GageError(f"{path}: missing; compare aligns the samples of task {task!r} from it")
         records: dict[str, dict] = {}
         repeated = 0
-        for _, record in iter_run_records(self.path, path):
+        for _, record in self.folder.records(task):
             sid = record.get("id")
             if sid is None:
                 raise GageError(f"{path}: a record without 'id'; compare aligns samples by id")
@@ -210,7 +209,7 @@ def _add_intervals(compared: dict[str, dict[str, Any]], diffs: Mapping[str, list
             compared[name]["missing"] = missing[name]
 
 
-def compare_task(run_a: RunFolder, run_b: RunFolder, task: str, *, resamples: int, seed: int,
+def compare_task(run_a: StoredRun, run_b: StoredRun, task: str, *, resamples: int, seed: int,
                  warn: Callable[[str], None]) -> dict[str, Any]:
     sum_a, sum_b = run_a.tasks[task], run_b.tasks[task]
     metrics_a = list((sum_a.get("metrics") or {}).keys())
@@ -276,7 +275,7 @@ def _natural_key(sid: str) -> tuple:
     return tuple(int(part) if i % 2 else part for i, part in enumerate(_DIGITS.split(sid))), sid
 
 
-def _task_version(run: RunFolder, task: str) -> Any:
+def _task_version(run: StoredRun, task: str) -> Any:
     """The task's version as recorded (summary task entry or reproducibility); runs that did not
     record it: the ``version`` of the task.yaml in the run's task folder as it is now (its
     folder hash, beside it in the diff, says whether the folder changed since), else ABSENT."""
@@ -301,7 +300,7 @@ def _task_version(run: RunFolder, task: str) -> Any:
     return ABSENT
 
 
-def _settings_side(run: RunFolder, tasks: list[str]) -> dict[str, Any]:
+def _settings_side(run: StoredRun, tasks: list[str]) -> dict[str, Any]:
     flat: dict[str, Any] = {}
     model = run.run.get("model") or {}
     if not model and run.config:
@@ -335,7 +334,7 @@ def _settings_side(run: RunFolder, tasks: list[str]) -> dict[str, Any]:
     return flat
 
 
-def settings_diff(run_a: RunFolder, run_b: RunFolder, tasks: list[str]) -> list[dict[str, Any]]:
+def settings_diff(run_a: StoredRun, run_b: StoredRun, tasks: list[str]) -> list[dict[str, Any]]:
     """One row per setting of either run: key, a, b (None when absent), in_a, in_b, same."""
     a, b = _settings_side(run_a, tasks), _settings_side(run_b, tasks)
     # a run from before run.reproducibility existed: one row says so, not one per missing leaf
@@ -361,7 +360,7 @@ def compare_runs(path_a: Path, path_b: Path, *, tasks: Iterable[str] = (), resam
     warn = warn or (lambda msg: None)
     if resamples < 0:
         raise GageError(f"--samples {resamples}: the number of bootstrap resamples must be 0 or more")
-    run_a, run_b = RunFolder(Path(path_a)), RunFolder(Path(path_b))
+    run_a, run_b = StoredRun(Path(path_a)), StoredRun(Path(path_b))
     in_a, in_b = list(run_a.tasks), set(run_b.tasks)
     both = [t for t in in_a if t in in_b]
     wanted = list(dict.fromkeys(tasks))
@@ -534,7 +533,7 @@ def render_html(result: Mapping[str, Any]) -> str:
     settings = [s for s in result["settings"] if not s["same"]] + [s for s in result["settings"] if s["same"]]
     differ = sum(1 for s in result["settings"] if not s["same"])
     return env.from_string(_HTML).render(r=result, tables=tables, differ=differ, show=show, settings=settings,
-                                             generator=GENERATOR)
+                                             generator=PAGE_GENERATOR)
 
 
 @click.command("compare")

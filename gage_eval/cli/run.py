@@ -18,7 +18,7 @@ from gage_eval.api.errors import EXIT_INTERRUPTED, GageError
 from gage_eval.config.kv import parse_kv, parse_value
 from gage_eval.api.secrets import REDACTED, redact
 from gage_eval.runfolder.rundir import LOCK_FILE, RunLock, masked_keys, matches_stored, remove_unused_run_dir
-from gage_eval.runfolder.runfiles import RUN_ID
+from gage_eval.api.runfolder import RUN_ID
 from gage_eval.tasks.spec import parse_data_overrides
 
 CONFIG_KEYS = {"models", "tasks", "limit", "batch_size", "seed", "output_dir", "fail_fast", "include_paths", "data",

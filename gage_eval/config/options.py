@@ -1,15 +1,16 @@
 """A run's settings (saved as config.json, reloaded by --resume) and its id."""
 from __future__ import annotations
 
-import json
+import copy
 import time
 import uuid
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterable
 
 from gage_eval.config.defaults import DEFAULT_MODEL, DEFAULT_OUTPUT_DIR, DEFAULT_SEED
 from gage_eval.api.errors import GageError
+from gage_eval.api.jsonio import json_type
 
 @dataclass
 class RunOptions:
@@ -42,6 +43,8 @@ class RunOptions:
     apply_chat_template: bool | None = None  # None: the task's request.chat
     strip_reasoning: bool = False  # score the text after the last </think>; the raw text stays in the record
     writers: list[str] = field(default_factory=list)  # plugin writers: NAME or NAME:k=v,... (--writer)
+    # the plugins' own options (gage_register_options) by key; config.json keeps them flat, beside these
+    plugin_options: dict = field(default_factory=dict)
     cache: str | None = None  # --cache DIR: the response cache's folder (gage_eval.engine.cache)
     eee_version: str = "0.2.0"  # --eee-version: the Every Eval Ever version of instances/ (0.2.0, 0.3.0)
     report: bool = True  # report.html at the end of the run (--no-report: none)
@@ -52,7 +55,16 @@ class RunOptions:
     command: str = ""
     config_file: str | None = None
 
-
+    def as_dict(self) -> dict:
+        """The settings as config.json and summary.json hold them: the plugins' options flat among
+        the core's (a resume tells them apart by the keys the plugins declare)."""
+        out: dict = {}
+        for f in fields(self):
+            if f.name == "plugin_options":
+                out.update(copy.deepcopy(self.plugin_options))
+            else:
+                out[f.name] = copy.deepcopy(getattr(self, f.name))
+        return out
 
 
 def new_run_id() -> str:
@@ -60,20 +72,44 @@ def new_run_id() -> str:
 
 
 
-def load_options(run_dir: Path) -> RunOptions:
-    path = run_dir / "config.json"
+_ANNOTATION_TYPES = {"list": (list, "a list"), "dict": (dict, "an object"), "str": (str, "a string"),
+                     "int": (int, "an integer"), "float": ((int, float), "a number"), "bool": (bool, "true or false"),
+                     "None": (type(None), "null")}
+
+
+def load_options(run_dir: Path, command: str | None = "--resume", plugin_keys: Iterable[str] = ()) -> RunOptions:
+    """The run's options from its config.json, each key of the type RunOptions declares. A problem
+    is one GageError, led by ``command`` and the folder (as ``--resume DIR: ...``) when given.
+    ``plugin_keys``: the keys of the loaded plugins' run options, which go to ``plugin_options``."""
+    from gage_eval.api.runfolder import MissingRunFile, RunFolder
+
+    folder = RunFolder(run_dir)
+    path, lead = folder.config_file, f"{command} {run_dir}: " if command else ""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise GageError(f"--resume {run_dir}: no config.json there; is it a gage-eval run folder?") from None
-    except (OSError, ValueError) as exc:
-        raise GageError(f"--resume {run_dir}: {path} is unreadable ({exc}); the run cannot be resumed") from None
-    known = {f.name for f in fields(RunOptions)}
-    if not isinstance(data, dict) or not {"tasks"} <= set(data) <= known:
-        extra = sorted(set(data) - known) if isinstance(data, dict) else []
-        raise GageError(f"--resume {run_dir}: {path} is not a gage-eval run config"
-                        + (f" (unknown keys: {', '.join(extra)})" if extra else ""))
-    return RunOptions(**data)
+        data = folder.config()
+    except MissingRunFile:
+        raise GageError(f"{lead or f'{run_dir}: '}no config.json there; is it a gage-eval run folder?") from None
+    except GageError as exc:
+        if not command:
+            raise
+        raise GageError(f"{lead}{path} is unreadable ({exc}); the run cannot be resumed") from None
+    known = {f.name: f for f in fields(RunOptions) if f.name != "plugin_options"}
+    plugin = {k: data.pop(k) for k in list(data) if k in set(plugin_keys) - set(known)}
+    extra = sorted(set(data) - set(known))
+    if "tasks" not in data or extra:
+        raise GageError(f"{lead}{path}: not a gage-eval run config" + (f" (unknown keys: {', '.join(extra)})"
+                                                                        if extra else " (no 'tasks')"))
+    for key, value in data.items():
+        names = [part.strip().split("[")[0] for part in str(known[key].type).split("|")]
+        kinds = [_ANNOTATION_TYPES[n] for n in names if n in _ANNOTATION_TYPES]
+        if kinds and not any(isinstance(value, t) and not (isinstance(value, bool) and t in (int, (int, float)))
+                             for t, _ in kinds):
+            raise GageError(f"{lead}{path}: key {key!r}: expected {' or '.join(w for _, w in kinds)}, "
+                            f"got {json_type(value)}")
+    for i, task in enumerate(data["tasks"]):
+        if not isinstance(task, str):
+            raise GageError(f"{lead}{path}: key 'tasks[{i}]': expected a string, got {json_type(task)}")
+    return RunOptions(**data, plugin_options=plugin)
 
 
 def parse_shard(text: str | None, where: str = "--shard") -> str | None:

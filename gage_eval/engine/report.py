@@ -35,8 +35,8 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import click
 
 from gage_eval.api.errors import GageError
-from gage_eval.runfolder.runfiles import (GENERATOR, check_page_output, check_summary, iter_run_records, read_run_json,
-                                run_options, write_page)
+from gage_eval.api.pages import PAGE_GENERATOR, check_page_output, write_page
+from gage_eval.api.runfolder import RunFolder
 from gage_eval.api.stats import Z95  # the 95% normal interval, as summary.json's ci95.normal
 from gage_eval.api.writer import Writer
 
@@ -52,8 +52,7 @@ __all__ = ["render_report", "report_data", "ReportWriter", "report_command"]
 
 # -- reading a run folder ------------------------------------------------------
 def _read_summary(run_dir: Path) -> dict:
-    summary = read_run_json(run_dir, "summary.json")
-    check_summary(run_dir / "summary.json", summary)
+    summary = RunFolder(run_dir).summary()
     return summary
 
 
@@ -132,7 +131,9 @@ class _Images:
         from gage_eval.tasks.rows import RowChecker
         from gage_eval.engine.taskrun import TaskRun, resolve_tasks
 
-        opts = run_options(run_dir)
+        from gage_eval.config.options import load_options
+
+        opts = load_options(run_dir, None)
         opts.tasks = [task]
         opts.data = {k: v for k, v in opts.data.items() if k == task}
         _, registry = load_plugins()
@@ -359,7 +360,7 @@ def report_data(run_dirs: Sequence[Path | str], out_dir: Path, summaries: Mappin
         for name, t in (summary.get("tasks") or {}).items():
             errors: dict[tuple, dict] = OrderedDict()
             n_samples = 0
-            for _, record in iter_run_records(run_dir, run_dir / "samples" / f"{name}.jsonl"):
+            for _, record in RunFolder(run_dir).records(name):
                 compact = _compact(record, i, name, run_dir, images)
                 spool.write(_json_for_script(compact) + "\n")
                 n_samples += 1
@@ -455,7 +456,7 @@ def render_report(run_dirs: Sequence[Path | str], out: Path | str,
                 "runs": [{"id": r["id"], "tasks": [t["name"] for t in r["tasks"]]} for r in data["runs"]],
                 "summaries": [r["summary"] for r in data["runs"]]}
         html = env.get_template(TEMPLATE).render(runs=data["runs"], compare=data["compare"], z=Z95,
-                                                 n_samples=data["n_samples"], page_size=PAGE_SIZE, generator=GENERATOR)
+                                                 n_samples=data["n_samples"], page_size=PAGE_SIZE, generator=PAGE_GENERATOR)
         # Every value the template shows is HTML-escaped, so this element (rendered empty) can come
         # only from the template itself: the samples' JSON goes between its tags.
         if html.count(_DATA_ELEMENT) != 1:

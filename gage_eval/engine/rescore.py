@@ -71,16 +71,15 @@ class StoredBackend:
 
 def read_run(run_dir: Path) -> tuple[RunOptions, dict, dict]:
     """The run's options (config.json), its input hashes (inputs.json) and its summary (may be empty)."""
-    from gage_eval.runfolder.runfiles import check_inputs, check_summary, read_run_json, run_options
+    from gage_eval.api.runfolder import RunFolder
+    from gage_eval.config.options import load_options
 
-    path = run_dir / "config.json"
-    if not run_dir.is_dir() or not path.exists() or not (run_dir / "samples").is_dir():
+    folder = RunFolder(run_dir)
+    if not run_dir.is_dir() or not folder.config_file.exists() or not folder.samples_dir.is_dir():
         raise GageError(f"rescore {run_dir}: not a gage-eval run folder (it needs config.json and samples/)")
-    options = run_options(run_dir)
-    inputs = read_run_json(run_dir, "inputs.json", required=False) or {}
-    check_inputs(run_dir / "inputs.json", inputs)
-    summary = read_run_json(run_dir, "summary.json", required=False) or {}
-    check_summary(run_dir / "summary.json", summary, required=False)
+    options = load_options(run_dir, None)
+    inputs = folder.inputs(missing_ok=True)
+    summary = folder.summary(missing_ok=True)
     return options, inputs, summary
 
 
@@ -307,10 +306,9 @@ class Rescore:
         return summary
 
     def records(self, task: str) -> Iterator[tuple[int, dict]]:
-        from gage_eval.runfolder.runfiles import iter_run_records
+        from gage_eval.api.runfolder import RunFolder
 
-        path = self.run_dir / "samples" / f"{task}.jsonl"
-        for index, (_, record) in enumerate(iter_run_records(self.run_dir, path)):
+        for index, (_, record) in enumerate(RunFolder(self.run_dir).records(task)):
             yield index, record
 
     def _task(self, tr: Any, judge_backend: Any, writers: Any, events: EventLog) -> None:
