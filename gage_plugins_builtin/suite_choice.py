@@ -8,9 +8,10 @@ option's id, and whose ``metadata`` holds the pieces the task's prompt template 
 from __future__ import annotations
 
 import re
+from string import ascii_uppercase as LETTERS
 from typing import Any, Mapping, Sequence
 
-from gage_eval.api import LETTERS, Preprocessor, RowContext, SCHEMA_VERSION, user_message
+from gage_eval.api import Preprocessor, RowContext, SCHEMA_VERSION, user_message
 
 _BRACKETED = re.compile(r"\[.*?\]")
 

@@ -20,10 +20,9 @@ What is here, by what a plugin does with it:
 - backends: :class:`Backend` (with its declared attributes ``name``, ``capabilities``,
   ``max_batch``, ``model_id``, ``open_note``), :class:`Request`, :class:`ModelOutput`, the
   request kinds :data:`GENERATE` and :data:`LOGLIKELIHOOD`, :func:`cut_at_stop`, and the
-  log-likelihood helpers every scoring backend shares (:func:`encode_pair`,
-  :func:`encode_choices`, :func:`tokenizer_encoder`, :func:`prefix_token_id`,
-  :func:`request_context`, :class:`TokenPair`, ``Encode``; also reachable as the namespace
-  :mod:`loglikelihood`, as in ``loglikelihood.encode_pair(...)``).
+  namespace :mod:`loglikelihood`: the one rule every scoring backend splits a pair into tokens
+  by (``loglikelihood.encode_pair``, ``encode_choices``, ``tokenizer_encoder``,
+  ``prefix_token_id``, ``request_context``).
 - judges: :class:`Judge`, :class:`Verdict`, and :class:`Template` (the sandboxed Jinja
   template tasks use; a judge's prompt template renders through it).
 - metrics: :class:`Metric`, :class:`MetricContext` (dotted field paths into the sample, the
@@ -32,34 +31,43 @@ What is here, by what a plugin does with it:
   sample's ``eval_result``.
 - loaders and preprocessors: the contracts :class:`Loader` and :class:`Preprocessor` (their
   declared attributes ``data_dir``, ``data_files``, ``files()``, ``total()``,
-  ``input_schema``, ``data_roots()``), :class:`RowContext` and the Sample helpers (building messages
-  and references, reading their text), the strict JSON row reader (:func:`iter_json_rows`,
-  :func:`check_data_file`, :func:`json_type`), file and URL checks for paths in data
-  (:func:`data_path`, :func:`checked_url`, :func:`base_folder`, :func:`context_for`),
-  schema validation (:func:`validation_errors`, :func:`validation_warnings`,
-  :func:`sample_v1_required_errors`; a plugin adds schemas with ``gage_register_schemas``),
-  :func:`field_message` for a row error's wording, :func:`data_packages` (the installed data
-  packages registered with ``gage_register_data_packages``: offline copies of hub datasets),
-  and :class:`SampleIdentity` (rows that
-  already are Sample v1, as the builtin ``identity`` preprocessor reads them).
+  ``input_schema``, ``data_roots()``), :class:`RowContext`, the Sample v1 helpers (building
+  messages and references, reading their text: :func:`user_message`, :func:`content_text`,
+  :func:`from_legacy`, ...), the strict JSON row reader (:func:`iter_json_rows`,
+  :func:`check_data_file`, :func:`json_type`), the namespace :mod:`paths` (file and URL checks
+  for paths in data: ``paths.data_path``, ``paths.checked_url``, ``paths.base_folder``,
+  ``paths.context_for``, ``paths.REMOTE_SCHEMES``), :func:`validation_errors` (a plugin adds
+  schemas with ``gage_register_schemas``), :func:`data_packages` (the installed data packages
+  registered with ``gage_register_data_packages``: offline copies of hub datasets), and
+  :class:`SampleIdentity` (rows that already are Sample v1, as the builtin ``identity``
+  preprocessor reads them).
 - errors: :class:`GageError` (a one-line error the CLI prints without a traceback),
-  :class:`InputError`, :class:`OutputError`, :class:`FatalBackendError` (no further request
-  can succeed) and :class:`RowError` (one row's problem).
+  :class:`FatalBackendError` (no further request can succeed) and :class:`RowError` (one
+  row's problem).
 - writers: :class:`Writer`, the contract of an output format a plugin adds with
   ``gage_register_writers`` (fed each finished record and the run's end).
 - run options: :class:`RunOption`, what ``gage_register_options`` declares (a flag and run config
   key of a plugin's own; its value reaches the plugin as ``RunStart.options[key]``).
+- how the backends run: :class:`BackendUse`, what ``gage_wrap_backend`` tells a wrapper of a
+  run's backend (role, secrets, settings, what may be kept, per-task counts), and
+  :class:`Executor`, the contract of an executor ``gage_register_executors`` adds.
 - events: :class:`RunStart`, :class:`SampleDone`, :class:`TaskDone`, :class:`RunEnd`, the
   frozen objects the event hooks receive.
 - run folders: :class:`RunFolder` (a stored run's layout and its strict readers:
   ``config()``, ``inputs()``, ``summary()``, ``records(task)``, the paths of its files), and
   pages written beside runs (:func:`write_page`, :func:`check_page_output`,
-  :data:`PAGE_GENERATOR`).
-- secrets: :func:`redact` (a settings mapping with secret values masked),
-  :func:`scrub`/:func:`mask` (secrets removed from a message), :func:`is_secret_key`,
-  :func:`strip_credentials`, :func:`url_credentials`, the query-string ones
-  (:func:`is_secret_query_name`, :func:`query_secrets`, :func:`masked_url`, :func:`secret_forms`)
-  and the placeholder :data:`REDACTED`.
+  :data:`PAGE_GENERATOR`); :func:`reread_samples` (a stored run's task rows read again from its
+  data, as the report does for the images its samples keep only as hashes) and :func:`read_yaml`
+  (a YAML file read strictly, as task files are).
+- statistics: :data:`Z95` (the 95% normal quantile of summary.json's ``ci95.normal``) and
+  :func:`quantile` (of sorted values, linear between order statistics).
+- secrets, the namespace :mod:`secrets` for backends that hold credentials: ``secrets.mask``
+  (secrets removed from a message), ``secrets.is_secret_key``, ``secrets.strip_credentials``,
+  ``secrets.url_credentials``, ``secrets.query_secrets``, ``secrets.masked_url``,
+  ``secrets.secret_forms`` and the placeholder ``secrets.REDACTED``.
+
+Each name has one spelling: a helper reached through a namespace is not also a name here, and
+a name no plugin needs (the core's own internals) is imported by the core from its module.
 """
 from __future__ import annotations
 
@@ -67,29 +75,24 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # what static tools see; at run time __getattr__ below loads each name on first use
-    from gage_eval.api import loglikelihood
+    from gage_eval.api import loglikelihood, paths, secrets
     from gage_eval.api.backend import (GENERATE, LOGLIKELIHOOD, Backend, ModelOutput, Request, cut_at_stop)
-    from gage_eval.api.errors import (FatalBackendError, GageError, OutputError, RowError)
+    from gage_eval.api.errors import (FatalBackendError, GageError, RowError)
     from gage_eval.api.events import (RunEnd, RunStart, SampleDone, TaskDone)
     from gage_eval.api.hookspecs import hookimpl
-    from gage_eval.api.jsonio import (InputError, check_data_file, iter_json_rows, json_type)
+    from gage_eval.api.jsonio import (check_data_file, iter_json_rows, json_type, read_yaml)
     from gage_eval.api.judge import (Judge, Verdict)
     from gage_eval.api.loader import (Loader, Preprocessor, SampleIdentity)
-    from gage_eval.api.loglikelihood import (Encode, TokenPair, encode_choices, encode_pair, prefix_token_id,
-                                             request_context, tokenizer_encoder)
     from gage_eval.api.metric import (Metric, MetricContext, metric_value)
     from gage_eval.api.options import RunOption
     from gage_eval.api.pages import (PAGE_GENERATOR, check_page_output, write_page)
-    from gage_eval.api.paths import (REMOTE_SCHEMES, base_folder, checked_url, context_for, data_path)
-    from gage_eval.api.runfolder import RunFolder
-    from gage_eval.api.secrets import (REDACTED, is_secret_key, is_secret_query_name, mask, masked_url,
-                                      query_secrets, redact, scrub, secret_forms, strip_credentials,
-                                      url_credentials)
-    from gage_eval.api.sample import (LETTERS, MEDIA_SEGMENTS, SCHEMA_VERSION, RowContext, content_text,
-                                      from_legacy, label_text, last_user_text, messages_text, normalize_references,
-                                      reference_text, reference_texts, text_chat, text_segment, user_message)
-    from gage_eval.api.schemas import (data_packages, field_message, sample_v1_required_errors, validation_errors,
-                                       validation_warnings)
+    from gage_eval.api.runfolder import RunFolder, reread_samples
+    from gage_eval.api.stats import Z95, quantile
+    from gage_eval.api.running import BackendUse, Executor
+    from gage_eval.api.sample import (MEDIA_SEGMENTS, SCHEMA_VERSION, RowContext, content_text, from_legacy,
+                                      last_user_text, messages_text, normalize_references, reference_text,
+                                      reference_texts, text_chat, text_segment, user_message)
+    from gage_eval.api.schemas import (data_packages, validation_errors)
     from gage_eval.api.templates import Template
     from gage_eval.api.writer import Writer
 
@@ -98,55 +101,55 @@ __all__ = [
     "hookimpl",
     # backends
     "Backend", "Request", "ModelOutput", "GENERATE", "LOGLIKELIHOOD", "cut_at_stop",
-    # log-likelihood helpers
-    "loglikelihood", "Encode", "TokenPair", "encode_pair", "encode_choices", "tokenizer_encoder",
-    "prefix_token_id", "request_context",
+    # log-likelihood helpers, as a namespace: loglikelihood.encode_pair(...)
+    "loglikelihood",
     # judges and templates
     "Judge", "Verdict", "Template",
     # metrics
     "Metric", "MetricContext", "metric_value",
-    # rows: loader and preprocessor contracts, context, Sample helpers, reading, paths, validation
-    "Loader", "Preprocessor", "RowContext", "SCHEMA_VERSION", "MEDIA_SEGMENTS", "LETTERS", "text_segment", "user_message",
-    "content_text", "messages_text", "text_chat", "last_user_text", "reference_text", "reference_texts",
-    "label_text", "normalize_references", "from_legacy",
-    "iter_json_rows", "check_data_file", "json_type", "data_packages",
-    "REMOTE_SCHEMES", "base_folder", "data_path", "checked_url", "context_for",
-    "validation_errors", "validation_warnings", "sample_v1_required_errors", "field_message", "SampleIdentity",
+    # rows: loader and preprocessor contracts, context, reading, validation; paths in data as a namespace
+    "Loader", "Preprocessor", "RowContext", "SampleIdentity", "iter_json_rows", "check_data_file", "json_type",
+    "data_packages", "validation_errors", "paths",
+    # Sample v1 helpers
+    "SCHEMA_VERSION", "MEDIA_SEGMENTS", "text_segment", "user_message", "content_text", "messages_text", "text_chat",
+    "last_user_text", "reference_text", "reference_texts", "normalize_references", "from_legacy",
     # errors
-    "GageError", "InputError", "OutputError", "FatalBackendError", "RowError",
+    "GageError", "FatalBackendError", "RowError",
     # writers and run options
     "Writer", "RunOption",
+    # how the backends run: a backend wrapper's view of its role, executors
+    "BackendUse", "Executor",
     # events
     "RunStart", "SampleDone", "TaskDone", "RunEnd",
     # run folders: reading a stored run back, and pages written beside runs
-    "RunFolder", "PAGE_GENERATOR", "check_page_output", "write_page",
-    # secrets
-    "REDACTED", "redact", "scrub", "mask", "is_secret_key", "strip_credentials", "url_credentials",
-    "is_secret_query_name", "query_secrets", "masked_url", "secret_forms",
+    "RunFolder", "PAGE_GENERATOR", "check_page_output", "write_page", "reread_samples", "read_yaml",
+    # statistics: the 95% normal quantile, a quantile of sorted values (linear between order statistics)
+    "Z95", "quantile",
+    # secrets, as a namespace: secrets.mask(...)
+    "secrets",
 ]
 
-# the module of this package each name comes from (``loglikelihood`` is also the module itself)
+# the module of this package each name comes from (a namespace, ``paths``, is the module itself)
 _NAMES = {
     "backend": "GENERATE LOGLIKELIHOOD Backend ModelOutput Request cut_at_stop",
-    "errors": "FatalBackendError GageError OutputError RowError",
+    "errors": "FatalBackendError GageError RowError",
     "events": "RunEnd RunStart SampleDone TaskDone",
     "hookspecs": "hookimpl",
-    "jsonio": "InputError check_data_file iter_json_rows json_type",
+    "jsonio": "check_data_file iter_json_rows json_type read_yaml",
     "judge": "Judge Verdict",
     "loader": "Loader Preprocessor SampleIdentity",
-    "loglikelihood": ("loglikelihood Encode TokenPair encode_choices encode_pair prefix_token_id "
-                      "request_context tokenizer_encoder"),
+    "loglikelihood": "loglikelihood",
     "metric": "Metric MetricContext metric_value",
     "options": "RunOption",
     "pages": "PAGE_GENERATOR check_page_output write_page",
-    "paths": "REMOTE_SCHEMES base_folder checked_url context_for data_path",
-    "runfolder": "RunFolder",
-    "secrets": ("REDACTED is_secret_key is_secret_query_name mask masked_url query_secrets redact scrub "
-                "secret_forms strip_credentials url_credentials"),
-    "sample": ("LETTERS MEDIA_SEGMENTS SCHEMA_VERSION RowContext content_text from_legacy label_text "
-               "last_user_text messages_text normalize_references reference_text reference_texts text_chat "
-               "text_segment user_message"),
-    "schemas": "data_packages field_message sample_v1_required_errors validation_errors validation_warnings",
+    "paths": "paths",
+    "runfolder": "RunFolder reread_samples",
+    "stats": "Z95 quantile",
+    "running": "BackendUse Executor",
+    "secrets": "secrets",
+    "sample": ("MEDIA_SEGMENTS SCHEMA_VERSION RowContext content_text from_legacy last_user_text messages_text "
+               "normalize_references reference_text reference_texts text_chat text_segment user_message"),
+    "schemas": "data_packages validation_errors",
     "templates": "Template",
     "writer": "Writer",
 }

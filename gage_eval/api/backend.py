@@ -8,10 +8,6 @@ from typing import Any, ClassVar, Iterator, Sequence
 
 from gage_eval.api.errors import GageError
 
-# the one rule for splitting a log-likelihood pair into tokens, for every backend (plugins too)
-from gage_eval.api.loglikelihood import (TokenPair, encode_choices, encode_pair, prefix_token_id,  # noqa: F401
-                                     tokenizer_encoder)
-
 GENERATE = "generate"
 LOGLIKELIHOOD = "loglikelihood"
 

@@ -1,4 +1,4 @@
-"""Every hook gage-eval calls. Plugins implement these with ``@gage_eval.hookimpl``.
+"""Every hook gage-eval calls. Plugins implement these with ``@gage_eval.api.hookimpl``.
 
 Hook argument names are public API: they may be added to, never renamed.
 """

@@ -82,9 +82,8 @@ import urllib.parse
 import urllib.request
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
-from gage_eval.api import (GENERATE, LOGLIKELIHOOD, REDACTED, Backend, FatalBackendError, GageError,
-                           ModelOutput, Request, loglikelihood, masked_url, query_secrets, secret_forms,
-                           strip_credentials, url_credentials)
+from gage_eval.api import (GENERATE, LOGLIKELIHOOD, Backend, FatalBackendError, GageError, ModelOutput, Request,
+                           loglikelihood, secrets)
 from gage_plugins_builtin.backends import openai_payload as payload
 from gage_plugins_builtin.backends.args import NO_MINIMUM, as_bool, as_number, image_args
 from gage_plugins_builtin.backends.openai_endpoints import SEPARATOR, Endpoint, Router, sent_url, split_urls
@@ -150,7 +149,7 @@ def normalize_base_url(url: str) -> str:
     url = url.partition("#")[0].rstrip("/")
     if not url.startswith(("http://", "https://")):
         raise GageError(f"openai backend: base_url must start with http:// or https://, not "
-                        f"{strip_credentials(url + mark + query)!r}")
+                        f"{secrets.strip_credentials(url + mark + query)!r}")
     rest = url.partition("://")[2]
     if "/" not in rest.rpartition("@")[2]:
         url += "/v1"
@@ -158,7 +157,7 @@ def normalize_base_url(url: str) -> str:
 
 
 def _placeholder(what: str) -> GageError:
-    return GageError(f"openai backend: {what} is the redacted placeholder {REDACTED!r}, not a credential (a "
+    return GageError(f"openai backend: {what} is the redacted placeholder {secrets.REDACTED!r}, not a credential (a "
                      f"stored run keeps no secrets): give the real value again")
 
 
@@ -171,32 +170,32 @@ class Credentials:
     """
 
     def __init__(self, base_url: str, api_key_env: str | None, headers: Mapping[str, str]):
-        url, user, password = url_credentials(base_url)
-        if REDACTED in (user, password):
+        url, user, password = secrets.url_credentials(base_url)
+        if secrets.REDACTED in (user, password):
             raise _placeholder("the user-info in base_url")
         parts = urllib.parse.urlsplit(url)
         self.base = urllib.parse.urlunsplit(parts._replace(query="", fragment=""))  # a request: base + path
         self.query = parts.query  # sent after the path of every request (Azure's ?api-key=K)
-        self.url = masked_url(url)  # user-info removed, secret query values masked: shown anywhere
+        self.url = secrets.masked_url(url)  # user-info removed, secret query values masked: shown anywhere
         query_keys: list[str] = []
-        for name, value in query_secrets(url):
-            if urllib.parse.unquote_plus(value) == REDACTED:
+        for name, value in secrets.query_secrets(url):
+            if urllib.parse.unquote_plus(value) == secrets.REDACTED:
                 raise _placeholder(f"the {name} query parameter of base_url")
-            query_keys += secret_forms(value)
+            query_keys += secrets.secret_forms(value)
         if query_keys:  # and as aiohttp sends them (yarl requotes: %2F -> /), which a server may quote back
             import yarl
 
-            query_keys += [f for _, v in query_secrets(f"?{yarl.URL(f'http://h/?{self.query}').raw_query_string}")
-                           for f in secret_forms(v)]
+            sent = f"?{yarl.URL(f'http://h/?{self.query}').raw_query_string}"
+            query_keys += [f for _, v in secrets.query_secrets(sent) for f in secrets.secret_forms(v)]
         self.api_key_env = str(api_key_env or "OPENAI_API_KEY")
         self.api_key = os.environ.get(self.api_key_env) or None
         if api_key_env is not None and self.api_key is None:
             raise GageError(f"openai backend: api_key_env={self.api_key_env} names an environment variable that "
                             f"is not set (leave api_key_env out for a server that needs no key)")
         self.headers = {"Content-Type": "application/json", **headers}
-        secrets: list[str] = [*headers.values(), *query_keys]
+        held: list[str] = [*headers.values(), *query_keys]
         for name, value in headers.items():
-            if value == REDACTED:
+            if value == secrets.REDACTED:
                 raise _placeholder(f"header_{name}")
         given_auth = next((n for n in headers if n.lower() == "authorization"), None)
         self.scheme: str | None = None
@@ -209,20 +208,20 @@ class Credentials:
             token = base64.b64encode(pair.encode()).decode()
             self.headers["Authorization"] = f"Basic {token}"
             self.scheme = "basic"
-            secrets += [password or "", pair, token]
+            held += [password or "", pair, token]
         elif given_auth:
             if api_key_env is not None:
                 raise GageError(f"openai backend: header_{given_auth} and api_key_env={self.api_key_env} are two "
                                 f"credentials; one Authorization header carries one: drop one")
             self.scheme = "header"
         elif self.api_key is not None:
-            if self.api_key == REDACTED:
+            if self.api_key == secrets.REDACTED:
                 raise _placeholder(f"the environment variable {self.api_key_env}")
             self.headers["Authorization"] = f"Bearer {self.api_key}"
             self.scheme = "bearer"
         if self.api_key:
-            secrets.append(self.api_key)
-        self.secrets = tuple(dict.fromkeys(s for s in secrets if s))
+            held.append(self.api_key)
+        self.secrets = tuple(dict.fromkeys(s for s in held if s))
 
     def hints(self) -> dict[str, str]:
         """What to check after a 401 or a 403 (names, never values)."""
@@ -305,7 +304,7 @@ class OpenAIBackend(Backend):
         self.seed = None if seed is None else _number("seed", seed, int, NO_MINIMUM)
         proxies = [env_proxy(c.base) for c in self.endpoint_credentials]
         for proxy in dict.fromkeys(p for p in proxies if p):  # never echo a proxy's password in an error message
-            _, proxy_user, proxy_password = url_credentials(proxy)
+            _, proxy_user, proxy_password = secrets.url_credentials(proxy)
             if proxy_password:
                 pair = f"{proxy_user or ''}:{proxy_password}"  # (and its Basic token, which a proxy may quote back)
                 self.secrets += (proxy_password, pair, base64.b64encode(pair.encode()).decode())

@@ -19,7 +19,7 @@ from __future__ import annotations
 import time
 from typing import Any, Callable, Sequence
 
-from gage_eval.api import GageError, strip_credentials
+from gage_eval.api import GageError, secrets
 
 SEPARATOR = "|"
 
@@ -32,7 +32,7 @@ def split_urls(value: Any) -> list[str]:
         items = str(value).split(SEPARATOR)
     urls = [u.strip() for u in items]
     if not urls or any(not u for u in urls):
-        raise GageError(f"openai backend: base_url has an empty entry ({strip_credentials(str(value))!r}); give "
+        raise GageError(f"openai backend: base_url has an empty entry ({secrets.strip_credentials(str(value))!r}); give "
                         f"one URL, or several separated by {SEPARATOR!r} (a list in a run config)")
     return urls
 

@@ -32,7 +32,7 @@ import types
 from dataclasses import dataclass
 from typing import Any, AsyncIterator, Callable
 
-from gage_eval.api import FatalBackendError, mask
+from gage_eval.api import FatalBackendError, secrets
 from gage_plugins_builtin.backends.openai_endpoints import Router, sent_url
 from gage_plugins_builtin.backends.openai_payload import BadReply, Unscorable, Unsupported
 
@@ -183,7 +183,7 @@ class Poster:
         self.rng = random.Random()
 
     def scrub(self, text: str) -> str:
-        return mask(text, self.secrets)  # every secret we know of, however short
+        return secrets.mask(text, self.secrets)  # every secret we know of, however short
 
     def quote(self, text: str, limit: int) -> str:
         """At most ``limit`` characters of ``text``, secrets removed first (a cut may not halve one)."""

@@ -26,7 +26,7 @@ from typing import Any
 
 import yaml
 
-from gage_eval.api import GageError, is_secret_key, query_secrets, url_credentials
+from gage_eval.api import GageError, secrets
 
 from gage_plugins_builtin.convert.yamlpos import Lines, load
 
@@ -300,12 +300,12 @@ def _reference(text: str) -> bool:
 def _clean_url(rep: Report, where: tuple, url: str) -> str:
     """``url`` without the secrets it holds literally (user-info, query keys), each one named; a
     ``${VAR}`` reference is kept as written (gage-eval reads it from the environment when it runs)."""
-    clean, user, password = url_credentials(url)
+    clean, user, password = secrets.url_credentials(url)
     if (user or password) and not _reference(f"{user or ''}:{password or ''}"):
         url = clean  # a password in a URL is a secret too: never written to a file
         rep.note(where, "the user and password in the URL are not written: give the URL with them "
                         "when running (--model-args base_url=...)")
-    left = [name for name, value in query_secrets(url) if not _reference(value)]
+    left = [name for name, value in secrets.query_secrets(url) if not _reference(value)]
     if left:
         parts = urllib.parse.urlsplit(url)
         keep = [p for p in parts.query.split("&") if urllib.parse.unquote_plus(p.partition("=")[0]) not in left]
@@ -424,7 +424,7 @@ def _backend(pipe: Pipeline, rep: Report, adapter: tuple[str, int, dict]) -> tup
                                             "top_p, top_k, stop, seed, do_sample)")
         elif key in GENERATION_KEYS and key not in renames:
             generation[GENERATION_KEYS[key]] = value
-        elif is_secret_key(key):  # api_key, token, password, ...
+        elif secrets.is_secret_key(key):  # api_key, token, password, ...
             whole = ENV_REF.fullmatch(value.strip()) if isinstance(value, str) else None
             if gage == "openai" and whole and not whole.group(2) and re.search(r"api[_-]?key$", key, re.I):
                 args["api_key_env"] = whole.group(1)  # the reference, never its value

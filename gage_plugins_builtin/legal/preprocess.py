@@ -4,8 +4,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping
 
-from gage_eval.api import (SCHEMA_VERSION, Preprocessor, RowContext, base_folder, data_path, normalize_references,
-                           text_segment, validation_errors)
+from gage_eval.api import (SCHEMA_VERSION, Preprocessor, RowContext, normalize_references, paths, text_segment,
+                           validation_errors)
 
 from gage_plugins_builtin.legal.documents import attachment_text
 from gage_plugins_builtin.legal.schema import LEGAL_TOP_LEVEL
@@ -102,10 +102,10 @@ class LegalEvalV1(Preprocessor):
         media: list[dict] = []
         texts: list[dict] = []
         resolved: list[dict] = []
-        roots = self.data_roots(base_folder(ctx))
+        roots = self.data_roots(paths.base_folder(ctx))
         for i, att in enumerate(record.get("attachments") or []):
             field = f"attachments[{i}].path"
-            path = data_path(att["path"], ctx, field, search=roots, roots=roots)
+            path = paths.data_path(att["path"], ctx, field, search=roots, roots=roots)
             title = att.get("title") or Path(att["path"]).stem
             resolved.append({**att, "title": title, "resolved_path": str(path)})
             if self.attachments == "file":

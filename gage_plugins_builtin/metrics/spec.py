@@ -31,9 +31,10 @@ import string
 import sys
 import unicodedata
 from functools import lru_cache
+from string import ascii_uppercase as LETTERS
 from typing import Any, Mapping, Sequence
 
-from gage_eval.api import LETTERS, Metric, MetricContext, content_text
+from gage_eval.api import Metric, MetricContext, content_text
 from gage_plugins_builtin.metrics.fields import as_texts, pick, spec_get, text_of
 from gage_plugins_builtin.multimodal.metrics import ANLS, MMMUAccuracy
 

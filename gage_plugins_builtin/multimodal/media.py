@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 from urllib.parse import unquote, urlparse
 
-from gage_eval.api import REMOTE_SCHEMES, GageError, RowContext, checked_url, context_for
+from gage_eval.api import GageError, RowContext, paths
 
 _MAGIC = (
     (b"\x89PNG\r\n\x1a\n", "image/png"),
@@ -71,11 +71,11 @@ def to_image_url(value: Any, ctx: RowContext | Path | str | None = None, field: 
     """
     if value is None:
         return None
-    ctx = context_for(ctx)
+    ctx = paths.context_for(ctx)
     if isinstance(value, str):
         if not value.strip():
             return None
-        return checked_url(value, ctx, field)
+        return paths.checked_url(value, ctx, field)
     if isinstance(value, (bytes, bytearray, memoryview)):
         return data_url(bytes(value))
     if isinstance(value, Mapping):
@@ -124,7 +124,7 @@ def image_bytes(url: str, base_dir: Path | str | None = None, timeout: float = 3
             except (binascii.Error, ValueError) as exc:
                 raise ValueError(f"data URL is not valid base64: {exc}") from None
         return unquote(payload).encode("latin-1")
-    if scheme in REMOTE_SCHEMES:
+    if scheme in paths.REMOTE_SCHEMES:
         import urllib.request
 
         with urllib.request.urlopen(url, timeout=timeout) as resp:  # noqa: S310 - http(s) only
@@ -265,7 +265,7 @@ class ImageResize:
 def resized_image_url(url: str, resize: "ImageResize | None", base_dir: Path | str | None = None) -> str:
     """A local or data image as a data URL of the resized image; http(s) URLs as they are (the
     server fetches them). An image whose size already fits keeps its bytes; a resized one is PNG."""
-    if resize is None or urlparse(url).scheme.lower() in REMOTE_SCHEMES:
+    if resize is None or urlparse(url).scheme.lower() in paths.REMOTE_SCHEMES:
         return url
     data = image_bytes(url, base_dir)
     img = decode_image(data, url, mode="")

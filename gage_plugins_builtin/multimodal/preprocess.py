@@ -11,7 +11,9 @@ import ast
 import re
 from typing import Any, Mapping
 
-from gage_eval.api import LETTERS, SCHEMA_VERSION, Preprocessor, RowContext, normalize_references, text_segment
+from string import ascii_uppercase as LETTERS
+
+from gage_eval.api import SCHEMA_VERSION, Preprocessor, RowContext, normalize_references, text_segment
 
 from gage_plugins_builtin.multimodal.media import image_segment, to_image_url
 

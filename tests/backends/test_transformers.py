@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from gage_eval import hookimpl
+from gage_eval.api import hookimpl
 from gage_eval.api.backend import GENERATE, LOGLIKELIHOOD, Backend, ModelOutput, Request
 from gage_eval.api.errors import GageError
 from gage_eval.plugins import register_plugin, reset_plugins

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from gage_eval import hookimpl
+from gage_eval.api import hookimpl
 from gage_eval.api.backend import ModelOutput, Request
 from gage_eval.engine.cache import FILE_NAME, ResponseCache
 from gage_eval.api.errors import GageError

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gage_eval import hookimpl
+from gage_eval.api import hookimpl
 from gage_eval.engine.loop import Engine, RunOptions, TaskRun
 from gage_eval.tasks.fewshot import FewShotSampler
 from gage_eval.plugins import load_plugins, register_plugin, reset_plugins

@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 import pytest
 
-from gage_eval import hookimpl
+from gage_eval.api import hookimpl
 from gage_eval.api import hookspecs
 from gage_eval.api.backend import Backend, ModelOutput
 from gage_eval.api.judge import Judge, Verdict

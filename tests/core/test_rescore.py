@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from gage_eval import hookimpl
+from gage_eval.api import hookimpl
 from gage_eval.engine.rescore import rescore_command
 from gage_plugins_builtin.backends.dummy import DummyBackend
 

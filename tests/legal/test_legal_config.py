@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gage_eval import hookimpl
+from gage_eval.api import hookimpl
 from gage_eval.api.errors import GageError
 from gage_eval.cli.run import build_options
 from gage_plugins_builtin.backends.dummy import DummyBackend

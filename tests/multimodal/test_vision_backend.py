@@ -90,7 +90,7 @@ def test_stop_strings_cut_the_text(backend):
 
 
 def _tiny_plugin(folder: Path):
-    from gage_eval import hookimpl
+    from gage_eval.api import hookimpl
     class TinyVision:
         @hookimpl
         def gage_register_backends(self, register):

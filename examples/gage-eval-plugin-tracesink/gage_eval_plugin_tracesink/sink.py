@@ -32,7 +32,7 @@ import uuid
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from gage_eval.api import mask, strip_credentials
+from gage_eval.api import secrets
 
 from gage_eval_plugin_tracesink.config import FALLBACK_NAME, Config
 from gage_eval_plugin_tracesink.events import dumps
@@ -273,7 +273,7 @@ class TraceSink:
 
     def _clean(self, text: str) -> str:
         token = self.config.token if self.config else None
-        return strip_credentials(mask(text, (token,) if token else ()))
+        return secrets.strip_credentials(secrets.mask(text, (token,) if token else ()))
 
     def _say(self, key: str, message: str) -> None:
         with self._say_lock:
