@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -30,6 +30,7 @@ class RunStart:
     model: str
     model_id: str = ""  # the backend's model_id (weights or endpoint + model name)
     resume: bool = False  # True when this is a --resume of an interrupted run
+    options: Mapping[str, Any] = field(default_factory=dict)  # the plugins' run options (gage_register_options)
 
 
 @dataclass(frozen=True)

@@ -77,12 +77,13 @@ class _Cursor:
 
 
 def translate(args: Iterable[str], kinds: Mapping[str, str], long_names: Mapping[str, str],
-              commands: Iterable[str] = ()) -> tuple[list[str], list[str]]:
+              commands: Iterable[str] = (), aliases: Mapping[str, str] | None = None) -> tuple[list[str], list[str]]:
     """The top-level arguments in gage-eval's spelling, and notes to show (options accepted as no-ops).
 
     ``kinds`` maps every spelling of the group's options to ``flag``, ``value`` or
     ``optional:DEFAULT`` (a value that may be left out); ``long_names`` maps each spelling to the option's main
-    ``--long`` name. The first argument that is not an option or an option's value (a
+    ``--long`` name; ``aliases``: lm-eval's spellings of the plugins' run options (they win over
+    :data:`REFUSED`). The first argument that is not an option or an option's value (a
     sub-command) ends the top-level part; it and what follows pass through unchanged.
     """
     cur, commands = _Cursor(list(args)), set(commands)
@@ -97,14 +98,17 @@ def translate(args: Iterable[str], kinds: Mapping[str, str], long_names: Mapping
             out.append(tok)
             out.extend(cur.args[cur.i:])
             break
-        out.extend(_option(tok, cur, kinds, long_names, commands, notes))
+        out.extend(_option(tok, cur, kinds, long_names, commands, notes, aliases or {}))
     return out, notes
 
 
 def _option(tok: str, cur: _Cursor, kinds: Mapping[str, str], long_names: Mapping[str, str],
-            commands: set[str], notes: list[str]) -> list[str]:
+            commands: set[str], notes: list[str], aliases: Mapping[str, str]) -> list[str]:
     """One option (with its value, taken from ``cur`` when separate) in gage-eval's spelling."""
     name, eq, value = tok.partition("=") if tok.startswith("--") else (tok, "", "")
+    if name in aliases:
+        tok = aliases[name] + eq + value
+        name = aliases[name]
     if name in NO_OPS:
         notes.append(f"{name}: {NO_OPS[name]}")
         return []

@@ -53,6 +53,20 @@ def _folder(text: str) -> str:
     return os.path.abspath(path)
 
 
+def type_parser(kind: str, minimum: int | None = None) -> tuple[Callable[[str], Any], str]:
+    """How an environment variable's text becomes a value of a run option's ``type``
+    (:class:`gage_eval.api.options.RunOption`), and what the message says was expected."""
+    if kind == "whole":
+        return _whole(minimum or 0), f"a whole number, {minimum or 0} or more"
+    if kind == "number":
+        return float, "a number"
+    if kind == "folder":
+        return _folder, "a folder"
+    if kind == "switch":
+        return _flag, "true or false (1, 0, yes, no, on, off)"
+    return str.strip, "a text"
+
+
 PARSERS: dict[str, tuple[Callable[[str], Any], str]] = {
     "output_dir": (_folder, "a folder"),
     "limit": (_whole(1), "a whole number of rows, 1 or more"),
@@ -66,11 +80,18 @@ PARSERS: dict[str, tuple[Callable[[str], Any], str]] = {
 def env_setting(setting: str, environ: Mapping[str, str] | None = None) -> Any:
     """The value of ``setting`` from its environment variable(s), parsed; None when unset or
     empty. Two spellings set to different values, or a bad value, are a GageError naming them."""
+    return env_value(ENV_NAMES[setting], *PARSERS[setting], environ)
+
+
+def env_value(names: tuple[str, ...], parse: Callable[[str], Any], what: str,
+              environ: Mapping[str, str] | None = None) -> Any:
+    """The value of the first of the variables ``names`` set, parsed by ``parse``; None when none
+    is set. Two set to different values, or a value ``parse`` refuses, are a GageError naming them
+    and ``what`` was expected."""
     env = os.environ if environ is None else environ
-    given = [(name, env[name]) for name in ENV_NAMES[setting] if env.get(name, "").strip()]
+    given = [(name, env[name]) for name in names if env.get(name, "").strip()]
     if not given:
         return None
-    parse, what = PARSERS[setting]
     values = []
     for name, raw in given:
         try:
