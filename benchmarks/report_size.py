@@ -81,7 +81,7 @@ def main() -> None:
     out = Path(a.out)
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
-    from gage_eval.engine.report import render_report
+    from gage_plugins_builtin.report.page import render_report
 
     for n in (int(x) for x in a.rows.split(",")):
         run_dir = run(n, out)

@@ -12,11 +12,12 @@ import pluggy
 
 from gage_eval.api import hookspecs, schemas
 from gage_eval.api.errors import GageError
+from gage_eval.api.options import RunOption
 
 ENTRY_POINT_GROUP = "gage_eval"
 BUILTIN = "builtin"
 BUILTIN_MODULE = "gage_plugins_builtin"
-KINDS = ("loaders", "preprocessors", "backends", "judges", "metrics", "writers")
+KINDS = ("loaders", "preprocessors", "backends", "judges", "metrics", "writers", "executors")
 
 
 @dataclass(frozen=True)
@@ -24,6 +25,7 @@ class Registered:
     name: str
     factory: Callable[..., Any]
     plugin: str
+    default: bool = False  # a writer every run gets without naming it (register(..., default=True))
 
 
 @dataclass(frozen=True)
@@ -38,6 +40,12 @@ class RegisteredSchema:
     rows: Callable[[], Any] | None = None
 
 
+@dataclass(frozen=True)
+class RegisteredOption:
+    option: RunOption
+    plugin: str
+
+
 @dataclass
 class Registry:
     """Everything the loaded plugins registered, with the plugin that registered it."""
@@ -48,9 +56,11 @@ class Registry:
     judges: dict[str, Registered] = field(default_factory=dict)
     metrics: dict[str, Registered] = field(default_factory=dict)
     writers: dict[str, Registered] = field(default_factory=dict)
+    executors: dict[str, Registered] = field(default_factory=dict)  # --executor NAME (gage_eval.engine.executor)
     schemas: dict[str, RegisteredSchema] = field(default_factory=dict)
     task_paths: list[tuple[str, str]] = field(default_factory=list)
     data_packages: dict[str, Registered] = field(default_factory=dict)  # name -> root (a folder or a function)
+    options: dict[str, RegisteredOption] = field(default_factory=dict)  # run options by key
 
     def get(self, kind: str, name: str) -> Registered:
         table: dict[str, Registered] = getattr(self, kind)
@@ -85,6 +95,8 @@ class Registry:
             out.setdefault(reg.plugin, {}).setdefault("schemas", []).append(reg.name)
         for plugin, path in self.task_paths:
             out.setdefault(plugin, {}).setdefault("task_paths", []).append(path)
+        for reg in self.options.values():
+            out.setdefault(reg.plugin, {}).setdefault("options", []).append(reg.option.key)
         return out
 
 
@@ -138,17 +150,20 @@ def collect_registry(pm: pluggy.PluginManager) -> Registry:
             plugin = pm.get_name(impl.plugin) or repr(impl.plugin)
 
             def register(name: str, factory: Callable[..., Any], _plugin: str = plugin,
-                         _table: dict = table, _kind: str = kind) -> None:
+                         _table: dict = table, _kind: str = kind, *, default: bool = False) -> None:
+                if default and _kind != "writers":
+                    raise GageError(f"plugin {_plugin!r}, {_kind[:-1]} {name!r}: default=True is for writers only")
                 if name in _table:
                     raise GageError(
                         f"{_kind[:-1]} {name!r} is registered by both plugin "
                         f"{_table[name].plugin!r} and plugin {_plugin!r}; disable one with "
                         f"GAGE_EVAL_DISABLE_PLUGINS={_plugin}"
                     )
-                _table[name] = Registered(name, factory, _plugin)
+                _table[name] = Registered(name, factory, _plugin, bool(default))
 
             impl.function(register=register)
     _collect_schemas(pm, registry)
+    _collect_options(pm, registry)
     for impl in pm.hook.gage_register_task_paths.get_hookimpls():
         plugin = pm.get_name(impl.plugin) or repr(impl.plugin)
         impl.function(register=lambda path, _p=plugin: registry.task_paths.append((_p, str(path))))
@@ -192,6 +207,26 @@ def _collect_schemas(pm: pluggy.PluginManager, registry: Registry) -> None:
         impl.function(register=register)
 
 
+def _collect_options(pm: pluggy.PluginManager, registry: Registry) -> None:
+    owners: dict[str, str] = {}  # each key and command-line spelling -> the plugin that declared it
+    for impl in pm.hook.gage_register_options.get_hookimpls():
+        plugin = pm.get_name(impl.plugin) or repr(impl.plugin)
+
+        def register(key: str, *flags: str, _plugin: str = plugin, **fields: Any) -> None:
+            try:
+                option = RunOption(key, tuple(flags), **fields)
+            except (TypeError, ValueError) as exc:
+                raise GageError(f"plugin {_plugin!r}: run option {key!r}: {exc}") from None
+            for name in (key, *option.spellings()):
+                if name in owners:
+                    raise GageError(f"run option {name!r} is registered by both plugin {owners[name]!r} and plugin "
+                                    f"{_plugin!r}; disable one with GAGE_EVAL_DISABLE_PLUGINS={_plugin}")
+            owners.update(dict.fromkeys((key, *option.spellings()), _plugin))
+            registry.options[key] = RegisteredOption(option, _plugin)
+
+        impl.function(register=register)
+
+
 def load_plugins() -> tuple[pluggy.PluginManager, Registry]:
     """Load plugins once per process; later calls return the same objects."""
     global _pm, _registry
@@ -201,6 +236,11 @@ def load_plugins() -> tuple[pluggy.PluginManager, Registry]:
         _pm = pm
     assert _registry is not None
     return _pm, _registry
+
+
+def stored_option_keys() -> list[str]:
+    """The config.json keys of the loaded plugins' run options (for reading a stored run's settings)."""
+    return [key for key, reg in load_plugins()[1].options.items() if reg.option.stored]
 
 
 def register_plugin(plugin: object, name: str) -> Registry:

@@ -116,6 +116,20 @@ def gage_register_backends(register):
 
 
 @hookimpl
+def gage_register_executors(register):
+    register("ray", lazy(P + "ray_executor:RayExecutor"))  # (imports Ray only when a run opens it)
+
+
+@hookimpl
+def gage_wrap_backend(backend, use):
+    if not use.options.get("cache"):
+        return None
+    from gage_plugins_builtin.cache import CachedBackend  # (imported only for a run with --cache)
+
+    return CachedBackend(backend, use)
+
+
+@hookimpl
 def gage_register_judges(register):
     _register_all(register, JUDGES)
 
@@ -139,6 +153,20 @@ def _legal_rows() -> Any:
     from gage_plugins_builtin.legal.preprocess import LegalEvalV1
 
     return LegalEvalV1(attachments="file", validate=False)
+
+
+@hookimpl
+def gage_register_options(register):
+    register("eee_version", "--eee-version", choices=("0.2.0", "0.3.0"), default="0.2.0",
+             help="Every Eval Ever version of the instance records in instances/ (default 0.2.0).")
+    # the report writer's switch (gage_plugins_builtin.report.writer reads it at start)
+    register("report", "--report", type="switch", default=True,
+             help="Write report.html into the run folder at the end (default: yes).")
+
+
+@hookimpl
+def gage_register_writers(register):
+    register("report", lazy(P + "report.writer:ReportWriter"), default=True)
 
 
 @hookimpl

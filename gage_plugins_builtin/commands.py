@@ -1,5 +1,6 @@
-"""The builtin plugin's sub-commands ``new-task`` and ``convert``, added through gage_register_commands
-(``tasks``, ``plugins`` and ``validate`` belong to the core: gage_eval.cli.commands)."""
+"""The builtin plugin's sub-commands ``new-task``, ``convert``, ``report`` and ``compare``, added through
+gage_register_commands (``tasks``, ``plugins`` and ``validate`` belong to the core: gage_eval.cli.commands).
+Each command's module imports only click: what a command runs is imported when it runs."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -7,10 +8,12 @@ from pathlib import Path
 import click
 
 
-
 def add_to(cli: click.Group) -> None:
-    cli.add_command(new_task_command)
-    cli.add_command(convert_command)
+    from gage_plugins_builtin.compare.command import compare_command
+    from gage_plugins_builtin.report.command import report_command
+
+    for command in (new_task_command, convert_command, report_command, compare_command):
+        cli.add_command(command)
 
 
 @click.command("new-task")

@@ -64,6 +64,39 @@ def gage_register_backends(register: Callable[[str, Callable[..., Any]], None]) 
 
 
 @hookspec
+def gage_register_executors(register: Callable[[str, Any], None]) -> None:
+    """Register executors: where the model runs other than in this process (``--executor NAME``;
+    ``local``, the core's own, runs it here).
+
+    :param register: call ``register(name, executor)`` with a
+        :class:`gage_eval.api.running.Executor`: the ``--model-args`` keys it takes, its
+        ``plan(args, where)``, the ``refusal`` a local run gives its arguments, and
+        ``backend(proto, name, build, plan, options)``, the backend the engine sends requests to.
+    :return: nothing.
+    """
+
+
+@hookspec
+def gage_wrap_backend(backend: Any, use: Any) -> Any:
+    """Wrap a run's backend: a wrapper sees every request the engine sends it and every reply
+    (the builtin response cache answers from its file and sends the backend only the rest).
+
+    :param backend: the backend the engine would use for ``use.role`` (already wrapped by the
+        plugins registered before this one), built and not yet opened; the engine opens,
+        closes and describes the backend itself, so a wrapper implements ``stream`` and ``run``
+        (and ``close``, for what it holds) and reads the backend's ``settings()`` only once
+        ``open()`` ran, at its first request.
+    :param use: a :class:`gage_eval.api.running.BackendUse`: the role (``model``, ``judge``),
+        the backend's registered name, the run's seed, secrets and settings, ``keeps(request,
+        output)`` (whether a reply may be kept for reuse) and a ``tally`` of per-task counts
+        that reach summary.json.
+    :return: the backend the engine uses instead, or None to leave it. A wrapper whose backend
+        raises :class:`gage_eval.api.errors.FatalBackendError` in ``run`` re-raises it; it may
+        set the error's ``outputs`` to the list of replies it has (None for the others).
+    """
+
+
+@hookspec
 def gage_register_judges(register: Callable[[str, Callable[..., Any]], None]) -> None:
     """Register judges, which score a model's answer with another model.
 
@@ -91,9 +124,29 @@ def gage_register_writers(register: Callable[[str, Callable[..., Any]], None]) -
 
     :param register: call ``register(name, factory)``. ``factory(**args)`` receives the
         arguments of ``--writer NAME:key=value,...`` (none for a bare ``--writer NAME``) and
-        returns a :class:`gage_eval.api.writer.Writer`. A writer runs only when a run names it
-        (``--writer``, repeatable; kept for ``--resume``). The run folder's own files
-        (samples, instances, summary.json) are written by the core's writers.
+        returns a :class:`gage_eval.api.writer.Writer`. A writer runs when a run names it
+        (``--writer``, repeatable; kept for ``--resume``). ``register(name, factory,
+        default=True)`` registers a writer on by default: every run builds it (with no
+        arguments, unless the run names it with arguments); it switches itself off by reading
+        its own run option at ``start`` (``RunStart.options``, declared with
+        ``gage_register_options``), as the builtin ``report`` writer reads ``report``
+        (``--no-report``). The run folder's own files (samples, summary.json) are written by
+        the core's writers.
+    :return: nothing.
+    """
+
+
+@hookspec
+def gage_register_options(register: Callable[..., None]) -> None:
+    """Register run options: settings of a run that a plugin reads (a flag, a run config key).
+
+    :param register: call ``register(key, *flags, **fields)`` once per option, with the fields
+        of :class:`gage_eval.api.options.RunOption` (``help``, ``type``, ``choices``, ``default``,
+        ``env``, ...). The command line adds each flag to the run; the run config accepts ``key``;
+        the value (flag over run config over ``env`` over ``default``) is kept in config.json
+        under ``key`` and restored by ``--resume``, and reaches plugins as
+        ``RunStart.options[key]`` (writers get it at ``start``). A key or flag registered twice
+        is refused naming both plugins.
     :return: nothing.
     """
 

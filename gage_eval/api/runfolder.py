@@ -24,7 +24,7 @@ import os
 import re
 import stat
 from pathlib import Path
-from typing import IO, Any, Iterator, Mapping
+from typing import IO, Any, Callable, Iterable, Iterator, Mapping
 
 from gage_eval.api.errors import GageError, OutputError
 from gage_eval.api.jsonio import SPECIAL_FILES, json_type
@@ -361,11 +361,13 @@ class RunFolder:
         check_inputs(self.inputs_file, inputs)
         return inputs
 
-    def summary(self, *, missing_ok: bool = False) -> dict:
-        """summary.json with ``run`` and ``tasks`` checked; with ``missing_ok`` a missing file is
-        ``{}`` and both keys are optional (a run stopped before its end)."""
+    def summary(self, *, missing_ok: bool = False, check: bool = True) -> dict:
+        """summary.json with ``run`` and ``tasks`` checked (unless not ``check``: a caller with its
+        own checks); with ``missing_ok`` a missing file is ``{}`` and both keys are optional (a run
+        stopped before its end)."""
         summary = read_run_json(self.path, SUMMARY_FILE, required=not missing_ok) or {}
-        check_summary(self.summary_file, summary, required=not missing_ok)
+        if check:
+            check_summary(self.summary_file, summary, required=not missing_ok)
         return summary
 
     def records(self, task: str) -> Iterator[tuple[int, dict]]:
@@ -381,3 +383,25 @@ class RunFolder:
 
     def write_summary(self, summary: Mapping[str, Any]) -> None:
         write_json_atomic(self.summary_file, summary)
+
+
+# -- a stored run's rows read again from its data ------------------------------------------------
+# The core (gage_eval.engine.reread) hands its reader here, so this module imports nothing above the API.
+_reread: Callable[[Path, str], Iterable[dict]] | None = None
+
+
+def use_reread(source: Callable[[Path, str], Iterable[dict]]) -> None:
+    """Where :func:`reread_samples` reads rows from: the core's row pipeline, handed here by the engine."""
+    global _reread
+    _reread = source
+
+
+def reread_samples(run_dir: Path, task: str) -> Iterator[dict]:
+    """The Sample records of ``task`` in the stored run ``run_dir``, read again from the task's data
+    as the run read them (its config.json, task folder, loader and preprocessor); rows that fail
+    their checks are left out. What a samples file keeps only as a hash (a long ``data:`` image)
+    is whole here. A GageError when the data cannot be read again."""
+    if _reread is None:
+        raise GageError(f"{run_dir}: the rows of task {task!r} can be read again only inside gage-eval's "
+                        f"engine or command line")
+    yield from _reread(Path(run_dir), task)

@@ -1,6 +1,6 @@
 """The command line: the ``gage-eval`` group and its options (``app``; core commands imported only
 when they run), the run, resume and dry-run commands (``run``, ``dryrun``), ``validate``, the
-listings ``tasks`` and ``plugins`` (``commands``), ``compare``, and lm-evaluation-harness's
+listings ``tasks`` and ``plugins`` (``commands``), and lm-evaluation-harness's
 spellings (``conventions``). This module is the entry point (the console script,
 ``python -m gage_eval.cli``).
 

@@ -22,17 +22,9 @@ CORE_COMMANDS = {
     "validate": ("gage_eval.cli.validate:validate_command",
                  "Check every row of FILE (jsonl, json or a task.yaml) against a schema (``summary``: a run "
                  "folder's summary.json, one JSON object)."),
-    "compare": ("gage_eval.cli.compare:compare_command",
-                "Compare two run folders sample by sample: per task and metric the means, the difference B-A "
-                "with a paired bootstrap 95% interval, McNemar's exact test and the flipped samples for binary "
-                "metrics, and the settings that differ. Exits 2 when the runs cannot be aligned."),
     "rescore": ("gage_eval.engine.rescore:rescore_command",
                 "Compute the metrics of RUN_DIR again from its stored model outputs (and its judge, with "
                 "--judge-model), without loading the model, into a new run folder NEW_DIR."),
-    "report": ("gage_eval.engine.report:report_command",
-               "Write one self-contained HTML report of one or more run folders (several: side by side). It is "
-               "never written into a run folder (but as the one run's own report.html) nor over a file that is "
-               "not a page gage-eval wrote."),
     "merge": ("gage_eval.engine.merge:merge_command",
               "Join the shards of one run (each run with --shard I/N) into one run folder, its summary computed "
               "again from every record: the same as the unsharded run's."),
@@ -56,6 +48,19 @@ def option_spellings(params) -> tuple[dict[str, str], dict[str, str]]:
     return kinds, long_names
 
 
+def click_option(option) -> click.Option:
+    """A plugin's :class:`gage_eval.api.options.RunOption` as a click option (no default: a value
+    not given is None, so the run config, the environment and the declared default come next)."""
+    kinds = {"whole": click.IntRange(min=option.minimum), "number": click.FLOAT}
+    kind = click.Choice(option.choices) if option.choices is not None else kinds.get(option.type)
+    env = f" Env: {' (or '.join(option.env)}{')' * (len(option.env) - 1)}." if option.env else ""
+    if option.type == "switch":
+        decls = [f"{flag}/--no-{flag[2:]}" for flag in option.flags]
+        return click.Option([*decls, option.key], default=None, help=option.help + env)
+    return click.Option([*option.flags, option.key], type=kind, default=None, metavar=option.metavar,
+                        help=option.help + env)
+
+
 class PluginGroup(click.Group):
     """A group that loads plugins (and their commands) only when it is asked for commands."""
 
@@ -70,15 +75,43 @@ class PluginGroup(click.Group):
             pm.hook.gage_register_commands(cli=self)
 
     def parse_args(self, ctx, args):
+        if ctx.parent is None:
+            self._plugin_options()
         if ctx.parent is None and not ctx.resilient_parsing:
             from gage_eval.cli.conventions import translate
 
             kinds, long_names = option_spellings(self.get_params(ctx))
-            args, notes = translate(args, kinds, long_names, self.list_commands(ctx))
+            args, notes = translate(args, kinds, long_names, self.list_commands(ctx), self._lm_eval)
             if not ({"-q", "--quiet"} & set(args)):
                 for note in notes:
                     click.echo(f"gage-eval: note: {note}", err=True)
         return super().parse_args(ctx, args)
+
+    _added: tuple = ()  # the plugins' run options (gage_register_options) now among the params
+    _lm_eval: dict[str, str] = {}
+
+    def _plugin_options(self) -> None:
+        """The loaded plugins' run options as options of the run (again when the plugins changed)."""
+        from dataclasses import fields
+
+        from gage_eval.config.options import RunOptions
+        from gage_eval.plugins import load_plugins
+
+        declared = tuple(reg for reg in load_plugins()[1].options.values() if reg.option.flags)
+        if declared == self._added:
+            return
+        self.params = [p for p in self.params if p.name not in {reg.option.key for reg in self._added}]
+        own = {name for p in self.params for name in (*p.opts, *p.secondary_opts, p.name)}
+        own |= {f.name for f in fields(RunOptions)} - {"plugin_options"}
+        at = next(i for i, p in enumerate(self.params) if p.name == "seed")
+        for reg in declared:
+            clash = sorted({reg.option.key, *reg.option.spellings()} & own)
+            if clash:
+                raise GageError(f"plugin {reg.plugin!r} declares run option {clash[0]!r}, which is gage-eval's "
+                                f"own; disable it with GAGE_EVAL_DISABLE_PLUGINS={reg.plugin}")
+        self.params[at:at] = [click_option(reg.option) for reg in declared]
+        self._added = declared
+        self._lm_eval = {name: reg.option.flags[0] for reg in declared for name in reg.option.lm_eval}
 
     def list_commands(self, ctx):
         self._load()
@@ -109,8 +142,10 @@ class PluginGroup(click.Group):
     def invoke(self, ctx):
         # Ctrl-C raises while a command runs (a stopped run writes its summary); before that (parsing,
         # --help) the entry point's handler (gage_eval.cli) ends the process with the same line
+        from gage_eval.api.runfolder import use_reread
         from gage_eval.engine.interrupts import ctrl_c_interrupts
 
+        use_reread(_reread_samples)  # a plugin's command (report) may read a stored run's rows again
         with ctrl_c_interrupts():
             return super().invoke(ctx)
 
@@ -154,6 +189,12 @@ class PluginGroup(click.Group):
             if not interrupt_of(exc):  # SystemExit among them
                 raise
             _interrupted(interrupt_of(exc))
+
+
+def _reread_samples(run_dir, task):
+    from gage_eval.engine.reread import reread_samples
+
+    return reread_samples(run_dir, task)
 
 
 def _traceback(debug: bool) -> None:
@@ -223,8 +264,6 @@ def _interrupted(interrupt: KeyboardInterrupt) -> None:
                    "plugin writer that fails on every resume. Repeatable; kept out of later resumes.")
 @click.option("--cache", "cache", default=None, metavar="DIR",
               help="Reuse model responses stored in DIR (one SQLite file) and store new ones there.")
-@click.option("--eee-version", type=click.Choice(["0.2.0", "0.3.0"]), default=None,
-              help="Every Eval Ever version of the instance records in instances/ (default 0.2.0).")
 @click.option("--shard", default=None, metavar="I/N",
               help="Run only shard I of N (0-based): the rows whose sample id hashes there. Each shard is an "
                    "ordinary run; `gage-eval merge` joins them.")
@@ -234,8 +273,6 @@ def _interrupted(interrupt: KeyboardInterrupt) -> None:
 @click.option("--ray-address", default=None, metavar="ADDR",
               help="With --executor ray: the Ray cluster to join (e.g. ray://head:10001 or auto); without it a "
                    "local Ray instance starts.")
-@click.option("--report/--no-report", "report", default=None,
-              help="Write report.html into the run folder at the end (default: yes).")
 @click.option("--seed", type=int, default=None, help="Seed for sampling and for deterministic fallbacks.")
 @click.option("--resume", type=click.Path(file_okay=False), default=None,
               help="Continue an interrupted run in this run folder (its settings are reused).")

@@ -67,11 +67,8 @@ def plugins_command(as_json):
 
 
 def core_commands() -> tuple[click.Command, ...]:
-    from gage_eval.cli.compare import compare_command
     from gage_eval.engine.merge import merge_command
-    from gage_eval.engine.report import report_command
     from gage_eval.engine.rescore import rescore_command
     from gage_eval.cli.validate import validate_command
 
-    return (tasks_command, plugins_command, validate_command, compare_command, rescore_command, report_command,
-            merge_command)
+    return (tasks_command, plugins_command, validate_command, rescore_command, merge_command)

@@ -14,33 +14,34 @@ from gage_eval.engine.loop import Engine
 from gage_eval.engine.interrupts import sigterm_interrupts
 from gage_eval.engine.summary import print_results
 from gage_eval.config.options import RunOptions, load_options, new_run_id, parse_shard
+from gage_eval.config.plugin_options import option_values
 from gage_eval.api.errors import EXIT_INTERRUPTED, GageError
 from gage_eval.config.kv import parse_kv, parse_value
 from gage_eval.api.secrets import REDACTED, redact
 from gage_eval.runfolder.rundir import LOCK_FILE, RunLock, masked_keys, matches_stored, remove_unused_run_dir
-from gage_eval.api.runfolder import RUN_ID
+from gage_eval.api.runfolder import RUN_ID, RunFolder
 from gage_eval.tasks.spec import parse_data_overrides
 
 CONFIG_KEYS = {"models", "tasks", "limit", "batch_size", "seed", "output_dir", "fail_fast", "include_paths", "data",
                "max_error_rate", "allow_paths", "allow_urls", "system_prompt", "gen_kwargs", "num_fewshot",
-               "fewshot_as_multiturn", "apply_chat_template", "strip_reasoning", "writers", "cache", "eee_version",
-               "report", "shard", "executor", "ray_address", "max_samples", "shuffle", "shuffle_seed"}
+               "fewshot_as_multiturn", "apply_chat_template", "strip_reasoning", "writers", "cache", "shard", "executor", "ray_address", "max_samples", "shuffle", "shuffle_seed"}
 ROLE_KEYS = {"backend", "args"}
-EEE_VERSIONS = ("0.2.0", "0.3.0")
 TASK_OVERRIDE_KEYS = {"name", "limit", "max_samples", "shuffle", "shuffle_seed", "metrics", "generation", "data"}
 
 
-def read_run_config(path: str) -> dict:
-    """A run config file: models by role (dut, judge), tasks with overrides. Unknown keys are errors."""
+def read_run_config(path: str, plugin_keys: Any = ()) -> dict:
+    """A run config file: models by role (dut, judge), tasks with overrides. Unknown keys are errors;
+    ``plugin_keys``: the keys of the plugins' run options (their values are checked later)."""
     from gage_eval.api.jsonio import read_yaml  # strict: duplicate keys, alias bombs, encodings: GageErrors
 
     p = Path(path)
     data = read_yaml(p) or {}
     if not isinstance(data, dict):
         raise GageError(f"{p}: expected a mapping at the top level")
-    unknown = set(data) - CONFIG_KEYS
+    known = CONFIG_KEYS | set(plugin_keys)
+    unknown = set(data) - known
     if unknown:
-        raise GageError(f"{p}: unknown key(s) {', '.join(sorted(unknown))}; known: {', '.join(sorted(CONFIG_KEYS))}")
+        raise GageError(f"{p}: unknown key(s) {', '.join(sorted(unknown))}; known: {', '.join(sorted(known))}")
     for key, kind, what in (("models", dict, "a mapping of roles (dut, judge)"), ("tasks", list, "a list of tasks"),
                             ("include_paths", list, "a list of folders")):
         if data.get(key) is not None and not isinstance(data[key], kind):
@@ -113,7 +114,7 @@ def _check_values(p: Path, data: dict) -> None:
     paths = data.get("allow_paths")
     if paths is not None and not (isinstance(paths, list) and all(isinstance(x, str) for x in paths)):
         raise GageError(f"{p}: key 'allow_paths': expected a list of folders")
-    for key in ("allow_urls", "fail_fast", "fewshot_as_multiturn", "apply_chat_template", "strip_reasoning", "report"):
+    for key in ("allow_urls", "fail_fast", "fewshot_as_multiturn", "apply_chat_template", "strip_reasoning"):
         if data.get(key) is not None and not isinstance(data[key], bool):
             raise GageError(f"{p}: key '{key}': expected true or false, got {data[key]!r}")
     if data.get("cache") is not None and not (isinstance(data["cache"], str) and data["cache"]):
@@ -168,13 +169,18 @@ def build_options(*, quiet, command, tasks=None, model=None, model_args=None, ju
                   batch_size=None, limit=None, output_dir=None, run_id=None, include_paths=(), data=(),
                   config_file=None, seed=None, fail_fast=False, max_error_rate=None, allow_paths=(),
                   allow_urls=False, device=None, system_prompt=None, gen_kwargs=None, num_fewshot=None,
-                  fewshot_as_multiturn=None, apply_chat_template=None, strip_reasoning=False, writers=(), cache=None,
-                  eee_version=None, report=None, shard=None, executor=None, ray_address=None, max_samples=None,
-                  shuffle=None, shuffle_seed=None) -> RunOptions:
+                  fewshot_as_multiturn=None, apply_chat_template=None, strip_reasoning=False, writers=(), cache=None, shard=None, executor=None, ray_address=None, max_samples=None,
+                  shuffle=None, shuffle_seed=None, **plugin_flags: Any) -> RunOptions:
     """The run's settings: the command line's flags over the run config file's keys over the
-    environment variables (:mod:`gage_eval.config.defaults`) over the defaults (a default here: not given)."""
+    environment variables (:mod:`gage_eval.config.defaults`) over the defaults (a default here: not given).
+    ``plugin_flags``: the values of the plugins' run options given as flags (None: not given)."""
     check_environment()
-    cfg = read_run_config(config_file) if config_file else {}
+    declared = _declared_options()
+    unknown = set(plugin_flags) - {o.key for o in declared if o.stored}
+    if unknown:
+        raise TypeError(f"build_options: no run option {', '.join(sorted(unknown))}")
+    cfg = read_run_config(config_file, [o.key for o in declared if o.stored]) if config_file else {}
+    plugin_options = option_values(declared, plugin_flags, cfg, config_file)
     limit = _cli_limit(limit, max_samples)
     if shuffle is None and shuffle_seed is not None:
         shuffle = True  # a seed given on the command line asks for shuffling
@@ -214,9 +220,8 @@ def build_options(*, quiet, command, tasks=None, model=None, model_args=None, ju
                              else cfg.get("apply_chat_template")),
         strip_reasoning=strip_reasoning or bool(cfg.get("strip_reasoning")),
         writers=_writers([*(cfg.get("writers") or []), *writers]),
+        plugin_options=plugin_options,
         cache=_absolute(cache) if cache else (_config_folder(config_file, cfg["cache"]) if cfg.get("cache") else None),
-        eee_version=_eee_version(eee_version or cfg.get("eee_version") or "0.2.0", config_file if not eee_version else None),
-        report=report if report is not None else cfg.get("report", True) is not False,
         shard=parse_shard(shard) if shard is not None else parse_shard(cfg.get("shard"), f"{config_file}: key 'shard'"),
         executor=_executor(executor or cfg.get("executor") or "local", config_file if not executor else None),
         ray_address=ray_address or cfg.get("ray_address") or None,
@@ -224,6 +229,13 @@ def build_options(*, quiet, command, tasks=None, model=None, model_args=None, ju
         command=command,
         config_file=_absolute(config_file) if config_file else None,
     )
+
+
+def _declared_options() -> list:
+    """The loaded plugins' run options (:class:`gage_eval.api.options.RunOption`)."""
+    from gage_eval.plugins import load_plugins
+
+    return [reg.option for reg in load_plugins()[1].options.values()]
 
 
 def _cli_limit(limit: Any, max_samples: Any) -> int | float | None:
@@ -292,19 +304,14 @@ def _role(spec: dict, name: str | None, args: str | None, flag: str, file_key: s
     return chosen, kwargs
 
 
-def _eee_version(version: Any, config_file: str | None) -> str:
-    if str(version) not in EEE_VERSIONS:
-        where = f"{config_file}: key 'eee_version'" if config_file else "--eee-version"
-        raise GageError(f"{where}: expected one of {', '.join(EEE_VERSIONS)}, got {version!r}")
-    return str(version)
-
-
 def _executor(name: Any, config_file: str | None) -> str:
-    from gage_eval.engine.executor import EXECUTORS
+    from gage_eval.engine.executor import executor_names
+    from gage_eval.plugins import load_plugins
 
-    if name not in EXECUTORS:
+    known = executor_names(load_plugins()[1])
+    if name not in known:
         where = f"{config_file}: key 'executor'" if config_file else "--executor"
-        raise GageError(f"{where}: expected one of {', '.join(EXECUTORS)}, not {name!r}")
+        raise GageError(f"{where}: expected one of {', '.join(known)}, not {name!r}")
     return str(name)
 
 
@@ -401,7 +408,7 @@ def run_from_cli(*, resume: str | None, quiet: bool, dry_run: int | None = None,
     ``drop_writers``: writers the run (its config, or the stored run on resume) names, left out."""
     if resume:
         run_dir = Path(resume)
-        if not (run_dir / "config.json").is_file():
+        if not RunFolder(run_dir).config_file.is_file():
             raise GageError(f"--resume {run_dir}: no config.json there; is it a gage-eval run folder?")
     if dry_run is not None:
         from gage_eval.cli.dryrun import dry_run as show
@@ -432,7 +439,7 @@ def run_from_cli(*, resume: str | None, quiet: bool, dry_run: int | None = None,
         except KeyboardInterrupt as exc:
             # click turns KeyboardInterrupt into a bare "Aborted", so say what to do here
             why = str(exc) or "interrupted by the user (Ctrl-C)"
-            if fresh and not (run_dir / "config.json").exists():
+            if fresh and not RunFolder(run_dir).config_file.exists():
                 remove_unused_run_dir(run_dir)
                 click.echo(f"\ngage-eval: {why} before the run began; nothing was written", err=True)
             else:
@@ -469,7 +476,7 @@ RESUME_CHECKED = ("tasks", "model", "model_args", "judge_model", "judge_args", "
                   "include_paths", "data", "allow_paths", "allow_urls", "system_prompt", "gen_kwargs", "num_fewshot",
                   "fewshot_as_multiturn", "apply_chat_template", "strip_reasoning")
 # how to treat errors, where responses are cached, and the outputs rebuilt on resume may change on resume
-RESUME_FREE = ("fail_fast", "max_error_rate", "cache", "eee_version", "report", "executor", "ray_address")
+RESUME_FREE = ("fail_fast", "max_error_rate", "cache", "executor", "ray_address")
 # writers named on resume join the stored ones: each writer is rebuilt whole from the kept records
 
 
@@ -497,10 +504,13 @@ def resumed_options(run_dir: Path, given: dict, drop_writers: Any = ()) -> RunOp
     """The stored settings, checked against any given again; secrets the store holds only as
     ``***`` are taken from the flags given now, and their absence stops the resume. Writers
     named now join the stored ones; ``drop_writers`` are left out (and from config.json)."""
-    stored = load_options(run_dir)
+    declared = [o for o in _declared_options() if o.stored]
+    stored = load_options(run_dir, plugin_keys=[o.key for o in declared])
+    switches = {"apply_chat_template", "fewshot_as_multiturn", "shuffle",
+                *(o.key for o in declared if o.type == "switch")}
     flags = {k: v for k, v in given.items()  # (0 is a value given; False is an unset switch, but not
              if k not in ("command", "output_dir", "run_id") and v is not None  # --no-apply-chat-template)
-             and (v is not False or k in ("apply_chat_template", "fewshot_as_multiturn", "report", "shuffle"))
+             and (v is not False or k in switches)
              and not (isinstance(v, (str, list, tuple)) and not v)}
     explicit = set(RESUME_CHECKED) if "config_file" in flags else set(flags)
     if "max_samples" in flags:
@@ -522,6 +532,14 @@ def resumed_options(run_dir: Path, given: dict, drop_writers: Any = ()) -> RunOp
             supplied[name] = after
         elif before != after or (name == "limit" and type(before) is not type(after)):  # 1 row, 1.0 all
             diffs.append(f"  {name}: {redact(before)!r} -> {redact(after)!r}")
+    for option in declared:  # a plugin's option: kept, or changed when given now (unless it changes results)
+        before, after = stored.plugin_options.get(option.key), fresh.plugin_options[option.key]
+        if option.key not in stored.plugin_options:  # (a run stored before the plugin declared it)
+            stored.plugin_options[option.key] = after
+        elif option.resume_checked and (option.key in flags or "config_file" in flags) and before != after:
+            diffs.append(f"  {option.key}: {redact(before)!r} -> {redact(after)!r}")
+        elif option.key in flags:
+            stored.plugin_options[option.key] = after
     if diffs:
         raise GageError(f"--resume {run_dir}: these settings differ from the stored run's, so the results would "
                         "mix two runs:\n" + "\n".join(diffs) + "\nresume without them, or start a new run")
@@ -551,16 +569,19 @@ def _placement(stored: RunOptions, fresh: RunOptions, args_given: bool, executor
     arguments (``replicas``, ``num_cpus``, ``num_gpus``) are taken out of both sides of the
     model_args comparison; returns the ones to run with now (None: the stored ones). Resuming
     with ``--executor local`` drops the stored ones."""
-    from gage_eval.engine.executor import EXECUTOR_KEYS
+    from gage_eval.engine.executor import placement_args
+    from gage_eval.plugins import load_plugins
+
+    taken = placement_args(load_plugins()[1])
 
     def strip(args: dict) -> dict:
-        return {k: v for k, v in args.items() if k not in EXECUTOR_KEYS}
+        return {k: v for k, v in args.items() if k not in taken}
 
-    kept = {k: v for k, v in stored.model_args.items() if k in EXECUTOR_KEYS}
+    kept = {k: v for k, v in stored.model_args.items() if k in taken}
     if not args_given and not (executor_given and fresh.executor == "local" and kept):
         return None
     stored.model_args = strip(stored.model_args)
-    given = {k: v for k, v in fresh.model_args.items() if k in EXECUTOR_KEYS}
+    given = {k: v for k, v in fresh.model_args.items() if k in taken}
     fresh.model_args = strip(fresh.model_args)
     if args_given:
         return given

@@ -46,8 +46,6 @@ class RunOptions:
     # the plugins' own options (gage_register_options) by key; config.json keeps them flat, beside these
     plugin_options: dict = field(default_factory=dict)
     cache: str | None = None  # --cache DIR: the response cache's folder (gage_eval.engine.cache)
-    eee_version: str = "0.2.0"  # --eee-version: the Every Eval Ever version of instances/ (0.2.0, 0.3.0)
-    report: bool = True  # report.html at the end of the run (--no-report: none)
     shard: str | None = None  # --shard I/N: only the rows whose sample id hashes to shard I of N
     executor: str = "local"  # --executor: the model in this process, or as replicas on a Ray cluster (ray)
     ray_address: str | None = None  # --ray-address: the Ray cluster to join (else a local one starts)

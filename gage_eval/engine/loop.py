@@ -13,27 +13,28 @@ import gc
 import platform
 import sys
 import time
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Mapping
 
 from gage_eval import __version__
 from gage_eval.api.backend import Backend
-from gage_eval.engine.cache import CacheError, ModelCache, ResponseCache
 from gage_eval.api.errors import FailFast, GageError, OutputError
 from gage_eval.api.events import RunEnd, RunStart, SampleDone, TaskDone
+from gage_eval.api.running import BackendUse, Tally
 from gage_eval.engine.idset import IdSet
 from gage_eval.engine.infer import Inference, Stops
 from gage_eval.engine.interrupts import Interrupted, held, interrupt_of, stop_reason
 from gage_eval.engine.judging import Judging
 from gage_eval.engine.observers import Observers
+from gage_eval.engine.reread import reread_samples
 from gage_eval.config.options import RunOptions, in_shard
 from gage_eval.plugins import load_plugins, plugin_versions
 from gage_eval.engine.progress import Progress, status
-from gage_eval.runfolder.records import EventLog, read_jsonl, write_json_atomic
+from gage_eval.engine.replies import reusable
+from gage_eval.api.runfolder import RunFolder, use_reread
+from gage_eval.runfolder.records import EventLog, read_jsonl
 from gage_eval.runfolder.repro import warn_changed_environment
 from gage_eval.api.secrets import mask, redact, strip_credentials
-from gage_eval.engine.report import ReportWriter
 from gage_eval.engine.rowlog import RowLog
 from gage_eval.runfolder.rundir import check_inputs, fingerprint
 from gage_eval.engine.scoring import written_record
@@ -49,20 +50,20 @@ class Engine:
     def __init__(self, options: RunOptions, run_dir: Path, resume: bool = False):
         self.options = options
         self.run_dir = run_dir
+        self.folder = RunFolder(run_dir)
         self.resume = resume
         self.pm, self.registry = load_plugins()
         self.run_id = run_dir.name
         self.secrets: tuple[str, ...] = ()
-        self.cache: ResponseCache | None = None  # --cache (gage_eval.engine.cache)
-        self.model_cache: ModelCache | None = None
-        self.judge_cache: ModelCache | None = None  # the model's own when the judge is the model
+        self.tally = Tally()  # what backend wrappers count per task (the response cache's hits)
+        self.layers: list[Any] = []  # every wrapper the plugins put around the backends
         self.stops = Stops(self._clean)
         self.observers = Observers(self.pm, self._clean)
         self._notify = self.observers.notify
         self.allowed_dirs = tuple(Path(p).expanduser().resolve() for p in options.allow_paths)
         self.samples = SamplesWriter(run_dir)
-        self.writers = WriterSet([self.samples, InstancesWriter(run_dir, options.eee_version), SummaryWriter(run_dir),
-                                  ReportWriter(run_dir, options)],
+        use_reread(reread_samples)  # what a writer (the report) reads a stored run's rows again with
+        self.writers = WriterSet([self.samples, InstancesWriter(run_dir), SummaryWriter(run_dir)],
                                  plugin_writers(self.registry, list(options.writers)),
                                  warn=lambda msg: print(f"gage-eval: warning: {self._clean(msg)}", file=sys.stderr))
 
@@ -84,14 +85,14 @@ class Engine:
         backend, judge_backend = make_backends(self.registry, opts, ready)
         self.secrets = (tuple(getattr(backend, "secrets", ()) or ()) + tuple(getattr(judge_backend, "secrets", ()) or ())
                         + writer_secrets(list(opts.writers)))  # (getattr: a plugin's backend may be duck-typed)
-        self.cache = ResponseCache(opts.cache) if opts.cache else None  # a bad cache file stops here (exit 2)
+        staged = self._wrap(backend, judge_backend, ready, runs)  # (a bad --cache file stops here, exit 2)
         inputs = {tr.name: fingerprint(tr.spec.folder, tr.data_files()) for tr in ready}
         check_inputs(self.run_dir, inputs, self.resume)
         if self.resume:
             warn_changed_environment(self.run_dir)
         # (rewritten on resume: writers named then, and a new --fail-fast/--max-error-rate, are kept)
-        write_json_atomic(self.run_dir / "config.json", redact(asdict(opts), self.secrets))
-        events = EventLog(self.run_dir / "events.jsonl", self.run_id)
+        self.folder.write_config(redact(opts.as_dict(), self.secrets))
+        events = EventLog(self.folder.events_file, self.run_id)
         events.emit("run_resume" if self.resume else "run_start", tasks=opts.tasks, model=opts.model)
         for tr in ready:
             if tr.data_note():  # said once: where each task's rows come from
@@ -101,7 +102,8 @@ class Engine:
                 events.emit("task_failed", task=tr.name, message=self._clean(tr.failure))
                 if ready:  # said now, not after the model loads and the other tasks run
                     status(f"task {tr.name} cannot run: {self._clean(tr.failure)}", quiet=opts.quiet)
-        start = RunStart(self.run_id, self.run_dir, tuple(opts.tasks), opts.model, backend.model_id, self.resume)
+        start = RunStart(self.run_id, self.run_dir, tuple(opts.tasks), opts.model, backend.model_id, self.resume,
+                         opts.plugin_options)
         self._notify("gage_run_start", start)
         interrupted, stopped, load_s = None, None, 0.0  # stopped: the exit status of a run that did not finish
         try:
@@ -109,18 +111,41 @@ class Engine:
             self.writers.start(start)
             self._recount_failed(runs)
             for task_run in ready:
-                self._run_task(task_run, backend, judge_backend, events)
+                self._run_task(task_run, backend, staged, events)
         except (KeyboardInterrupt, Exception) as exc:
             interrupted, stopped = stop_reason(exc, self._clean)
             if interrupt_of(exc) is None:  # (a library may have turned Ctrl-C into its own error)
                 raise
         finally:
             summary = redact(build_summary(self.run_id, opts, runs, (backend, judge_backend), time.perf_counter() - wall0,
-                                           load_s, interrupted, stopped, self._versions(), inputs), self.secrets)
+                                           load_s, interrupted, stopped, self._versions(), inputs,
+                                           self.tally.of_run([tr.name for tr in runs])), self.secrets)
             self._finish(summary, events, interrupted, (backend, judge_backend))
         if interrupted:
             raise Interrupted(interrupted, stopped)
         return summary
+
+    def _wrap(self, backend: Backend, judge_backend: Backend, ready: list[TaskRun], runs: list[TaskRun]
+              ) -> dict[str, Backend]:
+        """The backend each stage sends its requests to (``model``, ``judge``): the role's backend
+        as the plugins wrap it (``gage_wrap_backend``, builtins innermost)."""
+        opts, settings = self.options, self.options.as_dict()
+        roles = {"model": (backend, opts.model)}
+        if any(tr.judge for tr in ready):
+            roles["judge"] = (judge_backend, opts.judge_model or opts.model)
+        staged = {}
+        for role, (b, name) in roles.items():
+            use = BackendUse(role, name, opts.seed, self.secrets, settings,
+                             lambda request, out: reusable(request, out, self.secrets), self.tally)
+            for impl in self.pm.hook.gage_wrap_backend.get_hookimpls():  # registration order
+                wrapped = impl.function(backend=b, use=use)
+                if wrapped is not None:
+                    self.layers.append(wrapped)
+                    b = wrapped
+            staged[role] = b
+        for tr in runs:
+            tr.sections = self.tally.of_task(tr.name)
+        return staged
 
     def _open(self, backend: Backend, judge_backend: Backend, events: EventLog) -> float:
         """Load the model (and the judge's); returns the seconds it took."""
@@ -159,13 +184,15 @@ class Engine:
                 raise
         finally:
             gc.unfreeze()
-            if self.cache is not None:
-                self.cache.close()
+            for layer in reversed(self.layers):
+                close = getattr(layer, "close", None)
+                if close is not None:
+                    close()
             for b in {id(b): b for b in backends}.values():
                 b.close()
             self._notify("gage_run_end", RunEnd(self.run_id, self.run_dir, summary))
 
-    def _run_task(self, tr: TaskRun, backend: Backend, judge_backend: Backend, events: EventLog) -> None:
+    def _run_task(self, tr: TaskRun, backend: Backend, staged: dict[str, Backend], events: EventLog) -> None:
         opts = self.options
         self.writers.task_start(tr.name)
         done = self._recover(tr, events)
@@ -177,15 +204,10 @@ class Engine:
             expected = None
         progress = Progress(tr.name, total=None if opts.shard else expected, quiet=opts.quiet, start=len(done))
         log = RowLog(events, self.stops, opts.quiet)
-        if self.cache is not None and self.model_cache is None:  # (keyed by the settings after open())
-            self.model_cache = self.cache.bind(backend, opts.model, opts.seed, self.secrets)
-        infer = Inference(backend, self.stops, opts.strip_reasoning, self.model_cache, self.secrets)
+        self.tally.task = tr.name
+        infer = Inference(staged["model"], self.stops, opts.strip_reasoning, self.secrets)
         write = lambda it: self._write(tr, it, log, progress)  # noqa: E731
-        if self.cache is not None and tr.judge is not None and self.judge_cache is None:
-            self.judge_cache = (self.model_cache if judge_backend is backend else
-                                self.cache.bind(judge_backend, opts.judge_model or opts.model, opts.seed, self.secrets))
-        judging = (Judging(judge_backend, self.stops, write, self.judge_cache, self.secrets)
-                   if tr.judge is not None else None)
+        judging = Judging(staged["judge"], self.stops, write, self.secrets) if tr.judge is not None else None
         seen, window, shown, shard = IdSet(), [], 0, opts.shard
         t_load = time.perf_counter()
         try:
@@ -201,7 +223,7 @@ class Engine:
                     t_load = time.perf_counter()
             tr.timings["dataset_materialization_s"] += time.perf_counter() - t_load
             self._process(tr, window, infer, judging, write)
-        except (OutputError, FailFast, CacheError):  # (the cache: unreadable mid-run stops the run, exit 2)
+        except (OutputError, FailFast):  # (a response cache unreadable mid-run is an OutputError: exit 2)
             raise
         except GageError as exc:  # the data stopped being readable part way: this task fails, others go on
             tr.failure = self._clean(str(exc))

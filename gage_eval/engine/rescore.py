@@ -20,7 +20,7 @@ import platform
 import shlex
 import sys
 import time
-from dataclasses import asdict, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
@@ -73,11 +73,12 @@ def read_run(run_dir: Path) -> tuple[RunOptions, dict, dict]:
     """The run's options (config.json), its input hashes (inputs.json) and its summary (may be empty)."""
     from gage_eval.api.runfolder import RunFolder
     from gage_eval.config.options import load_options
+    from gage_eval.plugins import stored_option_keys
 
     folder = RunFolder(run_dir)
     if not run_dir.is_dir() or not folder.config_file.exists() or not folder.samples_dir.is_dir():
         raise GageError(f"rescore {run_dir}: not a gage-eval run folder (it needs config.json and samples/)")
-    options = load_options(run_dir, None)
+    options = load_options(run_dir, None, stored_option_keys())
     inputs = folder.inputs(missing_ok=True)
     summary = folder.summary(missing_ok=True)
     return options, inputs, summary
@@ -256,8 +257,7 @@ class Rescore:
         from gage_eval.plugins import plugin_versions
         from gage_eval.runfolder.rundir import INPUTS_FILE
         from gage_eval.engine.summary import build_summary
-        from gage_eval.engine.report import ReportWriter
-        from gage_eval.runfolder.writers import InstancesWriter, SamplesWriter, SummaryWriter, WriterSet
+        from gage_eval.runfolder.writers import InstancesWriter, SamplesWriter, SummaryWriter, WriterSet, plugin_writers
 
         wall0 = time.perf_counter()
         runs = self._task_runs()
@@ -271,7 +271,7 @@ class Rescore:
         except OSError as exc:
             raise OutputError(f"-o {self.new_dir}: cannot create it: {exc.strerror or exc}") from None
         run_id = self.new_dir.name
-        write_json_atomic(self.new_dir / "config.json", redact(asdict(self.new), self.secrets))
+        write_json_atomic(self.new_dir / "config.json", redact(self.new.as_dict(), self.secrets))
         write_json_atomic(self.new_dir / INPUTS_FILE, now)
         events = EventLog(self.new_dir / "events.jsonl", run_id)
         events.emit("run_start", tasks=self.new.tasks, model=self.new.model, rescored_from=str(self.run_dir.resolve()),
@@ -279,9 +279,10 @@ class Rescore:
         for tr in runs:
             if tr.failure:
                 events.emit("task_failed", task=tr.name, message=self._clean(tr.failure))
-        writers = WriterSet([SamplesWriter(self.new_dir), InstancesWriter(self.new_dir), SummaryWriter(self.new_dir),
-                             ReportWriter(self.new_dir, self.new)], [])  # (report.html as a run writes it)
-        start = RunStart(run_id, self.new_dir, tuple(self.new.tasks), self.new.model, model.model_id, False)
+        writers = WriterSet([SamplesWriter(self.new_dir), InstancesWriter(self.new_dir), SummaryWriter(self.new_dir)],
+                            plugin_writers(self.registry, []))  # the default ones (report.html) as a run has them
+        start = RunStart(run_id, self.new_dir, tuple(self.new.tasks), self.new.model, model.model_id, False,
+                         self.new.plugin_options)
         load_s = 0.0
         try:
             if self.rejudge:

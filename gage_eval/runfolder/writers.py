@@ -25,7 +25,8 @@ from gage_eval.api.events import RunStart, TaskDone, plugin_copy
 from gage_eval.config.kv import parse_kv
 from gage_eval.api.secrets import REDACTED, is_secret_key
 from gage_eval.api.writer import Writer
-from gage_eval.runfolder.records import JsonlAppender, build_instance, output_error, recover_jsonl, write_json_atomic
+from gage_eval.api.runfolder import RunFolder, output_error, write_json_atomic
+from gage_eval.runfolder.records import JsonlAppender, build_instance, recover_jsonl
 
 
 class SamplesWriter(Writer):
@@ -35,10 +36,11 @@ class SamplesWriter(Writer):
 
     def __init__(self, run_dir: Path):
         self.run_dir = run_dir
+        self.folder = RunFolder(run_dir)
         self._files: dict[str, JsonlAppender] = {}
 
     def path(self, task: str) -> Path:
-        return self.run_dir / "samples" / f"{task}.jsonl"
+        return self.folder.samples_file(task)
 
     def recover(self, task: str, keep: Callable[[Mapping[str, Any]], bool]) -> Iterator[tuple[dict, bool]]:
         """The records an earlier run of this folder wrote for ``task``, each with ``keep(record)``;
@@ -67,8 +69,8 @@ class InstancesWriter(SamplesWriter):
     record a sample; or 0.3.0 (:mod:`gage_eval.runfolder.eee`), one record per metric value a sample
     contributed, and at the end the aggregate record ``eee_aggregate.json`` in the run folder.
 
-    ``eee_version`` None: the run folder's ``config.json`` says (read at :meth:`start`; it is
-    written before). A run in 0.2.0 removes an ``eee_aggregate.json`` an earlier 0.3.0 run of the
+    ``eee_version`` None: the run's option ``eee_version`` says (``RunStart.options``, read at
+    :meth:`start`). A run in 0.2.0 removes an ``eee_aggregate.json`` an earlier 0.3.0 run of the
     folder left (a resume rebuilds instances/ in the version it names)."""
 
     name = "instances"
@@ -82,12 +84,13 @@ class InstancesWriter(SamplesWriter):
         self._started = False
 
     def path(self, task: str) -> Path:
-        return self.run_dir / "instances" / f"{task}.jsonl"
+        return self.folder.instances_file(task)
 
     def start(self, run: RunStart) -> None:
         self.model_id, self.run_id, self._started = run.model_id, run.run_id, True
         if self.eee_version is None:
-            self.eee_version = _config_eee_version(self.run_dir)
+            version = run.options.get("eee_version")
+            self.eee_version = version if version in eee.VERSIONS else "0.2.0"
 
     def task_start(self, task: str) -> None:
         try:  # rebuilt whole from the kept records on resume
@@ -110,7 +113,7 @@ class InstancesWriter(SamplesWriter):
         path = self.run_dir / eee.AGGREGATE_FILE
         if self.eee_version == eee.EEE_VERSION:
             write_json_atomic(path, eee.build_aggregate(summary, notes=self._notes,
-                                                        inputs=eee.read_inputs(self.run_dir)))
+                                                        inputs=self._inputs()))
         else:
             try:
                 path.unlink(missing_ok=True)
@@ -118,16 +121,13 @@ class InstancesWriter(SamplesWriter):
                 raise output_error(path, exc) from None
 
 
-def _config_eee_version(run_dir: Path) -> str:
-    """The run's --eee-version as its config.json holds it (0.2.0 when absent or unreadable)."""
-    import json
+    def _inputs(self) -> Mapping[str, Any]:
+        """inputs.json ({} when missing or unreadable: the aggregate then names no source files)."""
+        try:
+            return self.folder.inputs(missing_ok=True)
+        except GageError:
+            return {}
 
-    try:
-        config = json.loads((run_dir / "config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return "0.2.0"
-    version = config.get("eee_version") if isinstance(config, dict) else None
-    return version if version in eee.VERSIONS else "0.2.0"
 
 
 class SummaryWriter(Writer):
@@ -136,10 +136,11 @@ class SummaryWriter(Writer):
     name = "summary"
 
     def __init__(self, run_dir: Path):
-        self.path = run_dir / "summary.json"
+        self.folder = RunFolder(run_dir)
+        self.path = self.folder.summary_file
 
     def end(self, summary: Mapping[str, Any]) -> None:
-        write_json_atomic(self.path, summary)
+        self.folder.write_summary(summary)
 
 
 def parse_writer(spec: str) -> tuple[str, dict]:
@@ -162,19 +163,23 @@ def writer_secrets(specs: list[str]) -> tuple[str, ...]:
 
 
 def plugin_writers(registry: Any, specs: list[str]) -> list[Writer]:
-    """The writers a run names, built from the registered factories."""
+    """The plugins' writers of a run, built from the registered factories: first those registered
+    with ``default=True`` that the run does not name (with no arguments), then those it names."""
+    named = [parse_writer(spec) for spec in specs]
+    given = {name for name, _ in named}
+    defaults = [(name, {}, f"writer {name} (on by default)") for name, reg in registry.writers.items()
+                if reg.default and name not in given]
     out = []
-    for spec in specs:
-        name, args = parse_writer(spec)
+    for name, args, where in defaults + [(name, args, f"--writer {name}") for name, args in named]:
         try:
-            writer = registry.build("writers", name, f"--writer {name}", None, **args)
+            writer = registry.build("writers", name, where, None, **args)
         except GageError:
             raise
         except PLUGIN_FAULTS as exc:  # refused before the run starts, as a bad argument is
-            raise GageError(f"--writer {name}: its factory failed: {fault_text(exc)}") from None
+            raise GageError(f"{where}: its factory failed: {fault_text(exc)}") from None
         for method in ("start", "task_start", "write", "task_end", "end"):
             if not callable(getattr(writer, method, None)):
-                raise GageError(f"--writer {name}: its factory returned {type(writer).__name__}, which has no "
+                raise GageError(f"{where}: its factory returned {type(writer).__name__}, which has no "
                                 f"{method}() method (a writer derives from gage_eval.api.Writer)")
         try:
             writer.name = name

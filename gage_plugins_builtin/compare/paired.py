@@ -1,49 +1,18 @@
-"""``gage-eval compare RUN_A RUN_B``: a paired comparison of two run folders.
-
-Per task present in both runs, the samples (``samples/<task>.jsonl``, the record of truth)
-are aligned by sample id. Rows that errored on either side are counted and left out of the
-paired statistics. Per metric present in both runs' summary.json for the task:
-
-* the mean of A and of B over the paired ids, and the difference B - A;
-* a seeded paired bootstrap 95% interval of the difference: the paired ids, in natural
-  order (piqa-2 before piqa-10), are resampled with replacement ``--samples`` times
-  (default 1000) by ``random.Random(seed)`` (default 1234), index ``int(rng.random() * n)``
-  drawn n times per resample, the same resampled ids for every metric of the task; the interval is the 2.5 and 97.5 percentiles of
-  the resampled differences (linear interpolation between order statistics);
-* for a binary metric (every paired value 0 or 1): McNemar's exact test on the discordant
-  pairs, b = 1->0 and c = 0->1 (two-sided binomial, p = min(1, 2 * sum_{k<=min(b,c)}
-  C(b+c, k) / 2^(b+c)), p = 1 when b + c = 0), and the ids that flipped each way.
-
-When the primary metric is not binary, the rows' ``overall.passed`` is compared the same way
-(as ``overall.passed``). A diff of the settings follows: model name, model_id and args, the
-run settings that change results, each task's version, task folder hash and data hashes
-(inputs.json), gage-eval and plugin versions (summary.json ``run.versions``) and, when the
-runs have it, ``run.reproducibility``.
-
-Statistics use the standard library only (math.comb, random.Random). See docs/compare.md.
-"""
+"""The paired comparison of two run folders: the statistics (McNemar's exact test, the seeded paired
+bootstrap), the stored runs read back, samples aligned by id, and the settings diff. The method is
+described in :mod:`gage_plugins_builtin.compare` and docs/compare.md."""
 from __future__ import annotations
 
-import json
 import random
 import re
-import sys
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
-import click
+from gage_eval.api import GageError, RunFolder, metric_value, read_yaml
+from gage_eval.api import quantile as percentile  # linear between order statistics (numpy's default)
 
-from gage_eval.api.errors import EXIT_USAGE, GageError
-from gage_eval.api.metric import metric_value
-from gage_eval.api.pages import PAGE_GENERATOR, check_page_output, write_page
-from gage_eval.api.runfolder import RunFolder
-from gage_eval.api.stats import quantile as percentile  # linear between order statistics (numpy's default)
+from gage_plugins_builtin.compare import CONFIDENCE, DEFAULT_SAMPLES, DEFAULT_SEED, DOWN, UP
 
-DEFAULT_SEED = 1234
-DEFAULT_SAMPLES = 1000
-CONFIDENCE = 0.95
-SHOW_FLIPS = 5  # ids of each flip direction the console shows (--json and --html: all)
-UP, DOWN = "0->1", "1->0"
 _DIGITS = re.compile(r"(\d+)")
 
 # run.settings keys left out of the settings diff: where the run was written and how it was
@@ -289,8 +258,6 @@ def _task_version(run: StoredRun, task: str) -> Any:
             return tasks[task]["version"]
     folder = (entry.get("source") or {}).get("folder")
     if isinstance(folder, str) and (Path(folder) / "task.yaml").is_file():
-        from gage_eval.api.jsonio import read_yaml
-
         try:
             spec = read_yaml(Path(folder) / "task.yaml")
         except GageError:
@@ -387,184 +354,3 @@ def compare_runs(path_a: Path, path_b: Path, *, tasks: Iterable[str] = (), resam
         result["tasks"][task] = compare_task(run_a, run_b, task, resamples=resamples, seed=seed, warn=warn)
     result["settings"] = settings_diff(run_a, run_b, selected)
     return result
-
-
-# ---------------------------------------------------------------- showing
-
-def _num(x: Any, signed: bool = False) -> str:
-    if x is None:
-        return "-"
-    return f"{x:+.4f}" if signed else f"{x:.4f}"
-
-
-def _p(p: Any) -> str:
-    if p is None:
-        return "-"
-    return f"{p:.4g}" if p >= 1e-4 else f"{p:.2e}"
-
-
-def _ci(ci: Any) -> str:
-    return "-" if not ci else f"[{ci[0]:+.4f}, {ci[1]:+.4f}]"
-
-
-def _show(value: Any, present: bool) -> str:
-    if not present:
-        return "(absent)"
-    text = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
-    return text if len(text) <= 72 else text[:69] + "..."  # a sha256 (64) is shown whole
-
-
-def metric_rows(task_result: Mapping[str, Any]) -> list[list[str]]:
-    """The console and HTML table of one task: a header and one row per metric."""
-    rows = [["metric", "n", "A", "B", "B-A", f"{int(CONFIDENCE * 100)}% CI (bootstrap)", "McNemar p",
-             UP, DOWN]]
-    for name, m in task_result["metrics"].items():
-        mc = m.get("mcnemar")
-        rows.append([name, str(m["n"]), _num(m["mean_a"]), _num(m["mean_b"]), _num(m["diff"], True), _ci(m["ci"]),
-                     _p(mc["p"]) if mc else "-", str(mc["c"]) if mc else "-", str(mc["b"]) if mc else "-"])
-    return rows
-
-
-def _table(rows: list[list[str]]) -> list[str]:
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))).rstrip()
-            for r in rows]
-
-
-def render_console(result: Mapping[str, Any]) -> str:
-    a, b = result["run_a"], result["run_b"]
-    lines = [f"A: {a['path']} (run {a['id']})", f"B: {b['path']} (run {b['id']})",
-             f"paired bootstrap: {result['bootstrap_samples']} resamples, seed {result['seed']}"]
-    if result["tasks_only_in_a"]:
-        lines.append(f"tasks only in A (not compared): {', '.join(result['tasks_only_in_a'])}")
-    if result["tasks_only_in_b"]:
-        lines.append(f"tasks only in B (not compared): {', '.join(result['tasks_only_in_b'])}")
-    for task, t in result["tasks"].items():
-        ids, err = t["ids"], t["errored"]
-        lines += ["", f"{task}: {ids['common']} sample ids in both (A {ids['a']}, B {ids['b']}); "
-                      f"errored rows: A {err['a']}, B {err['b']} ({err['left_out']} common id(s) left out); "
-                      f"{t['paired']} paired"]
-        for side in ("a", "b"):
-            only = t[f"metrics_only_in_{side}"]
-            if only:
-                lines.append(f"  metrics only in {side.upper()} (not compared): {', '.join(only)}")
-        if t["metrics"]:
-            lines += ["  " + line for line in _table(metric_rows(t))]
-        for name, m in t["metrics"].items():
-            if m.get("missing"):
-                lines.append(f"  {name}: {m['missing']} paired row(s) without a value on one side, left out")
-            flips = m.get("flips") or {}
-            for way in (UP, DOWN):
-                ids_ = flips.get(way) or []
-                if ids_:
-                    more = f" ... (+{len(ids_) - SHOW_FLIPS} more; --json lists all)" if len(ids_) > SHOW_FLIPS else ""
-                    lines.append(f"  {name} {way} ({len(ids_)}): {', '.join(ids_[:SHOW_FLIPS])}{more}")
-    rows = result["settings"]
-    differ = [r for r in rows if not r["same"]]
-    lines += ["", f"settings: {len(differ)} differ, {len(rows) - len(differ)} the same"]
-    if differ:
-        table = [["setting", "A", "B"]] + [[r["key"], _show(r["a"], r["in_a"]), _show(r["b"], r["in_b"])]
-                                           for r in differ]
-        lines += ["  " + line for line in _table(table)]
-    return "\n".join(lines)
-
-
-_HTML = """<!doctype html>
-<html lang="en"><head><meta charset="utf-8">
-{{ generator | safe }}
-<title>gage-eval compare: {{ r.run_a.id }} vs {{ r.run_b.id }}</title>
-<style>
-body{font-family:system-ui,sans-serif;margin:2em;color:#222;max-width:1100px}
-table{border-collapse:collapse;margin:.6em 0 1.2em}
-th,td{border:1px solid #ccc;padding:.25em .6em;text-align:right;font-variant-numeric:tabular-nums}
-th:first-child,td:first-child{text-align:left}
-th{background:#f2f2f2}
-td.same{color:#888}
-tr.differ td{background:#fff5e0}
-code{font-size:90%}
-.ids{font-family:monospace;font-size:90%;word-break:break-all}
-.note{color:#555}
-</style></head><body>
-<h1>gage-eval compare</h1>
-<p>A: <code>{{ r.run_a.path }}</code> (run {{ r.run_a.id }})<br>
-B: <code>{{ r.run_b.path }}</code> (run {{ r.run_b.id }})<br>
-<span class="note">Paired bootstrap: {{ r.bootstrap_samples }} resamples, seed {{ r.seed }};
-McNemar's exact test on binary metrics.</span></p>
-{% if r.tasks_only_in_a %}<p class="note">Tasks only in A (not compared): {{ r.tasks_only_in_a|join(", ") }}</p>{% endif %}
-{% if r.tasks_only_in_b %}<p class="note">Tasks only in B (not compared): {{ r.tasks_only_in_b|join(", ") }}</p>{% endif %}
-{% for task, t in r.tasks.items() %}
-<h2 id="task-{{ task }}">{{ task }}</h2>
-<p>{{ t.ids.common }} sample ids in both (A {{ t.ids.a }}, B {{ t.ids.b }});
-errored rows: A {{ t.errored.a }}, B {{ t.errored.b }} ({{ t.errored.left_out }} common ids left out);
-{{ t.paired }} paired.</p>
-{% if t.metrics_only_in_a %}<p class="note">Metrics only in A (not compared): {{ t.metrics_only_in_a|join(", ") }}</p>{% endif %}
-{% if t.metrics_only_in_b %}<p class="note">Metrics only in B (not compared): {{ t.metrics_only_in_b|join(", ") }}</p>{% endif %}
-{% set rows = tables[task] %}
-<table class="metrics"><thead><tr>{% for c in rows[0] %}<th>{{ c }}</th>{% endfor %}</tr></thead>
-<tbody>{% for row in rows[1:] %}<tr>{% for c in row %}<td>{{ c }}</td>{% endfor %}</tr>{% endfor %}</tbody></table>
-{% for name, m in t.metrics.items() %}{% if m.flips %}{% for way, ids in m.flips.items() %}{% if ids %}
-<details><summary>{{ name }} {{ way }}: {{ ids|length }} sample(s)</summary>
-<p class="ids">{{ ids|join(", ") }}</p></details>
-{% endif %}{% endfor %}{% endif %}{% endfor %}
-{% endfor %}
-<h2>Settings</h2>
-<p>{{ differ }} differ, {{ r.settings|length - differ }} the same.</p>
-<table class="settings"><thead><tr><th>setting</th><th>A</th><th>B</th></tr></thead><tbody>
-{% for s in settings %}<tr class="{{ 'same' if s.same else 'differ' }}"><td>{{ s.key }}</td>
-<td class="{{ 'same' if s.same else '' }}">{{ show(s.a, s.in_a) }}</td>
-<td class="{{ 'same' if s.same else '' }}">{{ show(s.b, s.in_b) }}</td></tr>
-{% endfor %}</tbody></table>
-</body></html>
-"""
-
-
-def render_html(result: Mapping[str, Any]) -> str:
-    """A self-contained page (inline CSS, no script, no network) with the tables and the flipped ids."""
-    import jinja2
-
-    env = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined)
-
-    def show(value: Any, present: bool) -> str:
-        if not present:
-            return "(absent)"
-        return value if isinstance(value, str) else json.dumps(value, sort_keys=True)
-
-    tables = {task: metric_rows(t) for task, t in result["tasks"].items()}
-    settings = [s for s in result["settings"] if not s["same"]] + [s for s in result["settings"] if s["same"]]
-    differ = sum(1 for s in result["settings"] if not s["same"])
-    return env.from_string(_HTML).render(r=result, tables=tables, differ=differ, show=show, settings=settings,
-                                             generator=PAGE_GENERATOR)
-
-
-@click.command("compare")
-@click.argument("run_a", type=click.Path(path_type=Path))
-@click.argument("run_b", type=click.Path(path_type=Path))
-@click.option("--task", "tasks", multiple=True, metavar="T",
-              help="Compare only this task (repeatable; default: every task in both runs).")
-@click.option("--samples", "resamples", type=int, default=DEFAULT_SAMPLES, show_default=True, metavar="B",
-              help="Bootstrap resamples for the interval of each difference (0: no interval).")
-@click.option("--seed", type=int, default=DEFAULT_SEED, show_default=True, metavar="N",
-              help="Seed of the bootstrap resampling.")
-@click.option("--html", "html_file", type=click.Path(dir_okay=False, path_type=Path), metavar="FILE",
-              help="Also write the comparison as a self-contained HTML page.")
-@click.option("--json", "as_json", is_flag=True, help="Print the whole comparison as JSON.")
-def compare_command(run_a, run_b, tasks, resamples, seed, html_file, as_json):
-    """Compare two run folders sample by sample: per task and metric the means, the difference
-    B-A with a paired bootstrap 95% interval, McNemar's exact test and the flipped samples for
-    binary metrics, and the settings that differ. Exits 2 when the runs cannot be aligned."""
-    try:
-        if html_file is not None:  # before the work: a refused page costs nothing
-            check_page_output(html_file, [run_a, run_b], "--html")
-        result = compare_runs(run_a, run_b, tasks=tasks, resamples=resamples, seed=seed,
-                              warn=lambda msg: click.echo(f"gage-eval: warning: {msg}", err=True))
-        if html_file is not None:
-            write_page(html_file, [render_html(result)], make_folder=False)
-    except GageError as exc:
-        click.echo(f"gage-eval: error: {exc}", err=True)
-        sys.exit(getattr(exc, "exit_code", EXIT_USAGE))
-    if as_json:
-        click.echo(json.dumps(result, indent=2))
-    else:
-        click.echo(render_console(result))
-    if html_file is not None and not as_json:
-        click.echo(f"HTML: {html_file}")

@@ -1,8 +1,8 @@
-"""report.html: one self-contained page for one run, or several runs side by side.
+"""The report page: one self-contained HTML file for one run, or several runs side by side.
 
 :func:`render_report` reads run folders (``summary.json``, ``samples/<task>.jsonl``,
 ``config.json``) and writes a single HTML file from the package template
-``templates/report.html.jinja``: per task the metrics with their stderr and 95% interval
+``templates/report.html.jinja`` (beside this module): per task the metrics with their stderr and 95% interval
 (value +/- 1.96 stderr, summary.json's ci95.normal) as a table and an inline SVG plot, the slices by ``data_tag``, the
 counts, the row errors grouped by message with their locators, timings, settings (already
 masked in the summary) and versions; then a sample browser (search, filters, pages of 50)
@@ -11,13 +11,11 @@ styles, script and images are inline, so the file works from ``file://`` and off
 
 Images: the samples file keeps a long ``data:`` URL only as a placeholder with its sha256
 (:func:`gage_eval.api.sample.elide_inline_media`), so the report reads the task's rows again through
-its loader and preprocessor (the run's ``config.json``), finds the URLs with those hashes and
+its loader and preprocessor (the run's ``config.json``; :func:`gage_eval.api.reread_samples`), finds the URLs with those hashes and
 embeds small JPEG thumbnails (at most :data:`MAX_IMAGES` per report); a local image path is
 referenced relative to the report instead. A row that cannot be read again shows a placeholder.
 
-:class:`ReportWriter` is the core writer that writes ``RUN_DIR/report.html`` at the end of a
-run (``--no-report``: none); a report that cannot be written is a warning, never a lost run.
-``report_command`` is ``gage-eval report RUN_DIR [RUN_DIR ...] -o FILE``.
+The writer that writes it at the end of a run is :mod:`.writer`; ``gage-eval report`` is :mod:`.command`.
 """
 from __future__ import annotations
 
@@ -32,13 +30,7 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-import click
-
-from gage_eval.api.errors import GageError
-from gage_eval.api.pages import PAGE_GENERATOR, check_page_output, write_page
-from gage_eval.api.runfolder import RunFolder
-from gage_eval.api.stats import Z95  # the 95% normal interval, as summary.json's ci95.normal
-from gage_eval.api.writer import Writer
+from gage_eval.api import PAGE_GENERATOR, Z95, GageError, RunFolder, reread_samples, write_page
 
 PAGE_SIZE = 50  # samples per page of the browser
 MAX_TEXT = 20_000  # characters kept of one text field of a sample (the samples file has all)
@@ -47,7 +39,7 @@ THUMB_PX = 320  # a thumbnail's longer side
 MAX_LOCATORS = 20  # locators listed per error message
 TEMPLATE = "report.html.jinja"
 
-__all__ = ["render_report", "report_data", "ReportWriter", "report_command"]
+__all__ = ["render_report", "report_data"]
 
 
 # -- reading a run folder ------------------------------------------------------
@@ -127,41 +119,19 @@ class _Images:
                      f"placeholders are shown")
 
     def _recover_task(self, run_dir: Path, task: str, hashes: set[str], budget: int) -> int:
-        from gage_eval.plugins import load_plugins
-        from gage_eval.tasks.rows import RowChecker
-        from gage_eval.engine.taskrun import TaskRun, resolve_tasks
-
-        from gage_eval.config.options import load_options
-
-        opts = load_options(run_dir, None)
-        opts.tasks = [task]
-        opts.data = {k: v for k, v in opts.data.items() if k == task}
-        _, registry = load_plugins()
         found = 0
         todo = set(hashes)
-        for spec, failure in resolve_tasks(opts, registry):
-            if spec.name != task or failure:
-                continue
-            tr = TaskRun(spec, registry, opts)
-            if tr.failure:
-                raise GageError(tr.failure)
-            allowed = tuple(Path(p).expanduser().resolve() for p in opts.allow_paths)
-            checker = RowChecker(tr.name, tr.preprocess, base_dir=tr.data_dir, allowed_dirs=allowed,
-                                 allow_urls=opts.allow_urls)
-            for index, locator, record in tr.rows():
-                row = checker.check(locator, index, record)
-                if not row.ok:
-                    continue
-                for url in _data_urls(row.sample.get("messages")):
-                    digest = _url_digest(url)
-                    if digest in todo:
-                        todo.discard(digest)
-                        thumb = _thumbnail(url)
-                        if thumb:
-                            self.embedded[digest] = thumb
-                            found += 1
-                if not todo or found >= budget:
-                    return found
+        for sample in reread_samples(run_dir, task):
+            for url in _data_urls(sample.get("messages")):
+                digest = _url_digest(url)
+                if digest in todo:
+                    todo.discard(digest)
+                    thumb = _thumbnail(url)
+                    if thumb:
+                        self.embedded[digest] = thumb
+                        found += 1
+            if not todo or found >= budget:
+                return found
         return found
 
 
@@ -447,7 +417,7 @@ def render_report(run_dirs: Sequence[Path | str], out: Path | str,
     out = Path(out)
     with tempfile.TemporaryFile("w+", encoding="utf-8") as spool:
         data = report_data(run_dirs, out.parent.resolve(), summaries, warn, spool=spool)
-        env = jinja2.Environment(loader=jinja2.PackageLoader("gage_eval.engine", "templates"),
+        env = jinja2.Environment(loader=jinja2.PackageLoader("gage_plugins_builtin.report", "templates"),
                                  autoescape=True, undefined=jinja2.StrictUndefined)
         env.filters["fmt"] = _fmt
         env.filters["tojson_compact"] = lambda v: json.dumps(v, ensure_ascii=False, sort_keys=False, indent=1,
@@ -480,44 +450,3 @@ _DATA_ELEMENT = '<script type="application/json" id="report-data"></script>'
 
 def _warn(msg: str) -> None:
     print(f"gage-eval: warning: {msg}", file=sys.stderr)
-
-
-# -- the writer ----------------------------------------------------------------
-class ReportWriter(Writer):
-    """``report.html`` in the run folder at the end of the run, when ``options.report`` is on.
-    Written after ``summary.json``; a report that fails is a warning, the run is kept."""
-
-    name = "report"
-
-    def __init__(self, run_dir: Path, options: Any, warn: Callable[[str], None] | None = None):
-        self.run_dir = Path(run_dir)
-        self.options = options
-        self._warn = warn or _warn
-
-    def end(self, summary: Mapping[str, Any]) -> None:
-        if not getattr(self.options, "report", True):
-            return
-        try:
-            render_report([self.run_dir], self.run_dir / "report.html", {self.run_dir: summary}, self._warn)
-        except (Exception, KeyboardInterrupt) as exc:  # the summary is written: never lose the run for a page
-            why = str(exc) if isinstance(exc, GageError) else f"{type(exc).__name__}: {exc}"
-            self._warn(f"report.html was not written ({why}); `gage-eval report {self.run_dir}` writes it later")
-
-
-# -- the command ---------------------------------------------------------------
-@click.command("report")
-@click.argument("run_dirs", nargs=-1, required=True, type=click.Path(file_okay=False, path_type=Path))
-@click.option("-o", "--output", "output", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="The HTML file to write (default: RUN_DIR/report.html for one run, report.html for several).")
-def report_command(run_dirs: tuple[Path, ...], output: Path | None) -> None:
-    """Write one self-contained HTML report of one or more run folders (several: side by side).
-    It is never written into a run folder (but as the one run's own report.html) nor over a file
-    that is not a page gage-eval wrote."""
-    for d in run_dirs:
-        if not d.is_dir():
-            raise GageError(f"{d}: no such run folder")
-    out = output or (run_dirs[0] / "report.html" if len(run_dirs) == 1 else Path("report.html"))
-    check_page_output(out, list(run_dirs), "-o" if output else "the report",
-                      own_report=run_dirs[0] / "report.html" if len(run_dirs) == 1 else None)
-    path = render_report(list(run_dirs), out)
-    click.echo(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB)")

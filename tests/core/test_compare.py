@@ -1,4 +1,4 @@
-"""gage-eval compare (gage_eval/cli/compare.py): paired statistics checked by hand and by an
+"""gage-eval compare (the builtin plugin's gage_plugins_builtin/compare/): paired statistics checked by hand and by an
 independent bootstrap loop, alignment refusals and warnings, the JSON and HTML outputs, and
 real dummy runs of piqa."""
 from __future__ import annotations
@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from gage_eval.cli.compare import compare_command, mcnemar_exact_p, percentile
+from gage_plugins_builtin.compare.command import compare_command
+from gage_plugins_builtin.compare.paired import mcnemar_exact_p, percentile
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -1,4 +1,4 @@
-"""report.html (gage_eval.engine.report): written at the end of every run unless --no-report, its
+"""report.html (the builtin plugin's report, gage_plugins_builtin/report/): written at the end of every run unless --no-report, its
 numbers equal summary.json's, a run stopped early still gets one, secrets never reach it, a
 failing report never loses the run; ``gage-eval report`` puts several runs side by side; MMMU
 images come back as embedded thumbnails."""
@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from gage_eval.engine import report as report_mod
-from gage_eval.engine.report import Z95, report_command
+from gage_eval.api import Z95
+from gage_plugins_builtin.report import writer as report_writer
+from gage_plugins_builtin.report.command import report_command
 
 ROOT = Path(__file__).resolve().parents[2]
 SHARED = ROOT.parent / "shared" / "data"
@@ -81,7 +82,7 @@ def test_a_failing_report_warns_and_keeps_the_run(run_cli, tmp_path, monkeypatch
     def broken(*a, **k):
         raise RuntimeError("template exploded")
 
-    monkeypatch.setattr(report_mod, "render_report", broken)
+    monkeypatch.setattr(report_writer, "render_report", broken)
     result = run_cli("--tasks", "piqa", "--model", "dummy", "--limit", "5", "-o", tmp_path / "runs", "--run-id", "r",
                      "-q")
     assert result.exit_code == 0, result.output
@@ -172,7 +173,7 @@ def test_report_command_refuses_a_folder_that_is_no_run(tmp_path):
 def test_the_template_ships_in_the_package():
     from importlib.resources import files
 
-    assert files("gage_eval.engine").joinpath("templates", "report.html.jinja").is_file()
+    assert files("gage_plugins_builtin.report").joinpath("templates", "report.html.jinja").is_file()
 
 
 @pytest.mark.skipif(not (SHARED / "mmmu").is_dir(), reason="needs ../shared/data (mmmu)")
