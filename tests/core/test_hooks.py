@@ -425,6 +425,39 @@ def test_bad_writer_is_a_usage_error(plugin_run, fresh_plugins, run_cli, tmp_pat
     assert not (tmp_path / "runs" / "x1").exists()
 
 
+# -- run options ---------------------------------------------------------------
+
+class OptionPlugin:
+    """Declares ``--tag`` (text) and ``--loud/--no-loud`` (switch); its observer keeps what it was handed."""
+
+    def __init__(self):
+        self.seen: list[dict] = []
+
+    @hookimpl
+    def gage_register_options(self, register):
+        register("tag", "--tag", default="plain", help="A label.")
+        register("loud", "--loud", type="switch", default=False, help="Shout.")
+
+    @hookimpl
+    def gage_run_start(self, event):
+        self.seen.append(dict(event.options))
+
+
+def test_hook_gage_register_options(plugin_run, fresh_plugins, run_cli, tmp_path):
+    plugin = OptionPlugin()
+    fresh_plugins.register_plugin(plugin, "optionplugin")
+    result = run_cli("--tasks", "memtask", "--model", "lastword", "-o", tmp_path / "runs", "--run-id", "o1", "-q",
+                     "--tag", "blue", "--loud")
+    assert result.exit_code == 0, result.output
+    assert plugin.seen[-1]["tag"] == "blue" and plugin.seen[-1]["loud"] is True
+    config = json.loads((tmp_path / "runs" / "o1" / "config.json").read_text())
+    assert config["tag"] == "blue" and config["loud"] is True and "plugin_options" not in config
+    result = run_cli("--resume", tmp_path / "runs" / "o1", "-q", "--no-loud")  # kept; a switch may change
+    assert result.exit_code == 0, result.output
+    assert plugin.seen[-1]["tag"] == "blue" and plugin.seen[-1]["loud"] is False
+    assert "--tag TEXT" in run_cli("--help").output
+
+
 # -- schemas -------------------------------------------------------------------
 
 MEMROW_SCHEMA = {"$schema": "https://json-schema.org/draft/2020-12/schema", "type": "object",

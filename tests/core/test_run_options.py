@@ -1,0 +1,97 @@
+"""Run options plugins declare (gage_register_options): flags, run config keys, environment
+variables, config.json and --resume, duplicates refused."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from gage_eval.api import GageError, RunOption, hookimpl
+from gage_eval.config.plugin_options import option_values
+
+
+class Declares:
+    def __init__(self, *options: tuple):
+        self.options = options
+
+    @hookimpl
+    def gage_register_options(self, register):
+        for key, flags, fields in self.options:
+            register(key, *flags, **fields)
+
+
+def test_values_come_from_the_flag_then_the_run_config_then_env_then_the_default(tmp_path):
+    opts = [RunOption("depth", ("--depth",), type="whole", minimum=1, default=3, env=("X_DEPTH",)),
+            RunOption("where", ("--where",), type="folder")]
+    config = str(tmp_path / "run.yaml")
+    assert option_values(opts, {}, {}, None, {}) == {"depth": 3, "where": None}
+    assert option_values(opts, {}, {}, None, {"X_DEPTH": "7"})["depth"] == 7
+    assert option_values(opts, {}, {"depth": 5, "where": "out"}, config, {"X_DEPTH": "7"}) == {
+        "depth": 5, "where": str(tmp_path / "out")}  # relative to the config file's folder
+    assert option_values(opts, {"depth": 9}, {"depth": 5}, config, {})["depth"] == 9
+
+
+@pytest.mark.parametrize("option, cfg, env, message", [
+    (RunOption("depth", ("--depth",), type="whole", minimum=1), {"depth": 0}, {}, "key 'depth': expected a whole number, 1 or more, got 0"),
+    (RunOption("depth", ("--depth",), type="whole"), {"depth": "deep"}, {}, "key 'depth': expected a whole number"),
+    (RunOption("loud", ("--loud",), type="switch"), {"loud": "yes"}, {}, "key 'loud': expected true or false, got 'yes'"),
+    (RunOption("v", ("--v",), choices=("1", "2")), {"v": 3}, {}, "key 'v': expected one of 1, 2, got '3'"),
+    (RunOption("depth", ("--depth",), type="whole", env=("X_DEPTH",)), {}, {"X_DEPTH": "x"},
+     "environment variable X_DEPTH='x': expected a whole number, 0 or more"),
+    (RunOption("n", env=("X_N", "X_M"), type="whole", stored=False), {}, {"X_N": "1", "X_M": "2"},
+     "X_N='1' and X_M='2' disagree"),
+])
+def test_a_bad_value_names_where_it_came_from(option, cfg, env, message):
+    with pytest.raises(GageError, match=message.replace("(", r"\(")):
+        option_values([option], {}, cfg, "run.yaml", env)
+
+
+def test_an_env_only_option_is_checked_but_not_stored():
+    assert option_values([RunOption("n", env=("X_N",), type="whole", stored=False)], {}, {}, None, {"X_N": "4"}) == {}
+
+
+@pytest.mark.parametrize("fields, message", [
+    (("Bad-Key", ("--x",), {}), "lower-case"),
+    (("x", ("-x",), {}), "not a --long-name"),
+    (("x", ("--x",), {"type": "list"}), "type 'list'"),
+    (("x", (), {}), "give flags, env, or both"),
+])
+def test_a_malformed_declaration_names_the_plugin(fresh_plugins, fields, message):
+    fresh_plugins.load_plugins()
+    with pytest.raises(GageError, match=f"plugin 'p1': run option .*{message}"):
+        fresh_plugins.register_plugin(Declares(fields), "p1")
+
+
+def test_a_flag_declared_twice_is_refused_naming_both_plugins(fresh_plugins):
+    fresh_plugins.register_plugin(Declares(("tag", ("--tag",), {})), "p1")
+    with pytest.raises(GageError, match="'--tag' is registered by both plugin 'p1' and plugin 'p2'"):
+        fresh_plugins.register_plugin(Declares(("label", ("--tag",), {})), "p2")
+    with pytest.raises(GageError, match="'tag' is registered by both plugin 'p1' and plugin 'p3'"):
+        fresh_plugins.register_plugin(Declares(("tag", ("--label",), {})), "p3")
+
+
+def test_a_core_flag_is_refused_naming_the_plugin(fresh_plugins, run_cli):
+    fresh_plugins.register_plugin(Declares(("taskz", ("--seed",), {})), "p1")
+    result = run_cli("--help")
+    assert result.exit_code == 2 and "plugin 'p1' declares run option '--seed', which is gage-eval's own" in result.output
+
+
+def test_a_plugin_option_reaches_the_run_config_and_resume(fresh_plugins, run_cli, tmp_path):
+    fresh_plugins.register_plugin(Declares(("shade", ("--shade",), {"choices": ("light", "dark"), "default": "light",
+                                                                     "resume_checked": True, "lm_eval": ("--shade_of",)})),
+                                  "p1")
+    config = tmp_path / "run.yaml"
+    config.write_text("tasks: [piqa]\nshade: dark\nlimit: 2\n")
+    result = run_cli("--config", config, "--model", "dummy", "-o", tmp_path, "--run-id", "a", "-q")
+    assert result.exit_code == 0, result.output
+    stored = json.loads((tmp_path / "a" / "config.json").read_text())
+    assert stored["shade"] == "dark"
+    result = run_cli("--resume", tmp_path / "a", "--shade", "light", "-q")  # it changes the results: refused
+    assert result.exit_code == 2 and "shade: 'dark' -> 'light'" in result.output
+    result = run_cli("--tasks", "piqa", "--model", "dummy", "--limit", "1", "-o", tmp_path, "--run-id", "b", "-q",
+                     "--shade_of", "dark")  # lm-eval's spelling
+    assert result.exit_code == 0, result.output
+    assert json.loads((tmp_path / "b" / "config.json").read_text())["shade"] == "dark"
+    config.write_text("tasks: [piqa]\nshadow: dark\n")
+    result = run_cli("--config", config, "--model", "dummy", "-o", tmp_path, "--run-id", "c", "-q")
+    assert result.exit_code == 2 and "unknown key(s) shadow" in result.output and "shade" in result.output
