@@ -2,21 +2,19 @@
 the moment its outputs arrived (its unconditioned scores too, when it has a second request).
 
 Every output has the run's secrets masked the moment it arrives (:mod:`gage_eval.engine.replies`),
-before anything reads it. With a response cache (``--cache``, :mod:`gage_eval.engine.cache`) each request
-of the window is looked up first: hits are handed on at once, as if the backend had answered,
-only misses go to the backend, and the misses' outputs without an error or a secret are stored
-when the window's stream ends."""
+before anything reads it. The backend may be a plugin's wrapper of the model's (``gage_wrap_backend``:
+the builtin response cache answers from its file first)."""
 from __future__ import annotations
 
 import time
 from typing import Callable
 
 from gage_eval.api.backend import LOGLIKELIHOOD, Backend, ModelOutput, Request, checked_output, stream_outputs
-from gage_eval.engine.cache import ModelCache
 from gage_eval.api.errors import PLUGIN_FAULTS, FatalBackendError, GageError, fault_text
 from gage_eval.engine.replies import scrub_output
 from gage_eval.engine.scoring import model_output
-from gage_eval.engine.taskrun import Item, TaskRun
+from gage_eval.engine.row import Answer, Row, stage_error
+from gage_eval.engine.taskrun import TaskRun
 
 
 class Stops:
@@ -37,101 +35,52 @@ class Stops:
 
 
 class Inference:
-    """Runs rows through the model backend; ``done(item)`` gets each row once, finished."""
+    """Runs rows through the model backend; ``done(row)`` gets each row once, with its answer."""
 
-    def __init__(self, backend: Backend, stops: Stops, strip_reasoning: bool = False,
-                 cache: ModelCache | None = None, secrets: tuple[str, ...] = ()):
+    def __init__(self, backend: Backend, stops: Stops, strip_reasoning: bool = False, secrets: tuple[str, ...] = ()):
         self.backend = backend
         self.stops = stops
         self.strip_reasoning = strip_reasoning
-        self.cache = cache
         self.secrets = tuple(s for s in secrets if s)  # masked in every output as it arrives
 
-    def run(self, tr: TaskRun, live: list[Item], done: Callable[[Item], None]) -> None:
+    def run(self, tr: TaskRun, live: list[Row], done: Callable[[Row], None]) -> None:
         if self.stops.get("model"):
-            for it in live:
-                it.error = {"stage": "inference", "message": f"not run: {self.stops.get('model')}",
-                            "locator": it.locator}
-                done(it)
+            for row in live:
+                done(row._replace(error=stage_error(row, "inference", f"not run: {self.stops.get('model')}")))
             return
         requests, owners = _requests(live)
-        waiting: dict[int, int] = {}
-        for it, _ in owners:
-            waiting[id(it)] = waiting.get(id(it), 0) + 1
-
+        waiting = [0] * len(live)
+        for pos, _ in owners:
+            waiting[pos] += 1
+        outputs: list[ModelOutput | None] = [None] * len(live)
+        aux_outputs: list[ModelOutput | None] = [None] * len(live)
+        scrubbed = [0] * len(live)
         parts: dict[int, list] = {}  # a row whose request has per-choice contexts: its parts' outputs
 
         def arrived(j: int, out: ModelOutput) -> None:
-            it, aux = owners[j]
-            out, scrubbed = scrub_output(out, self.secrets)
-            it.scrubbed += scrubbed
+            pos, aux = owners[j]
+            out, scrubbed_here = scrub_output(out, self.secrets)
+            scrubbed[pos] += scrubbed_here
             if aux is True:
-                it.aux_output = out
+                aux_outputs[pos] = out
             elif aux is False:
-                it.output = out
+                outputs[pos] = out
             else:  # part ``aux`` of a request with per-choice contexts
-                got_parts = parts.setdefault(id(it), [None] * len(it.request.contexts))
+                got_parts = parts.setdefault(pos, [None] * len(live[pos].request.contexts))
                 got_parts[aux] = out
                 if all(p is not None for p in got_parts):
-                    it.output = merged_parts(got_parts)
-            waiting[id(it)] -= 1
-            if not waiting[id(it)]:
-                self._finish(it)
-                done(it)
+                    outputs[pos] = merged_parts(got_parts)
+            waiting[pos] -= 1
+            if not waiting[pos]:
+                done(self._answered(live[pos], outputs[pos], aux_outputs[pos], scrubbed[pos]))
 
-        if self.cache is None:
-            got, stopped, busy, t0 = self._stream(requests, arrived)
-        else:
-            got, stopped, busy, t0 = self._cached(tr, requests, arrived)
+        got, stopped, busy, t0 = self._stream(requests, arrived)
         tr.timings["inference_s"] += time.perf_counter() - t0 - busy
         if self.stops.get("model"):
             tr.failure = tr.failure or f"the model backend stopped the run: {self.stops.get('model')}"
         for j in range(len(requests)):
             if j not in got:
                 arrived(j, ModelOutput(error=stopped or f"backend returned no output for request {j} of the batch"))
-
-    def _cached(self, tr: TaskRun, requests: list[Request], arrived: Callable[[int, ModelOutput], None]
-                ) -> tuple[set[int], str | None, float, float]:
-        """:meth:`_stream` for the cache's misses only; the hits are handed on first."""
-        cache = self.cache
-        assert cache is not None
-        t0 = time.perf_counter()
-        keys = [cache.key(r) for r in requests]
-        stored = cache.lookup(keys)
-        got, misses, busy = set(), [], 0.0
-        for j, key in enumerate(keys):
-            out = stored.get(key)
-            if out is None:
-                misses.append(j)
-                continue
-            got.add(j)
-            t_in = time.perf_counter()
-            arrived(j, out)
-            busy += time.perf_counter() - t_in
-        tr.cache_counts["hits"] += len(got)
-        tr.cache_counts["misses"] += len(misses)
-        answered: list[tuple[str, str]] = []  # (key, stored text) of the outputs to keep
-
-        def miss_arrived(m: int, out: ModelOutput) -> None:
-            row = cache.row(keys[misses[m]], out)  # serialized before a later stage can touch it
-            if row is not None:
-                answered.append(row)
-            arrived(misses[m], out)
-
-        stopped = None
-        if misses:
-            try:
-                got_m, stopped, busy_m, _ = self._stream([requests[j] for j in misses], miss_arrived)
-            except BaseException:  # an interrupted window keeps what had arrived; the interrupt wins
-                try:
-                    cache.put(answered)
-                except GageError:
-                    pass
-                raise
-            cache.put(answered)
-            got.update(misses[m] for m in got_m)
-            busy += busy_m
-        return got, stopped, busy, t0
 
     def _stream(self, requests: list[Request], arrived: Callable[[int, ModelOutput], None]
                 ) -> tuple[set[int], str | None, float, float]:
@@ -169,34 +118,36 @@ class Inference:
                 close()
         return got, stopped, busy, t0
 
-    def _finish(self, it: Item) -> None:
-        it.model_output = model_output(it, self.strip_reasoning)
-        if it.output is not None and it.output.error:
-            it.error = {"stage": "inference", "message": it.output.error, "locator": it.locator}
-        elif it.aux_output is not None and it.aux_output.error:
-            it.error = {"stage": "inference", "message": f"unconditioned scores: {it.aux_output.error}",
-                        "locator": it.locator}
+    def _answered(self, row: Row, output: ModelOutput | None, aux: ModelOutput | None, scrubbed: int) -> Row:
+        """The row with the model's answer (an inference error when an output is one)."""
+        answer = Answer(output, aux, model_output(row, output, aux, self.strip_reasoning), scrubbed)
+        if output is not None and output.error:
+            return row._replace(answer=answer, error=stage_error(row, "inference", output.error))
+        if aux is not None and aux.error:
+            return row._replace(answer=answer, error=stage_error(row, "inference", f"unconditioned scores: {aux.error}"))
+        return row._replace(answer=answer)
 
 
-def _requests(live: list[Item]) -> tuple[list[Request], list[tuple[Item, bool | int]]]:
-    """The window's requests; ``owners[j]`` is request j's row and whether it is that row's
-    unconditioned request (acc_mutual_info's second pass), or, for a request with per-choice
-    ``contexts``, which of its one-pair requests it is (an int)."""
+def _requests(live: list[Row]) -> tuple[list[Request], list[tuple[int, bool | int]]]:
+    """The window's requests; ``owners[j]`` is request j's row (its position in ``live``) and
+    whether it is that row's unconditioned request (acc_mutual_info's second pass), or, for a
+    request with per-choice ``contexts``, which of its one-pair requests it is (an int)."""
     requests: list[Request] = []
-    owners: list[tuple[Item, bool | int]] = []
-    for it in live:
-        if it.request.kind == LOGLIKELIHOOD and it.request.contexts:
-            for i, (context, cont) in enumerate(zip(it.request.contexts, it.request.continuations)):
-                requests.append(Request(kind=LOGLIKELIHOOD, sample_id=it.request.sample_id, prompt=context,
-                                        continuations=(cont,), modalities=it.request.modalities))
-                owners.append((it, i))
+    owners: list[tuple[int, bool | int]] = []
+    for pos, row in enumerate(live):
+        request = row.request
+        if request.kind == LOGLIKELIHOOD and request.contexts:
+            for i, (context, cont) in enumerate(zip(request.contexts, request.continuations)):
+                requests.append(Request(kind=LOGLIKELIHOOD, sample_id=request.sample_id, prompt=context,
+                                        continuations=(cont,), modalities=request.modalities))
+                owners.append((pos, i))
             continue
-        requests.append(it.request)
-        owners.append((it, False))
-        if it.request.kind == LOGLIKELIHOOD and it.request.unconditioned is not None:
-            requests.append(Request(kind=LOGLIKELIHOOD, sample_id=it.request.sample_id,
-                                    prompt=it.request.unconditioned, continuations=it.request.continuations))
-            owners.append((it, True))
+        requests.append(request)
+        owners.append((pos, False))
+        if request.kind == LOGLIKELIHOOD and request.unconditioned is not None:
+            requests.append(Request(kind=LOGLIKELIHOOD, sample_id=request.sample_id,
+                                    prompt=request.unconditioned, continuations=request.continuations))
+            owners.append((pos, True))
     return requests, owners
 
 

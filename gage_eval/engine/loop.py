@@ -1,6 +1,6 @@
 """The run loop: read -> preprocess and validate -> build request -> infer -> judge -> score -> write.
 
-Each stage is a small unit passing an :class:`~gage_eval.engine.taskrun.Item` on: reading, checking and
+Each stage is a small unit handing a :class:`~gage_eval.engine.row.Row` on, a new one each: reading, checking and
 building requests (:meth:`TaskRun.items`), :class:`~gage_eval.engine.infer.Inference`,
 :class:`~gage_eval.engine.judging.Judging`, :func:`~gage_eval.engine.scoring.finish_record` and the writers
 (:mod:`gage_eval.runfolder.writers`). This module keeps the loop, the windows and the accounting;
@@ -39,7 +39,8 @@ from gage_eval.engine.rowlog import RowLog
 from gage_eval.runfolder.rundir import check_inputs, fingerprint
 from gage_eval.engine.scoring import written_record
 from gage_eval.engine.summary import build_summary
-from gage_eval.engine.taskrun import Item, TaskRun, make_backends, resolve_tasks
+from gage_eval.engine.row import Row
+from gage_eval.engine.taskrun import TaskRun, make_backends, resolve_tasks
 from gage_eval.runfolder.writers import (InstancesWriter, SamplesWriter, SummaryWriter, WriterSet, plugin_writers,
                                writer_secrets)
 
@@ -256,7 +257,7 @@ class Engine:
             events.emit("task_resume", task=tr.name, already_done=len(done), retried=retried)
         return done
 
-    def _process(self, tr: TaskRun, window: list[Item], infer: Inference, judging: Judging | None,
+    def _process(self, tr: TaskRun, window: list[Row], infer: Inference, judging: Judging | None,
                  write: Any) -> None:
         """One window: rows that already failed are written, the others go through the model (and
         the judge) and are written the moment each is finished, so an interrupt loses only the
@@ -275,7 +276,7 @@ class Engine:
         for it in failed:
             write(it)
 
-    def _write(self, tr: TaskRun, it: Item, log: RowLog, progress: Progress) -> None:
+    def _write(self, tr: TaskRun, it: Row, log: RowLog, progress: Progress) -> None:
         """Score one finished row, write it, count it, tell the observers; --fail-fast stops here."""
         t_eval = time.perf_counter()
         record = written_record(tr, it, self._clean)
@@ -298,7 +299,7 @@ class Engine:
                            f"{err.get('stage')}: {err.get('message')}")
 
 
-def _failed(it: Item) -> bool:
+def _failed(it: Row) -> bool:
     """A row that needs no model: it failed to read or check, or was scored already (its data
     carried an eval_result)."""
     return it.error is not None or "eval_result" in it.sample

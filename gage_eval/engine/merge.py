@@ -16,7 +16,7 @@ import secrets
 import shlex
 import shutil
 import sys
-from dataclasses import asdict, replace
+from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -25,11 +25,13 @@ import click
 
 from gage_eval.api.errors import EXIT_INTERRUPTED, GageError, OutputError
 from gage_eval.api.events import RunStart, TaskDone
-from gage_eval.engine.executor import EXECUTOR_KEYS
+from gage_eval.engine.executor import placement_args
 from gage_eval.engine.idset import IdSet
 from gage_eval.engine.interrupts import sigterm_interrupts
 from gage_eval.config.options import RunOptions, in_shard, load_options, parse_shard
-from gage_eval.runfolder.records import read_jsonl_numbered, write_json_atomic
+from gage_eval.plugins import load_plugins, stored_option_keys
+from gage_eval.api.runfolder import RunFolder
+from gage_eval.runfolder.records import read_jsonl_numbered
 from gage_eval.api.secrets import redact
 from gage_eval.engine.summary import STAGES, derived_timings, exit_status
 
@@ -40,24 +42,25 @@ FREE = ("shard", "run_id", "output_dir", "command", "quiet", "report", "writers"
 
 def _shard(run_dir: Path) -> tuple[RunOptions, dict, dict]:
     """A shard's settings, summary and inputs, or a one-line refusal naming the folder."""
-    if not (run_dir / "config.json").is_file():
+    folder = RunFolder(run_dir)
+    if not folder.config_file.is_file():
         raise GageError(f"merge: {run_dir} is not a gage-eval run folder (no config.json)")
-    options = load_options(run_dir)
+    options = load_options(run_dir, plugin_keys=stored_option_keys())
     try:
-        summary = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))
-        inputs = json.loads((run_dir / "inputs.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
+        summary = folder.summary(check=False)  # (its own checks below, in merge's words)
+        inputs = folder.inputs(missing_ok=False)
+    except GageError as exc:
         raise GageError(f"merge: {run_dir}: no readable summary.json/inputs.json ({exc}); finish the run "
                         f"first (gage-eval --resume {run_dir})") from None
     wrong = _wrong_shape(summary)
     if wrong:
-        raise GageError(f"merge: {run_dir / 'summary.json'}: {wrong}; not a summary gage-eval wrote")
+        raise GageError(f"merge: {folder.summary_file}: {wrong}; not a summary gage-eval wrote")
     if summary["run"].get("interrupted"):
         raise GageError(f"merge: {run_dir} did not finish ({summary['run']['interrupted']}); "
                         f"finish it first: gage-eval --resume {run_dir}")
     if not options.shard:
         raise GageError(f"merge: {run_dir} is not a shard (it was run without --shard I/N)")
-    options = replace(options, shard=parse_shard(options.shard, f"merge: {run_dir / 'config.json'}: key 'shard'"))
+    options = replace(options, shard=parse_shard(options.shard, f"merge: {folder.config_file}: key 'shard'"))
     return options, summary, inputs
 
 
@@ -82,8 +85,9 @@ def _wrong_shape(summary: Any) -> str | None:
 
 
 def _computing(args: dict) -> dict:
-    """Model arguments less where the model ran (replicas and their resources, --executor ray)."""
-    return {k: v for k, v in args.items() if k not in (*EXECUTOR_KEYS, "data_parallel_size")}
+    """Model arguments less where the model ran (an executor's: Ray's replicas and their resources)."""
+    where = placement_args(load_plugins()[1], placement=True)
+    return {k: v for k, v in args.items() if k not in where}
 
 
 def check_shards(run_dirs: list[Path]) -> list[tuple[Path, RunOptions, dict, dict]]:
@@ -134,11 +138,12 @@ def merge(run_dirs: list[Path], out: Path, command: str = "") -> dict:
     runs = [TaskRun(spec, registry, options, failure) for spec, failure in resolve_tasks(options, registry)]
     made, tmp = _temporary(out)
     try:
-        write_json_atomic(tmp / "config.json", redact(asdict(options)))
-        write_json_atomic(tmp / "inputs.json", inputs)
-        writers = WriterSet([SamplesWriter(tmp), InstancesWriter(tmp, options.eee_version)], [])
+        RunFolder(tmp).write_config(redact(options.as_dict()))
+        RunFolder(tmp).write_inputs(inputs)
+        writers = WriterSet([SamplesWriter(tmp), InstancesWriter(tmp)], [])
         model = first_summary["run"].get("model") or {}
-        writers.start(RunStart(out.name, tmp, tuple(options.tasks), options.model, model.get("model_id", ""), False))
+        writers.start(RunStart(out.name, tmp, tuple(options.tasks), options.model, model.get("model_id", ""), False,
+                                        options.plugin_options))
         for tr in runs:
             _merge_task(tr, shards, writers, out.name)
         summary = _summary(out, options, runs, shards)
@@ -195,7 +200,7 @@ def _merge_task(tr: Any, shards: list, writers: Any, run_id: str) -> None:
     seen, found = IdSet(), []
     try:
         for d, opts, summary, _ in shards:
-            path, before = d / "samples" / f"{tr.name}.jsonl", dict(tr.counts)
+            path, before = RunFolder(d).samples_file(tr.name), dict(tr.counts)
             if path.exists() and not path.is_file():
                 raise GageError(f"merge: {path} is not a regular file")
             for lineno, record in read_jsonl_numbered(path):
@@ -254,7 +259,7 @@ def _summary(out: Path, options: RunOptions, runs: list, shards: list) -> dict:
     timings["model_load_s"] = max((s[2]["run"].get("timings") or {}).get("model_load_s", 0.0) for s in shards)
     run.update(id=out.name, created=datetime.now().astimezone().isoformat(timespec="seconds"),
                command=options.command, interrupted=None, exit_status=exit_status(tasks),
-               settings=redact(asdict(options)),
+               settings=redact(options.as_dict()),
                timings={k: (round(v, 6) if isinstance(v, float) else v) for k, v in timings.items()})
     run.pop("cache", None)
     each = [(s[2]["run"].get("model") or {}).get("stats") for s in shards]

@@ -1,7 +1,7 @@
 """``gage-eval rescore RUN_DIR -o NEW_DIR``: a task's metrics (and, when asked, its judge)
 computed again from the model outputs a run stored, without loading the model.
 
-Each record of ``RUN_DIR/samples/<task>.jsonl`` becomes an :class:`~gage_eval.engine.taskrun.Item`
+Each record of ``RUN_DIR/samples/<task>.jsonl`` becomes a :class:`~gage_eval.engine.row.Row`
 again: the sample (the record less ``predict_result`` and ``eval_result``), the model's output
 (``predict_result``: text, per-choice log-likelihoods, unconditioned ones, usage...) and the
 stored judge verdict. The task's components come from its task.yaml, found as the run found
@@ -31,7 +31,9 @@ from gage_eval.api.backend import ModelOutput
 from gage_eval.api.errors import GageError, OutputError
 from gage_eval.api.events import RunStart, TaskDone
 from gage_eval.config.options import RunOptions
-from gage_eval.runfolder.records import EventLog, write_json_atomic
+from gage_eval.api.runfolder import RunFolder
+from gage_eval.engine.row import Answer, Judgement, Row
+from gage_eval.runfolder.records import EventLog
 from gage_eval.api.secrets import mask, redact, strip_credentials
 
 STORED = ("predict_result", "eval_result")  # the parts of a record that are not the sample
@@ -71,7 +73,6 @@ class StoredBackend:
 
 def read_run(run_dir: Path) -> tuple[RunOptions, dict, dict]:
     """The run's options (config.json), its input hashes (inputs.json) and its summary (may be empty)."""
-    from gage_eval.api.runfolder import RunFolder
     from gage_eval.config.options import load_options
     from gage_eval.plugins import stored_option_keys
 
@@ -121,22 +122,21 @@ def model_output_of(entry: Mapping[str, Any]) -> dict:
     return out
 
 
-def item_of(record: dict, index: int, locator: str, keep_judge: bool) -> Any:
-    """The Item a stored record came from, ready to be scored (and judged) again."""
-    from gage_eval.engine.taskrun import Item, scrubbed_count
+def row_of(record: dict, index: int, locator: str, keep_judge: bool) -> Row:
+    """The row a stored record came from, with its stored answer (and verdict), ready to be
+    scored (and judged) again: the infer stage of a rescore."""
+    from gage_eval.engine.taskrun import scrubbed_count
 
     sample = {k: v for k, v in record.items() if k not in STORED}
     result = record.get("eval_result") or {}
     err = result.get("error") or {}
-    it = Item(index, err.get("locator") or locator, sample)
-    it.scrubbed = scrubbed_count(result)  # the model's replies masked then (the judge's go with its verdict)
     pred = record.get("predict_result") or []
-    if pred:
-        it.output = ModelOutput()  # (finish_record writes predict_result; the stored one replaces it)
-        it.model_output = model_output_of(pred[0])
-    if keep_judge and result.get("judge") is not None:
-        it.verdict = StoredVerdict(result["judge"])
-    return it
+    # (finish_record writes predict_result from the output; the stored one replaces it)
+    answer = Answer(ModelOutput() if pred else None, None, model_output_of(pred[0]) if pred else {},
+                    scrubbed_count(result))  # the model's replies masked then (the judge's go with its verdict)
+    judgement = (Judgement(StoredVerdict(result["judge"]))
+                 if keep_judge and result.get("judge") is not None else None)
+    return Row(index, err.get("locator") or locator, sample, answer=answer, judgement=judgement)
 
 
 def kept_as_is(record: Mapping[str, Any], rejudge: bool) -> bool:
@@ -191,8 +191,9 @@ class Rescore:
             specs = self._specs()
         runs = [TaskRun(spec, self.registry, self.new, failure) for spec, failure in specs]
         for tr in runs:
-            if not tr.failure and not os.path.lexists(self.run_dir / "samples" / f"{tr.name}.jsonl"):
-                tr.failure = f"{self.run_dir / 'samples' / (tr.name + '.jsonl')} is missing: the run wrote no row"
+            samples = RunFolder(self.run_dir).samples_file(tr.name)
+            if not tr.failure and not os.path.lexists(samples):
+                tr.failure = f"{samples} is missing: the run wrote no row"
             elif not tr.failure:  # a damaged samples file is refused before NEW_DIR is made: nothing is left
                 for _ in self.records(tr.name):
                     pass
@@ -231,7 +232,7 @@ class Rescore:
                             "data": dict(before.get("data") or {})}
             was = before.get("task_folder") or {}
             if not was:
-                print(f"gage-eval: warning: {tr.name}: {self.run_dir / 'inputs.json'} has no hash of its task "
+                print(f"gage-eval: warning: {tr.name}: {RunFolder(self.run_dir).inputs_file} has no hash of its task "
                       f"folder, so {folder} cannot be checked against the one the run used", file=sys.stderr)
             elif was.get("sha256") != now[tr.name]["task_folder"]["sha256"] or was.get("path") != str(folder):
                 where = f"{was.get('path')} is now {folder}" if was.get("path") != str(folder) else str(folder)
@@ -255,7 +256,6 @@ class Rescore:
 
     def run(self) -> dict:
         from gage_eval.plugins import plugin_versions
-        from gage_eval.runfolder.rundir import INPUTS_FILE
         from gage_eval.engine.summary import build_summary
         from gage_eval.runfolder.writers import InstancesWriter, SamplesWriter, SummaryWriter, WriterSet, plugin_writers
 
@@ -271,9 +271,10 @@ class Rescore:
         except OSError as exc:
             raise OutputError(f"-o {self.new_dir}: cannot create it: {exc.strerror or exc}") from None
         run_id = self.new_dir.name
-        write_json_atomic(self.new_dir / "config.json", redact(self.new.as_dict(), self.secrets))
-        write_json_atomic(self.new_dir / INPUTS_FILE, now)
-        events = EventLog(self.new_dir / "events.jsonl", run_id)
+        new_folder = RunFolder(self.new_dir)
+        new_folder.write_config(redact(self.new.as_dict(), self.secrets))
+        new_folder.write_inputs(now)
+        events = EventLog(new_folder.events_file, run_id)
         events.emit("run_start", tasks=self.new.tasks, model=self.new.model, rescored_from=str(self.run_dir.resolve()),
                     metrics=self.metrics, judge_model=self.new.judge_model if self.rejudge else None)
         for tr in runs:
@@ -307,8 +308,6 @@ class Rescore:
         return summary
 
     def records(self, task: str) -> Iterator[tuple[int, dict]]:
-        from gage_eval.api.runfolder import RunFolder
-
         for index, (_, record) in enumerate(RunFolder(self.run_dir).records(task)):
             yield index, record
 
@@ -319,10 +318,10 @@ class Rescore:
 
         writers.task_start(tr.name)
         events.emit("task_start", task=tr.name)
-        judging = (Judging(judge_backend, Stops(self._clean), then=lambda it: None)
+        judging = (Judging(judge_backend, Stops(self._clean), then=lambda row: None)
                    if self.rejudge and tr.judge is not None else None)
         size = judge_chunk(judge_backend) if judging is not None else 256
-        source = f"{self.run_dir / 'samples' / tr.name}.jsonl"
+        source = str(RunFolder(self.run_dir).samples_file(tr.name))
 
         def write(record: dict, it: Any) -> None:
             t_w = time.perf_counter()
@@ -336,7 +335,9 @@ class Rescore:
 
         def flush(window: list[tuple[dict, Any]]) -> None:
             if judging is not None:
-                judging.judge(tr, [it for _, it in window if it is not None and it.error is None])
+                todo = [pos for pos, (_, row) in enumerate(window) if row is not None and row.error is None]
+                for pos, row in zip(todo, judging.judge(tr, [window[pos][1] for pos in todo])):
+                    window[pos] = (window[pos][0], row)
             for record, it in window:
                 if it is None:
                     write(record, None)
@@ -354,7 +355,7 @@ class Rescore:
             if kept_as_is(record, self.rejudge):
                 window.append((record, None))
             else:
-                window.append((record, item_of(record, index, f"{source}:{index + 1}", keep_judge=judging is None)))
+                window.append((record, row_of(record, index, f"{source}:{index + 1}", keep_judge=judging is None)))
             if len(window) >= size:
                 tr.timings["dataset_materialization_s"] += time.perf_counter() - t_load
                 flush(window)

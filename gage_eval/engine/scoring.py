@@ -4,50 +4,52 @@ from __future__ import annotations
 
 from typing import Any, Callable, Mapping
 
-from gage_eval.api.backend import LOGLIKELIHOOD
+from gage_eval.api.backend import LOGLIKELIHOOD, ModelOutput
 from gage_eval.api.errors import PLUGIN_FAULTS, fault_text
 from gage_eval.api.metric import MetricContext, metric_value
 from gage_eval.engine.reasoning import strip_output
 from gage_eval.api.sample import elide_inline_media
+from gage_eval.engine.row import Row
 
-def written_record(tr: Any, it: Any, clean: Callable[[str], str]) -> dict:
+def written_record(tr: Any, row: Row, clean: Callable[[str], str]) -> dict:
     """:func:`finish_record` as the writers get it (a run's and a rescore's): inline media elided,
     an error's message passed through ``clean`` (secrets masked), and ``secrets_scrubbed`` in
     eval_result (the model's replies) and in its judge entry (the judge's) when a reply quoted a
     secret (masked as it arrived: gage_eval.engine.replies)."""
-    record = elide_inline_media(finish_record(tr, it))
+    record = elide_inline_media(finish_record(tr, row))
     result = record.get("eval_result")
     if isinstance(result, dict):  # how many replies had a secret masked: counted again on resume and rescore
-        if getattr(it, "scrubbed", 0):
-            result["secrets_scrubbed"] = it.scrubbed
-        if getattr(it, "judge_scrubbed", 0) and isinstance(result.get("judge"), dict):
-            result["judge"]["secrets_scrubbed"] = it.judge_scrubbed
+        if row.answer is not None and row.answer.scrubbed:
+            result["secrets_scrubbed"] = row.answer.scrubbed
+        if row.judgement is not None and row.judgement.scrubbed and isinstance(result.get("judge"), dict):
+            result["judge"]["secrets_scrubbed"] = row.judgement.scrubbed
     err = (record.get("eval_result") or {}).get("error")
     if err:
         err["message"] = clean(str(err.get("message")))
     return record
 
 
-def finish_record(tr: Any, it: Any) -> dict:
+def finish_record(tr: Any, row: Row) -> dict:
     """The record of one finished row (an error stub as it is): predict_result, the metrics of
     every task metric (a metric that raises errors the row, never loses it), the overall score."""
-    if "eval_result" in it.sample:  # an error stub
-        return it.sample
-    record = dict(it.sample)
-    model_output = it.model_output
-    if it.output is not None:
+    if "eval_result" in row.sample:  # an error stub
+        return row.sample
+    record = dict(row.sample)
+    answer, verdict = row.answer, row.judgement.verdict if row.judgement is not None else None
+    model_output = answer.model_output if answer is not None else {}
+    if answer is not None and answer.output is not None:
         record["predict_result"] = [predict_entry(model_output)]
     result: dict[str, Any] = {}
-    if it.verdict is not None:
-        result["judge"] = it.verdict.to_dict()
-        if it.judge_prompts:  # the judge's prompts, for reading a verdict back (report.html)
-            result["judge"]["prompts"] = it.judge_prompts
-    if it.error is not None:
-        result["error"] = it.error
+    if verdict is not None:
+        result["judge"] = verdict.to_dict()
+        if row.judgement.prompts:  # the judge's prompts, for reading a verdict back (report.html)
+            result["judge"]["prompts"] = row.judgement.prompts
+    if row.error is not None:
+        result["error"] = row.error
         record["eval_result"] = result
         return record
-    ctx = MetricContext(sample=it.sample, model_output=model_output,
-                        judge_output=it.verdict.to_dict() if it.verdict is not None else None)
+    ctx = MetricContext(sample=row.sample, model_output=model_output,
+                        judge_output=verdict.to_dict() if verdict is not None else None)
     metrics: dict[str, Any] = {}
     counters: dict[str, bool] = {}
     values: dict[str, float | None] = {}
@@ -61,7 +63,7 @@ def finish_record(tr: Any, it: Any) -> dict:
                 for key in value.get("counters", ()):
                     counters[f"{name}.{key}"] = True
     except PLUGIN_FAULTS as exc:  # a metric bug (a NaN value, sys.exit) must not lose the row nor end the run
-        result["error"] = {"stage": "metric", "message": f"{name}: {fault_text(exc)}", "locator": it.locator}
+        result["error"] = {"stage": "metric", "message": f"{name}: {fault_text(exc)}", "locator": row.locator}
         record["eval_result"] = result
         return record
     result["metrics"] = metrics
@@ -84,22 +86,23 @@ def finish_record(tr: Any, it: Any) -> dict:
 
 
 
-def model_output(it: Any, strip_reasoning: bool = False) -> dict:
-    """The backend's output with the rendered prompt pieces; for log-likelihood requests the
+def model_output(row: Row, output: ModelOutput | None, aux_output: ModelOutput | None,
+                 strip_reasoning: bool = False) -> dict:
+    """The backend's output with the row's rendered prompt pieces; for log-likelihood requests the
     chosen continuation (highest log-likelihood) is its text. ``strip_reasoning``: the text after
     the model's reasoning block, the original kept as ``raw_text`` (:mod:`gage_eval.engine.reasoning`)."""
-    out = it.output.to_dict() if it.output else {}
+    out = output.to_dict() if output else {}
     if strip_reasoning:
         strip_output(out)
-    for k, v in it.rendered.items():  # the rendered pieces the output does not have
+    for k, v in row.rendered.items():  # the rendered pieces the output does not have
         if k not in out:
             out[k] = v
-    if it.aux_output is not None and it.aux_output.loglikelihoods is not None:
-        out["unconditioned_loglikelihoods"] = it.aux_output.loglikelihoods
-    if it.request is not None and it.request.kind == LOGLIKELIHOOD and out.get("loglikelihoods"):
+    if aux_output is not None and aux_output.loglikelihoods is not None:
+        out["unconditioned_loglikelihoods"] = aux_output.loglikelihoods
+    if row.request is not None and row.request.kind == LOGLIKELIHOOD and out.get("loglikelihoods"):
         lls = out["loglikelihoods"]
         best = max(range(len(lls)), key=lls.__getitem__)
-        out.setdefault("text", it.rendered["choices"][best])
+        out.setdefault("text", row.rendered["choices"][best])
     return out
 
 

@@ -1,16 +1,16 @@
-"""A task in a run: its components built from task.yaml, its rows as items, its counts, timings
-and summary; resolving task names to specs; building backends."""
+"""A task in a run: its components built from task.yaml, its rows (:class:`~gage_eval.engine.row.Row`),
+its counts, timings and summary; resolving task names to specs; building backends."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
-from gage_eval.api.backend import Backend, ModelOutput
+from gage_eval.api.backend import Backend
 from gage_eval.api.errors import GageError
-from gage_eval.engine.executor import make_backend, make_model_backend, split_args
+from gage_eval.engine.executor import make_backend, model_backend
 from gage_eval.engine.idset import IdSet
+from gage_eval.engine.row import Row
 from gage_eval.api.metric import MISSING_FIELD_POLICIES, MissingFieldPolicy, TaskAggregate, metric_value
 from gage_eval.config.options import RunOptions, shuffled_pick
 from gage_eval.plugins import Registry
@@ -22,25 +22,6 @@ from gage_eval.api.schemas import validation_errors
 from gage_eval.engine.summary import STAGES, derived_timings
 from gage_eval.tasks.spec import (TaskSpec, dataset_for_path, discover, metric_entries, read_task_file,
                              with_dataset)
-
-@dataclass
-class Item:
-    """One row in flight."""
-
-    index: int
-    locator: str
-    sample: dict
-    error: dict | None = None
-    request: Any = None
-    rendered: dict = field(default_factory=dict)
-    output: ModelOutput | None = None
-    aux_output: ModelOutput | None = None  # the unconditioned scores (Request.unconditioned)
-    model_output: dict = field(default_factory=dict)  # output + rendered prompt pieces, for judges and metrics
-    verdict: Any = None
-    judge_prompts: list = field(default_factory=list)  # what the judge was asked (text, or chat messages)
-    scrubbed: int = 0  # the model's replies of this row that had a secret masked (gage_eval.engine.replies)
-    judge_scrubbed: int = 0  # the judge's
-
 
 MAX_WARNINGS_SHOWN = 20  # per task, on the console; events.jsonl has all of them
 
@@ -90,7 +71,7 @@ class TaskRun:
         self.errors_by_stage: dict[str, int] = {}
         self.timings = dict.fromkeys(STAGES, 0.0)
         self.extra_counts: dict[str, int] = {}
-        self.cache_counts = {"hits": 0, "misses": 0}  # the response cache's, per request (--cache)
+        self.sections: dict[str, dict[str, int]] = {}  # what backend wrappers count (api.running.Tally)
         self.metrics: list = []
         self.judge = None
         self.primary = spec.primary_metric
@@ -221,9 +202,9 @@ class TaskRun:
                 break
 
     def items(self, allowed_dirs: tuple[Path, ...] = (), allow_urls: bool = False, seen: IdSet | None = None
-              ) -> Iterator[tuple[Item, list[tuple[str, str]]]]:
+              ) -> Iterator[tuple[Row, list[tuple[str, str]]]]:
         """Each row checked as ``gage-eval validate`` checks it (:mod:`gage_eval.tasks.rows`) and built
-        into its request, with its warnings as (field, message): an item with a request, an item
+        into its request, with its warnings as (field, message): a row with its request, a row
         whose template failed (``error``), or an error stub for a row that is no valid Sample.
         A run and ``--dry-run`` both read rows through here."""
         checker = RowChecker(self.name, self.preprocess, base_dir=self.data_dir, allowed_dirs=allowed_dirs,
@@ -232,14 +213,15 @@ class TaskRun:
             row = checker.check(locator, index, record)
             warnings = [(where, field_message(where, what)) for where, what in row.warnings]
             if not row.ok:
-                yield Item(index, locator, error_stub(self.name, index, locator, row.stage, row.message)), warnings
+                yield Row(index, locator, error_stub(self.name, index, locator, row.stage, row.message)), warnings
                 continue
-            item = Item(index, locator, row.sample)
             try:
-                item.request, item.rendered = self.builder.build(row.sample, index)
+                request, rendered = self.builder.build(row.sample, index)
             except ValueError as exc:
-                item.error = {"stage": "template", "message": str(exc), "locator": locator}
-            yield item, warnings
+                yield Row(index, locator, row.sample, error={"stage": "template", "message": str(exc),
+                                                             "locator": locator}), warnings
+                continue
+            yield Row(index, locator, row.sample, request, rendered), warnings
 
     def account(self, record: Mapping[str, Any]) -> None:
         """Count one written record and add its metric values; used live and on resume."""
@@ -306,7 +288,7 @@ class TaskRun:
             "counts": dict(self.counts, **({"by_counter": self.extra_counts} if self.extra_counts else {})),
             "errors_by_stage": self.errors_by_stage,
             "timings": {k: round(v, 6) for k, v in t.items()},
-            **({"cache": dict(self.cache_counts)} if self.options.cache else {}),
+            **{name: dict(part) for name, part in self.sections.items()},
         }
 
 
@@ -391,11 +373,8 @@ def _with_overrides(spec: TaskSpec, overrides: Mapping[str, Any], source: str | 
 def make_backends(registry: Registry, opts: RunOptions, ready: list["TaskRun"]) -> tuple[Backend, Backend]:
     """The model's backend and the judge's (the same object when they are the same), checked
     against what the tasks that can run need."""
-    args, plan = split_args(opts.model_args, opts.executor)
-    if opts.ray_address and plan is None:
-        raise GageError("--ray-address joins a Ray cluster for --executor ray; add --executor ray")
-    backend = make_model_backend(make_backend(registry, opts.model, args, opts.batch_size, opts.seed),
-                                 opts.model, args, opts.batch_size, opts.seed, plan, opts.ray_address)
+    backend = model_backend(registry, opts.model, opts.model_args, opts.batch_size, opts.seed, opts.executor,
+                            opts.as_dict())
     judge_backend = backend
     if any(tr.judge for tr in ready):
         if opts.judge_model and (opts.judge_model, opts.judge_args) != (opts.model, opts.model_args):

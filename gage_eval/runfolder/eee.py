@@ -413,14 +413,5 @@ def _task_results(task: str, entry: Mapping[str, Any], run: Mapping[str, Any], n
     return results
 
 
-def read_inputs(run_dir: Path) -> Mapping[str, Any]:
-    """inputs.json of a run folder ({} when missing or unreadable)."""
-    try:
-        data = json.loads((run_dir / "inputs.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, Mapping) else {}
-
-
 __all__ = ["AGGREGATE_FILE", "AGGREGATE_SCHEMA", "EEE_VERSION", "INSTANCE_SCHEMA", "MetricNotes", "VERSIONS",
-           "build_aggregate", "build_instances", "read_inputs", "result_id", "sample_hash"]
+           "build_aggregate", "build_instances", "result_id", "sample_hash"]

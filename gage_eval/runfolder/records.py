@@ -1,15 +1,16 @@
-"""Records on disk: strict JSON lines, append-only files, the instance record, atomic writes, and\nrecovery of a run folder for --resume (the writers that use them: gage_eval.runfolder.writers)."""
+"""Records on disk: strict JSON lines, append-only files, the instance record, and recovery
+of a run folder for --resume (the writers that use them: gage_eval.runfolder.writers)."""
 from __future__ import annotations
 
 import hashlib
 import json
-import math
 import os
 import time
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
 
-from gage_eval.api.errors import GageError, OutputError
+from gage_eval.api.errors import GageError
+from gage_eval.api.runfolder import finite, output_error
 
 from gage_eval.api.sample import content_text, label_text, messages_text
 
@@ -62,17 +63,6 @@ def dumps_line(obj: Any) -> bytes:
         return (dumps(obj) + "\n").encode("utf-8")
     except UnicodeEncodeError:
         return (dumps(obj, ensure_ascii=True) + "\n").encode("ascii")
-
-
-def finite(obj: Any) -> Any:
-    """``obj`` with every NaN or infinite float replaced by None (containers copied, others as they are)."""
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, Mapping):
-        return {k: finite(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [finite(v) for v in obj]
-    return obj
 
 
 def truncate_partial_line(path: Path) -> int:
@@ -162,13 +152,6 @@ class EventLog(JsonlAppender):
 
     def emit(self, event: str, **fields: Any) -> None:
         self.write({"ts": round(time.time(), 6), "run_id": self.run_id, "event": event, **fields})
-
-
-def output_error(path: Path, exc: OSError) -> OutputError:
-    """A failed write as a one-line error that says what is kept and how to go on."""
-    run_dir = path.parent.parent if path.parent.name in ("samples", "instances") else path.parent
-    return OutputError(f"cannot write {path}: {exc.strerror or exc}; the records written so far are kept: "
-                       f"free space or fix the folder, then continue with gage-eval --resume {run_dir}")
 
 
 def primary_value(record: Mapping[str, Any]) -> Any:
@@ -276,14 +259,3 @@ def recover_jsonl(path: Path, keep: Callable[[Mapping[str, Any]], bool]) -> Iter
         raise output_error(path, exc) from None
     finally:
         tmp.unlink(missing_ok=True)
-
-
-def write_json_atomic(path: Path, obj: Any) -> None:
-    """``obj`` as indented strict JSON, replacing ``path`` whole or not at all; a failed write is an
-    :class:`OutputError`."""
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    try:
-        tmp.write_text(dumps(obj, indent=2, separators=None) + "\n", encoding="utf-8")
-        os.replace(tmp, path)
-    except OSError as exc:
-        raise output_error(path, exc) from None

@@ -175,12 +175,15 @@ def changed_environment(run_dir: Path) -> list[str]:
     process's (gage-eval, Python, the model libraries), as ``name: then -> now`` lines; empty
     when nothing differs or nothing was recorded. A resume warns with these: its rows would
     mix two environments."""
-    import json
-
     from gage_eval import __version__
-    try:
-        run = json.loads((run_dir / "summary.json").read_text(encoding="utf-8")).get("run") or {}
-    except (OSError, ValueError, AttributeError):
+    from gage_eval.api.errors import GageError
+    from gage_eval.api.runfolder import RunFolder
+
+    try:  # (a summary unreadable or of another shape: nothing to compare, the resume goes on)
+        run = RunFolder(run_dir).summary(missing_ok=True, check=False).get("run") or {}
+    except GageError:
+        return []
+    if not isinstance(run, dict):
         return []
     then: dict[str, Any] = {"gage-eval": (run.get("versions") or {}).get("gage_eval")}
     recorded = run.get("reproducibility") or {}

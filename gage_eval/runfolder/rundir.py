@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import errno
 import hashlib
-import json
 import os
 import re
 import sys
@@ -11,11 +10,8 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from gage_eval.api.errors import GageError, OutputError
-from gage_eval.runfolder.records import write_json_atomic
+from gage_eval.api.runfolder import LOCK_FILE, RunFolder
 from gage_eval.api.secrets import REDACTED
-
-LOCK_FILE = ".lock"
-INPUTS_FILE = "inputs.json"
 
 
 class RunLock:
@@ -128,16 +124,6 @@ def fingerprint(task_folder: Path, data_files: Iterable[Path]) -> dict:
     }
 
 
-def read_inputs(run_dir: Path) -> dict:
-    try:
-        return json.loads((run_dir / INPUTS_FILE).read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return {}
-    except (OSError, ValueError) as exc:
-        raise GageError(f"{run_dir / INPUTS_FILE}: unreadable ({exc}); it records the hashes a resume checks") \
-            from None
-
-
 def changed_inputs(stored: Mapping[str, Any], now: Mapping[str, Any]) -> list[str]:
     """Lines naming each task folder or data file whose content changed since the run began."""
     lines = []
@@ -191,14 +177,15 @@ def masked_keys(args: Mapping[str, Any]) -> list[str]:
 def check_inputs(run_dir: Path, now: Mapping[str, Any], resume: bool) -> None:
     """Record each task folder's and data file's hashes (``now``); on resume, refuse any that
     changed since the run began."""
-    if resume and not (run_dir / INPUTS_FILE).exists():
-        print(f"gage-eval: warning: {run_dir / INPUTS_FILE} is missing, so this resume cannot check "
+    folder = RunFolder(run_dir)
+    if resume and not folder.inputs_file.exists():
+        print(f"gage-eval: warning: {folder.inputs_file} is missing, so this resume cannot check "
               f"that the task folders and data are unchanged; it records them now", file=sys.stderr)
     elif resume:
-        changed = changed_inputs(read_inputs(run_dir), now)
+        changed = changed_inputs(folder.inputs(missing_ok=True), now)
         if changed:
             raise GageError(f"--resume {run_dir}: the inputs changed since the run began, so its "
                             f"results would mix two versions: " + "; ".join(changed)
                             + ". Start a new run instead.")
         return
-    write_json_atomic(run_dir / INPUTS_FILE, now)
+    folder.write_inputs(now)

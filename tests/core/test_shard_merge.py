@@ -160,7 +160,7 @@ def test_a_merge_that_cannot_write_keeps_nothing(run_cli, tmp_path, monkeypatch,
     import os
 
     from gage_eval.runfolder import writers
-    from gage_eval.runfolder.records import output_error
+    from gage_eval.api.runfolder import output_error
 
     shards = [run(run_cli, tmp_path, f"s{i}", "--shard", f"{i}/2") for i in range(2)]
     before = sorted(str(p) for p in tmp_path.rglob("*"))

@@ -15,7 +15,8 @@ import pytest
 from gage_eval.api import jsonio
 from gage_eval.api.errors import GageError
 from gage_eval.api.jsonio import InputError, iter_json_rows, read_yaml
-from gage_eval.runfolder.records import dumps, write_json_atomic
+from gage_eval.api.runfolder import write_json_atomic
+from gage_eval.runfolder.records import dumps
 from gage_eval.tasks.spec import read_task_file
 
 ROOT = Path(__file__).resolve().parents[2]
