@@ -22,8 +22,9 @@ def tasks_dir() -> Path:
     return here / "tasks"
 
 
-def lazy(target: str) -> Callable[..., Any]:
-    """A factory for ``module:attribute`` that imports the module on first call."""
+def lazy(target: str, **declared: Any) -> Callable[..., Any]:
+    """A factory for ``module:attribute`` that imports the module on first call; ``declared``:
+    what the factory tells the core before it is called (docs/hooks.md, backend factories)."""
     module, _, attr = target.partition(":")
 
     def factory(**kwargs: Any) -> Any:
@@ -31,6 +32,7 @@ def lazy(target: str) -> Callable[..., Any]:
 
     factory.__name__ = attr
     factory.__qualname__ = attr
+    factory.__dict__.update(declared)
     return factory
 
 
@@ -65,6 +67,21 @@ BACKENDS = {
     "smollm2": P + "backends.hf:smollm2_backend",
     "vllm": P + "backends.vllm_backend:vllm_backend",
     "openai": P + "backends.openai_backend:openai_backend",
+}
+# what each backend's factory declares: the default backend, lm-evaluation-harness's names for it
+# (with how to say the same here), why it takes no --device, whether it runs the model itself
+_LOCAL = "with --model-args base_url=http://HOST/v1"
+BACKEND_TRAITS = {
+    "dummy": {"no_device": "the dummy backend runs no model", "self_deployed": True},
+    "transformers": {"self_deployed": True, "lm_eval_names": {
+        "hf": "", "hf-auto": "", "huggingface": "", "hf-multimodal": "",
+        "gguf": "with --model-args pretrained=DIR,gguf_file=NAME.gguf"}},
+    "smollm2": {"default_model": True, "self_deployed": True},
+    "vllm": {"no_device": "vLLM uses the GPUs it can see; choose them with CUDA_VISIBLE_DEVICES",
+             "self_deployed": True, "lm_eval_names": {"vllm-vlm": ""}},
+    "openai": {"no_device": "the server decides where its model runs", "lm_eval_names": {
+        "openai-completions": "", "openai-chat-completions": "", "local-completions": _LOCAL,
+        "local-chat-completions": _LOCAL}},
 }
 JUDGES = {
     "llm_judge": P + "judges:LLMJudge",
@@ -112,7 +129,8 @@ def gage_register_preprocessors(register):
 
 @hookimpl
 def gage_register_backends(register):
-    _register_all(register, BACKENDS)
+    for name, target in BACKENDS.items():
+        register(name, lazy(target, **BACKEND_TRAITS.get(name, {})))
 
 
 @hookimpl
@@ -157,6 +175,11 @@ def _legal_rows() -> Any:
 
 @hookimpl
 def gage_register_options(register):
+    # read by the openai backend and the hf loader themselves; declared so a bad value stops a run first
+    register("concurrency", env=("GAGE_EVAL_CONCURRENCY", "GAGE_EVAL_THREADS"), type="whole", minimum=1,
+             stored=False, help="The openai backend's concurrency when --model-args gives none (default 32).")
+    register("data_cache", env=("GAGE_EVAL_DATA_CACHE",), type="folder", stored=False,
+             help="The hf loader's cache_dir when the task's dataset.args give none.")
     register("eee_version", "--eee-version", choices=("0.2.0", "0.3.0"), default="0.2.0",
              help="Every Eval Ever version of the instance records in instances/ (default 0.2.0).")
     # the report writer's switch (gage_plugins_builtin.report.writer reads it at start)

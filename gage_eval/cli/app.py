@@ -214,10 +214,11 @@ def _interrupted(interrupt: KeyboardInterrupt) -> None:
              context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.option("--tasks", "-t", multiple=True,
               help="Task names, comma- or space-separated, or repeated (see `gage-eval tasks`).")
-@click.option("--model", "-m", default=None, help="Backend name (default: smollm2, the bundled SmolLM2-135M-Instruct).")
+@click.option("--model", "-m", default=None,
+              help="Backend name (default: the one a plugin declares the default; `gage-eval plugins` lists them).")
 @click.option("--model-args", "-a", default=None, help="Backend arguments: k=v,k2=v2 (e.g. pretrained=DIR,dtype=float32).")
 @click.option("--device", default=None,
-              help="cpu, cuda, cuda:N, mps, auto: sets the device= model argument (transformers backends).")
+              help="cpu, cuda, cuda:N, mps, auto: sets the device= model argument (backends that run the model here).")
 @click.option("--judge-model", default=None, help="Backend for the judge role (default: the --model backend).")
 @click.option("--judge-args", default=None, help="Judge backend arguments: k=v,k2=v2.")
 @click.option("--batch-size", "-b", default=None, help="Batch size: a number or 'auto'.")
@@ -267,9 +268,10 @@ def _interrupted(interrupt: KeyboardInterrupt) -> None:
 @click.option("--shard", default=None, metavar="I/N",
               help="Run only shard I of N (0-based): the rows whose sample id hashes there. Each shard is an "
                    "ordinary run; `gage-eval merge` joins them.")
-@click.option("--executor", type=click.Choice(["local", "ray"]), default=None,
-              help="Where the model runs: in this process (local, the default) or as replicas on a Ray cluster "
-                   "(ray; --model-args replicas=N,num_cpus=C,num_gpus=G each).")
+@click.option("--executor", default=None, metavar="NAME",
+              help="Where the model runs: in this process (local, the default) or through an executor a plugin "
+                   "registers (`gage-eval plugins` lists them; the builtin ray runs replicas on a Ray cluster: "
+                   "--model-args replicas=N,num_cpus=C,num_gpus=G each).")
 @click.option("--ray-address", default=None, metavar="ADDR",
               help="With --executor ray: the Ray cluster to join (e.g. ray://head:10001 or auto); without it a "
                    "local Ray instance starts.")

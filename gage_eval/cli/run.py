@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from gage_eval.cli.conventions import check_gen_kwargs, parse_gen_kwargs, parse_limit
-from gage_eval.config.defaults import DEFAULT_MODEL, DEFAULT_OUTPUT_DIR, DEFAULT_SEED, check_environment, env_setting
+from gage_eval.config.defaults import DEFAULT_OUTPUT_DIR, DEFAULT_SEED, check_environment, env_setting
 from gage_eval.engine.loop import Engine
 from gage_eval.engine.interrupts import sigterm_interrupts
 from gage_eval.engine.summary import print_results
@@ -295,7 +295,7 @@ def _task_entries(cfg: dict, tasks: str | None, limit: Any, shuffle: bool | None
 def _role(spec: dict, name: str | None, args: str | None, flag: str, file_key: str | None) -> tuple[Any, dict]:
     """A role's backend and arguments: the flags over the run config's ``models.ROLE``. The file's
     args belong to the file's backend: a flag naming another backend starts clean."""
-    chosen = name or spec.get("backend") or (DEFAULT_MODEL if file_key else None)
+    chosen = name or spec.get("backend") or (_default_model() if file_key else None)
     if file_key:
         _check_model_name(chosen, flag if name else file_key)
     option = "--model-args" if file_key else "--judge-args"
@@ -325,35 +325,39 @@ def _writers(specs: list[str]) -> list[str]:
     return list(out.values())
 
 
-# lm-eval's model names that gage-eval spells otherwise
-LM_EVAL_MODELS = {
-    "hf": "transformers", "hf-auto": "transformers", "huggingface": "transformers", "hf-multimodal": "transformers",
-    "vllm-vlm": "vllm", "openai-completions": "openai", "openai-chat-completions": "openai",
-    "local-completions": "openai (with --model-args base_url=http://HOST/v1)",
-    "local-chat-completions": "openai (with --model-args base_url=http://HOST/v1)",
-    "gguf": "transformers (with --model-args pretrained=DIR,gguf_file=NAME.gguf)",
-}
-# backends that take no device= argument, and what to do instead
-NO_DEVICE = {
-    "dummy": "the dummy backend runs no model",
-    "openai": "the server decides where its model runs",
-    "vllm": "vLLM uses the GPUs it can see; choose them with CUDA_VISIBLE_DEVICES",
-}
+def _backends() -> dict:
+    from gage_eval.plugins import load_plugins
+
+    return load_plugins()[1].backends
+
+
+def _default_model() -> str:
+    """The backend whose factory declares ``default_model`` (the first registered: builtins first)."""
+    for name, reg in _backends().items():
+        if getattr(reg.factory, "default_model", False):
+            return name
+    raise GageError("no --model given and no plugin declares a default backend; pass --model NAME "
+                    "(see `gage-eval plugins`)")
 
 
 def _check_model_name(name: str, where: str) -> None:
-    if name in LM_EVAL_MODELS:
-        from gage_eval.plugins import load_plugins
-
-        if name not in load_plugins()[1].backends:
+    """lm-evaluation-harness's name for a backend (declared by its factory's ``lm_eval_names``)."""
+    backends = _backends()
+    if name in backends:
+        return
+    for backend, reg in backends.items():
+        how = (getattr(reg.factory, "lm_eval_names", None) or {}).get(name)
+        if how is not None:
             raise GageError(f"{where} {name}: that is lm-evaluation-harness's name; gage-eval's backend is "
-                            f"{LM_EVAL_MODELS[name]} (see `gage-eval plugins`)")
+                            f"{backend}{f' ({how})' if how else ''} (see `gage-eval plugins`)")
 
 
 def _with_device(model: str, args: dict, device: str, explicit: bool) -> dict:
-    """``--device`` as the backend's ``device=`` argument."""
-    if model in NO_DEVICE:
-        raise GageError(f"--device {device}: backend {model!r} takes no device ({NO_DEVICE[model]})")
+    """``--device`` as the backend's ``device=`` argument (unless its factory declares ``no_device``)."""
+    reg = _backends().get(model)
+    why = getattr(reg.factory, "no_device", None) if reg is not None else None
+    if why:
+        raise GageError(f"--device {device}: backend {model!r} takes no device ({why})")
     if explicit and "device" in args and str(args["device"]) != device:
         raise GageError(f"--device {device} and --model-args device={args['device']} disagree; give one")
     return {**args, "device": device}

