@@ -1,11 +1,13 @@
 """The response cache (``--cache DIR``): model outputs kept in ``DIR/responses.sqlite`` and reused
-by any later run that asks the same model the same thing.
+by any later run that asks the same model the same thing. :class:`CachedBackend` wraps the
+model's backend and the judge's (``gage_wrap_backend``): the one place where requests are
+looked up and replies stored.
 
 The key of a response is the sha256 of
 
 - the model's identity: the backend's registered name, its ``model_id`` and its ``settings()``
-  (redacted by :func:`gage_eval.api.secrets.redact`, without the settings that only change how
-  requests are sent: :data:`TRANSPORT`), the run's seed, and for a weights path on this machine
+  (redacted by ``gage_eval.api.secrets.redact``, without the settings that only change how
+  requests are sent: those the backend declares as ``transport_args``), the run's seed, and for a weights path on this machine
   the names, sizes and modification times of its files;
 - the request: kind, prompt or messages, continuations, chat, generation settings and
   modalities, and for each local media file in the messages the sha256 of its content (a URL by
@@ -19,8 +21,8 @@ clear, and the stored description is redacted.
 
 The value is the :class:`~gage_eval.api.backend.ModelOutput` as JSON (its fields, latency included:
 a reused row is written as it was first written). An output with ``error`` set is never stored,
-nor one that quoted a secret (:func:`gage_eval.engine.replies.scrub_output`): a hit must return what
-the model said, not its masked copy. The file holds hashes, outputs and, per model identity, its
+nor a malformed one, nor one that quoted a secret (the core's ``BackendUse.keeps`` says which): a
+hit must return what the model said, not its masked copy. The file holds hashes, outputs and, per model identity, its
 redacted description (table ``models``): never a secret in clear. It runs in WAL mode with a
 busy timeout, so several runs may share one cache at once. A file that is no readable cache, or
 an SQLite file holding tables of its own, is a usage error naming it (exit 2), left unchanged; a
@@ -35,29 +37,19 @@ import os
 import sqlite3
 import time
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 try:
     import orjson as _orjson
 except ImportError:  # pragma: no cover - orjson is a dependency; json stands in without it
     _orjson = None
 
-from gage_eval.api.backend import ModelOutput, Request
-from gage_eval.api.errors import EXIT_USAGE, GageError
-from gage_eval.api.secrets import redact
-from gage_eval.engine.replies import scrub_output
-from gage_eval.runfolder.rundir import file_digest
+from gage_eval.api import Backend, BackendUse, FatalBackendError, GageError, ModelOutput, OutputError, Request
+from gage_eval.api import secrets as secret_rules
 
 FILE_NAME = "responses.sqlite"
 FORMAT = "1"  # the stored format; another value in a file's meta table is refused
 BUSY_TIMEOUT_MS = 60_000
-# settings that change how requests travel, not what the model answers: left out of the key
-TRANSPORT = frozenset({
-    "batch_size", "concurrency", "timeout_s", "connect_timeout_s", "read_timeout_s", "max_retries", "backoff_s",
-    "backoff_max_s", "max_response_bytes", "max_consecutive_failures", "breaker_seconds", "stream", "proxy",
-    "api_key_env", "authenticated", "auth_scheme", "extra_headers", "gguf_cache", "gguf_cache_folder",
-    "endpoint_backoff_s", "endpoint_backoff_max_s",
-})
 WEIGHT_KEYS = ("pretrained", "gguf_file", "tokenizer")  # settings that may name local weights
 _OUTPUT_FIELDS = tuple(ModelOutput.__dataclass_fields__)
 _COLUMNS = {"meta": {"name", "value"}, "models": {"identity", "description"},
@@ -99,11 +91,12 @@ def _sha(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-class CacheError(GageError):
-    """The cache file became unreadable or unwritable during the run: the run stops (the rows
-    written so far are kept) with the exit status of an unreadable cache at the start, 2."""
+class CacheError(OutputError):
+    """The cache file became unreadable or unwritable during the run: the run stops, as for any
+    output it cannot write (the rows written so far are kept), with the exit status of an
+    unreadable cache at the start, 2."""
 
-    exit_code = EXIT_USAGE
+    exit_code = GageError.exit_code
 
 
 def _check_tables(path: Path, folder: Path) -> None:
@@ -198,7 +191,7 @@ class ResponseCache:
         identity = _sha(_canonical(description) + (f"\n{_secrets_digest(own)}" if any(own) else ""))
         self._write([("INSERT OR IGNORE INTO models (identity, description) VALUES (?, ?)",
                       [(identity, _canonical(description))])])
-        return ModelCache(self, identity, tuple(s for s in secrets if s))
+        return ModelCache(self, identity)
 
     def get(self, keys: Sequence[str]) -> dict[str, str]:
         found: dict[str, str] = {}
@@ -252,10 +245,9 @@ class ModelCache:
     """The responses of one model identity: :meth:`lookup` before the backend; :meth:`row` of
     each output as it arrives, :meth:`put` of those rows after."""
 
-    def __init__(self, cache: ResponseCache, identity: str, secrets: tuple[str, ...]):
+    def __init__(self, cache: ResponseCache, identity: str):
         self.cache = cache
         self.identity = identity
-        self.secrets = secrets
         self._media: dict[tuple, str] = {}
 
     def key(self, request: Request) -> str:
@@ -278,12 +270,9 @@ class ModelCache:
                 continue
         return out
 
-    def row(self, key: str, out: ModelOutput) -> tuple[str, str] | None:
-        """What :meth:`put` stores for an output as the backend gave it; None for one that is not
-        kept: an error, no ModelOutput, or one quoting a secret (written masked, so a hit would
-        return the mask, not the answer)."""
-        if not isinstance(out, ModelOutput) or out.error or scrub_output(out, self.secrets)[1]:
-            return None
+    def row(self, key: str, out: ModelOutput) -> tuple[str, str]:
+        """What :meth:`put` stores for an output the backend gave (serialized at once, before a
+        later stage can touch it)."""
         return key, _value_json(out.to_dict())
 
     def put(self, rows: Iterable[tuple[str, str]]) -> None:
@@ -318,10 +307,18 @@ class ModelCache:
         memo = (path, st.st_size, st.st_mtime_ns)
         if memo not in self._media:
             try:
-                self._media[memo] = file_digest(Path(path))
+                self._media[memo] = _file_digest(Path(path))
             except OSError:
                 return None
         return self._media[memo]
+
+
+def _file_digest(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
 
 
 def _secrets_digest(secrets: Sequence[str]) -> str:
@@ -337,7 +334,8 @@ def model_identity(backend: Any, name: str, seed: int, secrets: Sequence[str] = 
         settings = dict(backend.settings() or {})
     except Exception:  # a backend whose settings fail: its name and model id still key it
         settings = {}
-    settings = {k: v for k, v in settings.items() if k not in TRANSPORT}
+    transport = set(getattr(backend, "transport_args", ()) or ())  # how requests travel, not what is answered
+    settings = {k: v for k, v in settings.items() if k not in transport}
     weights = {}
     for k in WEIGHT_KEYS:
         value = settings.get(k)
@@ -350,7 +348,7 @@ def model_identity(backend: Any, name: str, seed: int, secrets: Sequence[str] = 
                    "model_id": str(getattr(backend, "model_id", "unknown")), "settings": settings, "seed": seed}
     if weights:
         description["weights"] = weights
-    return redact(description, tuple(secrets))
+    return secret_rules.redact(description, tuple(secrets))
 
 
 def _weights_stamp(path: Path, most: int = 5000) -> list | None:
@@ -369,3 +367,107 @@ def _weights_stamp(path: Path, most: int = 5000) -> list | None:
     except OSError:
         return None
     return None
+
+
+class CachedBackend(Backend):
+    """A backend seen through the cache: each request is looked up first, hits are answered at
+    once, only misses reach the backend, and the misses' replies the run may keep
+    (``use.keeps``) are stored. Counts hits and misses per task (``cache`` in summary.json; the
+    judge's as ``judge_hits``, ``judge_misses``)."""
+
+    def __init__(self, backend: Backend, use: BackendUse):
+        self.inner, self.use = backend, use
+        self.max_batch = getattr(backend, "max_batch", 64)  # (the engine sizes judge chunks by these)
+        self.concurrency = getattr(backend, "concurrency", None)
+        self.cache = ResponseCache(use.options["cache"])  # a bad cache file stops the run here (exit 2)
+        self.view: ModelCache | None = None
+        self.prefix = "" if use.role == "model" else f"{use.role}_"
+        use.tally.declare("cache", ("hits", "misses") if use.role == "model" else (),
+                          {"path": str(self.cache.path)})
+
+    def _bound(self) -> ModelCache:
+        if self.view is None:  # keyed by the settings after open(): bound at the first request
+            self.view = self.cache.bind(self.inner, self.use.name, self.use.seed, self.use.secrets)
+        return self.view
+
+    def _lookup(self, requests: Sequence[Request]) -> tuple[list[str], dict[str, ModelOutput], list[int]]:
+        view = self._bound()
+        keys = [view.key(r) for r in requests]
+        stored = view.lookup(keys)
+        misses = [j for j, key in enumerate(keys) if key not in stored]
+        self.use.tally.add("cache", self.prefix + "hits", len(requests) - len(misses))
+        self.use.tally.add("cache", self.prefix + "misses", len(misses))
+        return keys, stored, misses
+
+    def _kept(self, request: Request, key: str, out: Any) -> tuple[str, str] | None:
+        return self._bound().row(key, out) if self.use.keeps(request, out) else None
+
+    def stream(self, requests: Sequence[Request]) -> Iterator[tuple[int, ModelOutput]]:
+        keys, stored, misses = self._lookup(requests)
+        for j, key in enumerate(keys):
+            if key in stored:
+                yield j, stored[key]
+        answered: list[tuple[str, str]] = []  # (key, stored text) of the replies to keep
+        seen: set[int] = set()
+        done = False
+        try:
+            if misses:
+                inner = getattr(self.inner, "stream", None)
+                part = [requests[j] for j in misses]
+                for m, out in (inner(part) if inner is not None else enumerate(self.inner.run(part))):
+                    if not isinstance(m, int) or not 0 <= m < len(misses) or m in seen:
+                        continue  # (the engine would drop it: a reply to no request, or a second one)
+                    seen.add(m)
+                    row = self._kept(requests[misses[m]], keys[misses[m]], out)
+                    if row is not None:
+                        answered.append(row)
+                    yield misses[m], out
+            done = True
+        finally:
+            self._put(answered, done)
+
+    def run(self, requests: Sequence[Request]) -> list[ModelOutput]:
+        keys, stored, misses = self._lookup(requests)
+        replies: list[Any] = [stored.get(key) for key in keys]
+        if misses:
+            part = [requests[j] for j in misses]
+            try:
+                outs = _safe_run(self.inner, part)
+            except FatalBackendError as exc:
+                exc.outputs = replies  # the hits stand; the engine gives the rest the stop's message
+                raise
+            answered = []
+            for j, out in zip(misses, outs):
+                replies[j] = out
+                row = self._kept(requests[j], keys[j], out)
+                if row is not None:
+                    answered.append(row)
+            self._put(answered, True)
+        return replies
+
+    def _put(self, rows: list[tuple[str, str]], done: bool) -> None:
+        """Store ``rows``; when the stream did not finish (an interrupt, a stop) the exception
+        under way wins over a failing write."""
+        try:
+            self._bound().put(rows)
+        except GageError:
+            if done:
+                raise
+
+    def close(self) -> None:
+        self.cache.close()
+
+
+def _safe_run(backend: Any, requests: list) -> list[ModelOutput]:
+    """The misses' replies as the engine's judge path takes a backend's: an exception other than
+    a GageError, or a wrong count, becomes every request's error."""
+    try:
+        outputs = backend.run(requests)
+    except GageError:
+        raise
+    except Exception as exc:
+        return [ModelOutput(error=f"{type(exc).__name__}: {exc}") for _ in requests]
+    if len(outputs) != len(requests):
+        msg = f"backend returned {len(outputs)} outputs for {len(requests)} requests"
+        return [ModelOutput(error=msg) for _ in requests]
+    return list(outputs)

@@ -1,7 +1,6 @@
-"""Where the model runs: in this process (``--executor local``, the default) or as replicas on a
-Ray cluster (``--executor ray``, the extra ``ray``).
+"""The Ray executor (``--executor ray``, the extra ``ray``): the model as replicas on a Ray cluster.
 
-With Ray, the model backend is built and opened once per replica, each a Ray actor holding
+The model backend is built and opened once per replica, each a Ray actor holding
 ``num_cpus`` / ``num_gpus`` of the cluster (from the model args, with ``replicas=N``). The
 driver, this process, still reads the rows, judges, scores and writes every record into the
 run folder: a Ray run is an ordinary run folder, so resume, report, compare, rescore and
@@ -18,6 +17,8 @@ answered carry the reason and run again on ``--resume``).
 ``data_parallel_size=N`` (vLLM's spelling) means ``replicas=N``: one engine per replica,
 ``tensor_parallel_size`` kept inside each and, unless ``num_gpus`` says otherwise, that many
 GPUs per replica. vLLM runs no data parallelism inside one offline engine.
+
+Registered through ``gage_register_executors``; nothing here imports Ray until a run opens it.
 """
 from __future__ import annotations
 
@@ -27,12 +28,10 @@ import os
 import sys
 import uuid
 from collections import deque
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
-from gage_eval.api.backend import Backend, ModelOutput, Request, stream_outputs
-from gage_eval.api.errors import FatalBackendError, GageError
+from gage_eval.api import Backend, Executor, FatalBackendError, GageError, ModelOutput, Request
 
-EXECUTORS = ("local", "ray")
 # model args the executor takes (never passed to the backend)
 EXECUTOR_KEYS = ("replicas", "num_cpus", "num_gpus", "replica_restarts")
 CHUNKS_IN_FLIGHT = 2  # per replica: one running, one waiting, so no replica idles between chunks
@@ -52,36 +51,45 @@ class Plan:
         return f"{self.replicas} Ray replica{'s' if self.replicas != 1 else ''} ({each} each)"
 
 
-def split_args(args: Mapping[str, Any], executor: str, where: str = "--model-args") -> tuple[dict, Plan | None]:
-    """The backend's own arguments, and the replica plan when ``executor`` is ``ray``.
+class RayExecutor(Executor):
+    """``--executor ray``: the replica plan from the model args, :class:`RayBackend` for the engine."""
 
-    In this process (``local``) ``replicas`` / ``num_cpus`` / ``num_gpus`` have no meaning: a
-    ``replicas`` above 1 is refused with what to use instead, so that no one waits for a run
-    they believe four times as fast."""
-    if executor not in EXECUTORS:
-        raise GageError(f"--executor: expected one of {', '.join(EXECUTORS)}, not {executor!r}")
-    rest = {k: v for k, v in args.items() if k not in EXECUTOR_KEYS}
-    if executor == "local":
+    model_args = EXECUTOR_KEYS
+    placement_args = (*EXECUTOR_KEYS, "data_parallel_size")  # vLLM's spelling of the replica count
+
+    def plan(self, args: Mapping[str, Any], where: str = "--model-args") -> tuple[dict, Plan]:
+        rest = {k: v for k, v in args.items() if k not in EXECUTOR_KEYS}
+        dp = rest.pop("data_parallel_size", None)
+        replicas = _number(args.get("replicas", dp if dp not in (None, "") else 1), "replicas", where, int, 1)
+        if dp not in (None, "") and "replicas" in args and _number(dp, "data_parallel_size", where, int, 1) != replicas:
+            raise GageError(f"{where}: data_parallel_size={dp} and replicas={args['replicas']} disagree; "
+                            "give one of them (both mean the number of model replicas)")
+        tp = rest.get("tensor_parallel_size")
+        default_gpus = _number(tp, "tensor_parallel_size", where, int, 1) if tp not in (None, "") else 0
+        num_gpus = _number(args.get("num_gpus", default_gpus), "num_gpus", where, float, 0)
+        num_cpus = _number(args.get("num_cpus", 1), "num_cpus", where, float, 0)
+        if num_gpus > 1 and num_gpus != int(num_gpus):
+            raise GageError(f"{where}: num_gpus={args['num_gpus']}: above 1 it must be a whole number of GPUs")
+        restarts = _number(args.get("replica_restarts", replicas), "replica_restarts", where, int, 0)
+        return rest, Plan(replicas, num_cpus, num_gpus, restarts)
+
+    def refusal(self, args: Mapping[str, Any], options: Mapping[str, Any], where: str = "--model-args") -> str | None:
+        """In this process ``replicas`` / ``num_cpus`` / ``num_gpus`` have no meaning: a
+        ``replicas`` above 1 is refused with what to use instead, so that no one waits for a run
+        they believe four times as fast."""
         given = [k for k in EXECUTOR_KEYS if k in args]
         if given:
             replicas = _number(args.get("replicas", 1), "replicas", where, int, 1)
             hint = (f"replicas={replicas} runs the model as {replicas} replicas on a Ray cluster: add --executor ray"
                     if replicas > 1 else "they only apply with --executor ray")
-            raise GageError(f"{where}: {', '.join(given)}: {hint}")
-        return rest, None
-    dp = rest.pop("data_parallel_size", None)
-    replicas = _number(args.get("replicas", dp if dp not in (None, "") else 1), "replicas", where, int, 1)
-    if dp not in (None, "") and "replicas" in args and _number(dp, "data_parallel_size", where, int, 1) != replicas:
-        raise GageError(f"{where}: data_parallel_size={dp} and replicas={args['replicas']} disagree; "
-                        "give one of them (both mean the number of model replicas)")
-    tp = rest.get("tensor_parallel_size")
-    default_gpus = _number(tp, "tensor_parallel_size", where, int, 1) if tp not in (None, "") else 0
-    num_gpus = _number(args.get("num_gpus", default_gpus), "num_gpus", where, float, 0)
-    num_cpus = _number(args.get("num_cpus", 1), "num_cpus", where, float, 0)
-    if num_gpus > 1 and num_gpus != int(num_gpus):
-        raise GageError(f"{where}: num_gpus={args['num_gpus']}: above 1 it must be a whole number of GPUs")
-    restarts = _number(args.get("replica_restarts", replicas), "replica_restarts", where, int, 0)
-    return rest, Plan(replicas, num_cpus, num_gpus, restarts)
+            return f"{where}: {', '.join(given)}: {hint}"
+        if options.get("ray_address"):
+            return "--ray-address joins a Ray cluster for --executor ray; add --executor ray"
+        return None
+
+    def backend(self, proto: Backend, name: str, build: Callable[[], Backend], plan: Plan,
+                options: Mapping[str, Any]) -> Backend:
+        return RayBackend(proto, name, build, plan, options.get("ray_address") or None)
 
 
 def _number(value: Any, key: str, where: str, cast: type, minimum: float) -> Any:
@@ -99,27 +107,12 @@ def _num(x: float) -> str:
     return str(int(x)) if float(x) == int(x) else str(x)
 
 
-def make_backend(registry: Any, name: str, args: Mapping[str, Any], batch_size: Any, seed: int) -> Backend:
-    factory = registry.get("backends", name).factory
-    kwargs = dict(args)
-    if batch_size is not None:
-        kwargs.setdefault("batch_size", batch_size)
-    kwargs.setdefault("seed", seed)
-    try:
-        return factory(**kwargs)
-    except TypeError as exc:
-        raise GageError(f"backend {name!r}: bad arguments: {exc}") from None
-
-
 class Replica:
-    """One replica of the model backend, inside a Ray actor: built from the registry like the
-    driver's own (the plugins are loaded again in the actor's process) and opened there."""
+    """One replica of the model backend, inside a Ray actor: built by ``build``, the core's
+    picklable builder (it loads the plugins again in the actor's process), and opened there."""
 
-    def __init__(self, name: str, args: dict, batch_size: Any, seed: int):
-        from gage_eval.plugins import load_plugins
-
-        _, registry = load_plugins()
-        self.backend = make_backend(registry, name, args, batch_size, seed)
+    def __init__(self, build: Callable[[], Backend]):
+        self.backend = build()
 
     def open(self) -> dict:
         try:
@@ -135,8 +128,9 @@ class Replica:
         """The chunk's outputs, why the stream stopped early (if it did) and whether that stop
         is fatal (the backend cannot take more requests)."""
         got: list[tuple[int, ModelOutput]] = []
+        stream = getattr(self.backend, "stream", None)  # (a backend not derived from Backend: run whole)
         try:
-            for j, out in stream_outputs(self.backend, requests):
+            for j, out in (stream(requests) if stream is not None else enumerate(self.backend.run(requests))):
                 got.append((j, out))
         except GageError as exc:  # FatalBackendError among them: the backend takes no more requests
             return got, str(exc), True
@@ -155,12 +149,13 @@ class RayBackend(Backend):
     answers what the engine asks before ``open()`` (capabilities, secrets, the chunk size) and
     checks the arguments before any actor starts."""
 
-    def __init__(self, proto: Backend, name: str, args: dict, batch_size: Any, seed: int, plan: Plan,
+    def __init__(self, proto: Backend, name: str, build: Callable[[], Backend], plan: Plan,
                  address: str | None = None):
         # what each replica runs, built here and never opened; the response cache keys on it
         self.wrapped, self.plan, self.address = proto, plan, address
-        self.spec = (name, dict(args), batch_size, seed)
+        self.build = build
         self.name = getattr(proto, "name", name)
+        self.transport_args = tuple(getattr(proto, "transport_args", ()) or ())
         self.capabilities = frozenset(getattr(proto, "capabilities", frozenset()))
         self.secrets = tuple(getattr(proto, "secrets", ()) or ())
         self.concurrency = getattr(proto, "concurrency", None)
@@ -222,7 +217,7 @@ class RayBackend(Backend):
         name = f"{self._tag}-replica-{self._started}"
         self._started += 1
         return self._actor.options(num_cpus=self.plan.num_cpus, num_gpus=self.plan.num_gpus, max_concurrency=1,
-                                   name=name).remote(*self.spec)
+                                   name=name).remote(self.build)
 
     def _lost(self, actor: Any, why: str) -> None:
         """A replica is gone: its chunks go to the others; a replacement starts while the run's
@@ -397,10 +392,3 @@ def _import_ray() -> Any:
         raise GageError("--executor ray needs Ray: pip install 'gage-eval[ray]'") from None
     return ray
 
-
-def make_model_backend(proto: Backend, name: str, args: dict, batch_size: Any, seed: int, plan: Plan | None,
-                       address: str | None) -> Backend:
-    """``proto`` itself in this process, else the replicated backend."""
-    if plan is None:
-        return proto
-    return RayBackend(proto, name, args, batch_size, seed, plan, address)

@@ -42,8 +42,9 @@ What is here, by what a plugin does with it:
   :class:`SampleIdentity` (rows that already are Sample v1, as the builtin ``identity``
   preprocessor reads them).
 - errors: :class:`GageError` (a one-line error the CLI prints without a traceback),
-  :class:`FatalBackendError` (no further request can succeed) and :class:`RowError` (one
-  row's problem).
+  :class:`FatalBackendError` (no further request can succeed), :class:`OutputError` (an output
+  the run writes failed: the run stops, the rows written so far kept; the response cache's
+  file breaking mid-run) and :class:`RowError` (one row's problem).
 - writers: :class:`Writer`, the contract of an output format a plugin adds with
   ``gage_register_writers`` (fed each finished record and the run's end).
 - run options: :class:`RunOption`, what ``gage_register_options`` declares (a flag and run config
@@ -77,10 +78,10 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # what static tools see; at run time __getattr__ below loads each name on first use
     from gage_eval.api import loglikelihood, paths, secrets
     from gage_eval.api.backend import (GENERATE, LOGLIKELIHOOD, Backend, ModelOutput, Request, cut_at_stop)
-    from gage_eval.api.errors import (FatalBackendError, GageError, RowError)
+    from gage_eval.api.errors import (FatalBackendError, GageError, OutputError, RowError)
     from gage_eval.api.events import (RunEnd, RunStart, SampleDone, TaskDone)
     from gage_eval.api.hookspecs import hookimpl
-    from gage_eval.api.jsonio import (check_data_file, iter_json_rows, json_type, read_yaml)
+    from gage_eval.api.jsonio import (check_data_file, iter_json_rows)
     from gage_eval.api.judge import (Judge, Verdict)
     from gage_eval.api.loader import (Loader, Preprocessor, SampleIdentity)
     from gage_eval.api.metric import (Metric, MetricContext, metric_value)
@@ -93,8 +94,10 @@ if TYPE_CHECKING:  # what static tools see; at run time __getattr__ below loads 
                                       last_user_text, messages_text, normalize_references, reference_text,
                                       reference_texts, text_chat, text_segment, user_message)
     from gage_eval.api.schemas import (data_packages, validation_errors)
+    from gage_eval.api.strictjson import json_type
     from gage_eval.api.templates import Template
     from gage_eval.api.writer import Writer
+    from gage_eval.api.yamlio import read_yaml
 
 __all__ = [
     # registering
@@ -114,7 +117,7 @@ __all__ = [
     "SCHEMA_VERSION", "MEDIA_SEGMENTS", "text_segment", "user_message", "content_text", "messages_text", "text_chat",
     "last_user_text", "reference_text", "reference_texts", "normalize_references", "from_legacy",
     # errors
-    "GageError", "FatalBackendError", "RowError",
+    "GageError", "FatalBackendError", "OutputError", "RowError",
     # writers and run options
     "Writer", "RunOption",
     # how the backends run: a backend wrapper's view of its role, executors
@@ -132,10 +135,10 @@ __all__ = [
 # the module of this package each name comes from (a namespace, ``paths``, is the module itself)
 _NAMES = {
     "backend": "GENERATE LOGLIKELIHOOD Backend ModelOutput Request cut_at_stop",
-    "errors": "FatalBackendError GageError RowError",
+    "errors": "FatalBackendError GageError OutputError RowError",
     "events": "RunEnd RunStart SampleDone TaskDone",
     "hookspecs": "hookimpl",
-    "jsonio": "check_data_file iter_json_rows json_type read_yaml",
+    "jsonio": "check_data_file iter_json_rows",
     "judge": "Judge Verdict",
     "loader": "Loader Preprocessor SampleIdentity",
     "loglikelihood": "loglikelihood",
@@ -150,8 +153,10 @@ _NAMES = {
     "sample": ("MEDIA_SEGMENTS SCHEMA_VERSION RowContext content_text from_legacy last_user_text messages_text "
                "normalize_references reference_text reference_texts text_chat text_segment user_message"),
     "schemas": "data_packages validation_errors",
+    "strictjson": "json_type",
     "templates": "Template",
     "writer": "Writer",
+    "yamlio": "read_yaml",
 }
 _MODULE_OF = {name: module for module, names in _NAMES.items() for name in names.split()}
 

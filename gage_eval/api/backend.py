@@ -106,6 +106,9 @@ class Backend:
     secrets: tuple[str, ...] = ()
     # as a judge: how many finished rows wait for their verdicts together (None: 16, at most max_batch)
     concurrency: int | None = None
+    # settings() keys that change how requests travel, not what the model answers (batching,
+    # timeouts, retries): a response cache leaves them out of the model's identity
+    transport_args: tuple[str, ...] = ()
 
     def open(self) -> None:
         """Load weights, start sessions. Called once, after the engine has checked

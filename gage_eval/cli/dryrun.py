@@ -11,7 +11,7 @@ model arguments, a task the model cannot do), 3 when a task cannot run.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, fields
+from dataclasses import fields
 from pathlib import Path
 from typing import Any, Callable
 
@@ -36,7 +36,7 @@ def dry_run(options: RunOptions, rows: int = 3, echo: Callable[[str], Any] = cli
     status, secrets = 0, ()
     echo("gage-eval dry run: nothing is run, no model is loaded, no run folder is made")
     try:
-        args, plan = split_args(options.model_args, options.executor)
+        args, plan = split_args(registry, options.model_args, options.executor)
         backend = make_backend(registry, options.model, args, options.batch_size, options.seed)
         secrets = tuple(getattr(backend, "secrets", ()) or ())
         model_line = f"model: {options.model} ({backend.model_id})" + (f", as {plan.describe()}" if plan else "")
@@ -45,7 +45,7 @@ def dry_run(options: RunOptions, rows: int = 3, echo: Callable[[str], Any] = cli
     except GageError as exc:  # shown with the prompts, and the status says a run would stop here
         model_line = f"model: {options.model}: ERROR: {strip_credentials(mask(str(exc), secrets))}"
         status = 2
-    settings = {k: v for k, v in asdict(options).items() if k not in HIDDEN}
+    settings = {k: v for k, v in options.as_dict().items() if k not in HIDDEN}
     echo("settings:")
     for key, value in redact(settings, secrets).items():
         echo(f"  {key}: {json.dumps(value, ensure_ascii=False)}")

@@ -29,7 +29,7 @@ from gage_eval.engine.observers import Observers
 from gage_eval.engine.reread import reread_samples
 from gage_eval.config.options import RunOptions, in_shard
 from gage_eval.plugins import load_plugins, plugin_versions
-from gage_eval.engine.progress import Progress, status
+from gage_eval.engine.progress import Progress, open_backends, status
 from gage_eval.engine.replies import reusable
 from gage_eval.api.runfolder import RunFolder, use_reread
 from gage_eval.runfolder.records import EventLog, read_jsonl
@@ -108,7 +108,10 @@ class Engine:
         self._notify("gage_run_start", start)
         interrupted, stopped, load_s = None, None, 0.0  # stopped: the exit status of a run that did not finish
         try:
-            load_s = self._open(backend, judge_backend, events) if ready else 0.0  # no model for no task
+            if ready:  # no model for no task
+                load_s = open_backends((("model", backend, opts.model), ("judge model", judge_backend,
+                                                                         opts.judge_model)), opts.quiet)
+                events.emit("backend_open", seconds=round(load_s, 3), model_id=backend.model_id)
             self.writers.start(start)
             self._recount_failed(runs)
             for task_run in ready:
@@ -147,24 +150,6 @@ class Engine:
         for tr in runs:
             tr.sections = self.tally.of_task(tr.name)
         return staged
-
-    def _open(self, backend: Backend, judge_backend: Backend, events: EventLog) -> float:
-        """Load the model (and the judge's); returns the seconds it took."""
-        t_open = time.perf_counter()
-        for role, b, name in (("model", backend, self.options.model),
-                              ("judge model", judge_backend, self.options.judge_model)):
-            if role == "judge model" and b is backend:
-                continue
-            status(f"loading {role} {name} ({b.model_id})...", quiet=self.options.quiet)
-            t_one = time.perf_counter()
-            b.open()
-            took, note = time.perf_counter() - t_one, getattr(b, "open_note", None)
-            if took >= 1.0 or note:
-                status(f"{role} ready in {took:.1f}s" + (f" ({note})" if note else ""), quiet=self.options.quiet)
-        gc.freeze()  # the model's many long-lived objects need no more collector scans (about 1% of a run)
-        load_s = time.perf_counter() - t_open
-        events.emit("backend_open", seconds=round(load_s, 3), model_id=backend.model_id)
-        return load_s
 
     def _recount_failed(self, runs: list[TaskRun]) -> None:
         """On resume, a task that cannot run now still counts the rows it wrote before."""

@@ -5,14 +5,15 @@ the console sees it: a server may quote the key, a header value or the Basic tok
 raw payload, reasoning, any field a plugin's backend added) with :func:`gage_eval.api.secrets.mask`,
 the rule every message of a run follows (long secrets wherever they are, short ones as whole
 words), and says whether it had to: such a reply is counted (``secrets_scrubbed``) and never
-kept in the response cache, where a later hit would return the mask instead of the answer.
+kept by a backend wrapper such as the response cache (:func:`reusable`), where a later hit would
+return the mask instead of the answer.
 """
 from __future__ import annotations
 
 import copy
 from typing import Any
 
-from gage_eval.api.backend import ModelOutput
+from gage_eval.api.backend import ModelOutput, checked_output
 from gage_eval.api.secrets import mask
 
 
@@ -51,3 +52,10 @@ def _masked(value: Any, secrets: tuple[str, ...]) -> tuple[Any, bool]:
             return value, False
         return type(value)(v for v, _ in parts) if type(value) in (list, tuple) else [v for v, _ in parts], True
     return value, False
+
+
+def reusable(request: Any, out: Any, secrets: tuple[str, ...]) -> bool:
+    """Whether a reply may be kept for reuse (``BackendUse.keeps``): a well-formed ModelOutput
+    without an error, quoting none of the run's ``secrets``."""
+    return (isinstance(out, ModelOutput) and not out.error and checked_output(request, out) is out
+            and not scrub_output(out, secrets)[1])

@@ -3,7 +3,6 @@ from its tasks' statuses."""
 from __future__ import annotations
 
 import sys
-from dataclasses import asdict
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Mapping
@@ -58,7 +57,7 @@ def run_summary(*, run_id: str, options: Any, tasks: Mapping[str, Any], timings:
             "versions": dict(versions),
             "model": dict(model),
             "judge": dict(judge) if judge is not None else None,
-            "settings": asdict(options),
+            "settings": options.as_dict(),
             "timings": {k: (round(v, 6) if isinstance(v, float) else v) for k, v in timings.items()},
         },
         "tasks": dict(tasks),
@@ -99,9 +98,10 @@ def _settings(backend: Any, role: str) -> dict:
 
 def build_summary(run_id: str, options: Any, runs: list, backends: tuple, wall: float, load_s: float,
                   interrupted: str | None, stopped: int | None, versions: Mapping[str, Any],
-                  inputs: Mapping[str, Any] | None = None) -> dict:
+                  inputs: Mapping[str, Any] | None = None, sections: Mapping[str, Any] | None = None) -> dict:
     """The summary of a run from its task runs (``TaskRun``) and its (model, judge) backends;
-    ``inputs``: the tasks' fingerprints (inputs.json) for ``run.reproducibility``."""
+    ``inputs``: the tasks' fingerprints (inputs.json) for ``run.reproducibility``; ``sections``:
+    what backend wrappers counted, for ``run`` (the response cache's ``cache``)."""
     backend, judge_backend = backends
     tasks = {tr.name: tr.summary(options.max_error_rate) for tr in runs}
     timings = derived_timings({k: sum(tr.timings[k] for tr in runs) for k in STAGES},
@@ -121,11 +121,7 @@ def build_summary(run_id: str, options: Any, runs: list, backends: tuple, wall: 
     groups = run_groups(options, tasks)
     if groups:  # --tasks named a group: its score beside its tasks' (gage_eval.tasks.groups)
         summary["groups"] = groups
-    if options.cache:  # the response cache's hits and misses, per request (gage_eval.engine.cache)
-        keys = ("hits", "misses") + (("judge_hits", "judge_misses")
-                                     if any("judge_hits" in tr.cache_counts for tr in runs) else ())
-        summary["run"]["cache"] = {"path": str(Path(options.cache) / "responses.sqlite"),
-                                   **{k: sum(tr.cache_counts.get(k, 0) for tr in runs) for k in keys}}
+    summary["run"].update(sections or {})
     return summary
 
 

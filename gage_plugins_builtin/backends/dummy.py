@@ -28,6 +28,7 @@ class DummyBackend(Backend):
     long per request, to stand in for a slow model."""
 
     name = "dummy"
+    transport_args = ("batch_size",)
     capabilities = frozenset({GENERATE, LOGLIKELIHOOD, "chat", "vision", "audio", "video", "file"})
 
     def __init__(self, seed: int = 1234, response: str = "letter", text: str = "", batch_size: int | str = 64,

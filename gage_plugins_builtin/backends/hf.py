@@ -142,6 +142,8 @@ class TransformersBackend(Backend):
     """A causal language model through transformers: generation and log-likelihoods."""
 
     name = "transformers"
+    # how requests are batched and where converted weights are kept: no part of what the model answers
+    transport_args = ("batch_size", "gguf_cache", "gguf_cache_folder")
     max_batch = 512
 
     def __init__(self, pretrained: str | None = None, gguf_file: str | None = None, dtype: str = "float32",

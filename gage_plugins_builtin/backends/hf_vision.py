@@ -66,6 +66,7 @@ class VisionTransformersBackend(Backend):
     """
 
     name = "transformers-vision"
+    transport_args = ("batch_size",)
     capabilities = frozenset({GENERATE, "chat", "vision"})
 
     def __init__(self, pretrained: str, dtype: str = "auto", device: str | None = None,

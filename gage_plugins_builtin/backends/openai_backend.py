@@ -235,6 +235,12 @@ class Credentials:
 
 class OpenAIBackend(Backend):
     name = "openai"
+    # how requests travel (batching, concurrency, timeouts, retries, the circuit breaker, streaming,
+    # proxies, credentials' names), not what the model answers: no part of a cached reply's key
+    transport_args = ("batch_size", "concurrency", "timeout_s", "connect_timeout_s", "read_timeout_s", "max_retries",
+                      "backoff_s", "backoff_max_s", "max_response_bytes", "max_consecutive_failures",
+                      "breaker_seconds", "stream", "proxy", "api_key_env", "authenticated", "auth_scheme",
+                      "extra_headers", "endpoint_backoff_s", "endpoint_backoff_max_s")
 
     def __init__(self, base_url: Any = "https://api.openai.com/v1", model: str | None = None,
                  api_key_env: str | None = None, concurrency: Any = None, timeout: float = 120.0,

@@ -1,4 +1,4 @@
-"""The response cache (--cache DIR, gage_eval.engine.cache): a rerun asks the backend nothing it already
+"""The response cache (--cache DIR, gage_plugins_builtin.cache): a rerun asks the backend nothing it already
 answered, writes the same records, counts hits and misses, never keeps errors or secrets, and
 two runs may share one cache at once."""
 from __future__ import annotations
@@ -17,9 +17,10 @@ import pytest
 
 from gage_eval.api import hookimpl
 from gage_eval.api.backend import ModelOutput, Request
-from gage_eval.engine.cache import FILE_NAME, ResponseCache
+from gage_plugins_builtin.cache import FILE_NAME, ResponseCache
 from gage_eval.api.errors import GageError
 from gage_eval.api.schemas import validation_errors
+from gage_eval.engine.replies import reusable
 from gage_plugins_builtin.backends.dummy import DummyBackend
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -169,10 +170,10 @@ def test_another_generation_setting_misses(counting, run_cli, tmp_path):
 
 
 def test_request_keys():
-    from gage_eval.engine.cache import ModelCache
+    from gage_plugins_builtin.cache import ModelCache
 
     view = ModelCache.__new__(ModelCache)
-    view.identity, view.secrets, view._media = "model", (), {}
+    view.identity, view._media = "model", {}
     base = Request(kind="generate", sample_id="s1", messages=({"role": "user", "content": "hi"},), chat=True,
                    gen={"max_new_tokens": 8})
     from dataclasses import replace
@@ -182,15 +183,15 @@ def test_request_keys():
                     replace(base, chat=False), replace(base, messages=({"role": "user", "content": "hi!"},))):
         assert view.key(changed) != view.key(base)
     other = ModelCache.__new__(ModelCache)
-    other.identity, other.secrets, other._media = "another model", (), {}
+    other.identity, other._media = "another model", {}
     assert other.key(base) != view.key(base)
 
 
 def test_a_local_image_is_keyed_by_its_content(tmp_path):
-    from gage_eval.engine.cache import ModelCache
+    from gage_plugins_builtin.cache import ModelCache
 
     view = ModelCache.__new__(ModelCache)
-    view.identity, view.secrets, view._media = "model", (), {}
+    view.identity, view._media = "model", {}
     image = tmp_path / "a.png"
     image.write_bytes(b"first")
     req = Request(kind="generate", sample_id="s", chat=True, modalities=frozenset({"text", "image"}),
@@ -319,7 +320,7 @@ def test_judge_requests_go_through_the_cache(run_cli, tmp_path):
 def test_many_processes_creating_one_cache_at_once_all_open_it(tmp_path):
     """SQLite answers two connections switching a new file to WAL at once with "database is
     locked" without waiting: the cache tries again until its busy timeout."""
-    script = ("import sys, time; from gage_eval.engine.cache import ResponseCache; start = float(sys.argv[2]);"
+    script = ("import sys, time; from gage_plugins_builtin.cache import ResponseCache; start = float(sys.argv[2]);"
               "time.sleep(max(0.0, start - time.time())); ResponseCache(sys.argv[1]).close(); print('ok')")
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     for round_ in range(4):
@@ -420,8 +421,10 @@ def test_the_key_holds_header_values_hashed(tmp_path):
         assert plain.identity not in (views[0].identity, views[1].identity)
         req = Request(kind="generate", sample_id="s", prompt="hi")
         assert views[0].key(req) != views[1].key(req)
-        assert views[0].row("k", ModelOutput(text="gpt-big-1a says hi")) is None  # quoted: never kept
-        assert views[0].row("k", ModelOutput(text="hi")) is not None
+        # the core's rule the wrapper follows (BackendUse.keeps): a reply quoting a secret is never kept
+        assert not reusable(req, ModelOutput(text="gpt-big-1a says hi"), ("gpt-big-1a",))
+        assert reusable(req, ModelOutput(text="hi"), ("gpt-big-1a",))
+        assert not reusable(req, ModelOutput(text=None), ()) and not reusable(req, ModelOutput(error="x"), ())
     finally:
         cache.close()
     raw = b"".join(p.read_bytes() for p in (tmp_path / "cache").iterdir())
@@ -445,7 +448,7 @@ def test_a_foreign_sqlite_file_is_refused_unchanged(tmp_path):
 
 
 def test_a_cache_broken_mid_run_is_a_cache_error_with_exit_2(tmp_path):
-    from gage_eval.engine.cache import CacheError
+    from gage_plugins_builtin.cache import CacheError
 
     cache = ResponseCache(tmp_path / "cache")
     try:

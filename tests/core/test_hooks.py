@@ -663,3 +663,105 @@ def test_a_secret_in_writer_arguments_is_never_written(plugin_run, fresh_plugins
     again = run_cli("--resume", run_dir, "-q", "--writer", f"rec/keyed:folder={out},api_key={secret}")
     assert again.exit_code == 0, again.output
     assert secret not in (run_dir / "config.json").read_text()
+
+
+class Twice(Backend):
+    """Stands in for a backend: each request goes to the backend an executor's ``build()`` made."""
+
+    def __init__(self, proto, build):
+        import pickle
+
+        self.proto, self.real = proto, pickle.loads(pickle.dumps(build))()  # built as another process would
+        self.capabilities, self.max_batch = proto.capabilities, proto.max_batch
+        self.sent = 0
+
+    def open(self):
+        self.real.open()
+
+    def stream(self, requests):
+        Inline.sent += len(requests)
+        yield from self.real.stream(requests)
+
+
+class Inline:
+    """An executor: the model here, through ``build()``, planned from its own model arg."""
+
+    model_args = ("copies",)
+    placement_args = ("copies",)
+    sent = 0
+
+    def plan(self, args, where):
+        return {k: v for k, v in args.items() if k != "copies"}, f"{args.get('copies', 1)} copies"
+
+    def refusal(self, args, options, where):
+        return f"{where}: copies: only with --executor inline" if "copies" in args else None
+
+    def backend(self, proto, name, build, plan, options):
+        assert name == "dummy" and plan == "2 copies" and "copies" not in build.args[1]
+        return Twice(proto, build)
+
+
+def test_hook_gage_register_executors(fresh_plugins, run_cli, tmp_path):
+    """A registered executor runs a real run (its backend built again by build()); its model
+    args are taken from the backend's and refused in this process; an unknown name lists it."""
+    class Executors:
+        @hookimpl
+        def gage_register_executors(self, register):
+            register("inline", Inline)
+
+    fresh_plugins.register_plugin(Executors(), "executors")
+    Inline.sent = 0
+    base = ("--tasks", "piqa", "--model", "dummy", "--limit", "3", "-o", tmp_path, "-q")
+    result = run_cli(*base, "--run-id", "a", "--executor", "inline", "--model-args", "copies=2")
+    assert result.exit_code == 0, result.output
+    assert Inline.sent == 3
+    summary = json.loads((tmp_path / "a" / "summary.json").read_text())
+    assert summary["run"]["settings"]["executor"] == "inline" and summary["tasks"]["piqa"]["counts"]["total"] == 3
+    refused = run_cli(*base, "--run-id", "b", "--model-args", "copies=2")
+    assert refused.exit_code == 2 and "--model-args: copies: only with --executor inline" in refused.output
+    unknown = run_cli(*base, "--run-id", "c", "--executor", "slurm")
+    assert unknown.exit_code == 2 and "--executor: expected one of local, ray, inline, not 'slurm'" in unknown.output
+
+
+def test_hook_gage_wrap_backend(fresh_plugins, run_cli, tmp_path):
+    """A wrapper sees the role's requests and hands on the replies; its per-task counts reach
+    summary.json, it is closed at the run's end, and None leaves a backend alone."""
+    seen: list = []
+
+    class Shout(Backend):
+        def __init__(self, inner, use):
+            self.inner, self.use = inner, use
+            self.max_batch, self.concurrency = inner.max_batch, inner.concurrency
+            use.tally.declare("shout", ("sent",), {"role": use.role} if use.role == "model" else {})
+            self.closed = False
+
+        def stream(self, requests):
+            fine = ModelOutput(loglikelihoods=[-1.0] * len(requests[0].continuations))
+            assert self.use.keeps(requests[0], fine) and not self.use.keeps(requests[0], ModelOutput(text="x"))
+            assert not self.use.keeps(requests[0], ModelOutput(error="failed"))
+            self.use.tally.add("shout", "sent", len(requests))
+            yield from self.inner.stream(requests)
+
+        def run(self, requests):
+            self.use.tally.add("shout", f"{self.use.role}_sent", len(requests))
+            return self.inner.run(requests)
+
+        def close(self):
+            self.closed = True
+
+    class Wrapping:
+        @hookimpl
+        def gage_wrap_backend(self, backend, use):
+            seen.append(Shout(backend, use) if use.options.get("seed") == 1234 else None)
+            return seen[-1]
+
+    fresh_plugins.register_plugin(Wrapping(), "wrapping")
+    for run_id, seed in (("a", "1234"), ("b", "7")):
+        result = run_cli("--tasks", "piqa", "--model", "dummy", "--limit", "2", "-o", tmp_path, "--run-id", run_id,
+                         "-q", "--seed", seed)
+        assert result.exit_code == 0, result.output
+    assert [(w.use.role, w.use.name, w.closed) for w in seen if w] == [("model", "dummy", True)] and seen[-1] is None
+    summary = json.loads((tmp_path / "a" / "summary.json").read_text())
+    assert summary["tasks"]["piqa"]["shout"] == {"sent": 2} and summary["run"]["shout"] == {"role": "model", "sent": 2}
+    assert summary["tasks"]["piqa"]["counts"]["scored"] == 2
+    assert "shout" not in json.loads((tmp_path / "b" / "summary.json").read_text())["run"]

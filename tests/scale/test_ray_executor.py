@@ -16,7 +16,9 @@ import pytest
 
 ray = pytest.importorskip("ray", reason="needs Ray: pip install 'gage-eval[ray]'")
 
-from gage_eval.engine.executor import Plan, split_args  # noqa: E402
+from gage_eval.engine.executor import split_args as _split  # noqa: E402
+from gage_eval.plugins import load_plugins  # noqa: E402
+from gage_plugins_builtin.ray_executor import Plan  # noqa: E402
 from gage_eval.api.errors import GageError  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -51,6 +53,10 @@ def local_ray():
     yield ray
     if started:
         ray.shutdown()
+
+
+def split_args(args, executor):
+    return _split(load_plugins()[1], args, executor)
 
 
 def test_replica_args_are_taken_by_the_executor_and_checked():

@@ -1,0 +1,84 @@
+"""Where the model runs: in this process (``--executor local``, the default, the core's own) or
+through an executor a plugin registers (``gage_register_executors``; the builtin plugin's
+``ray``), looked up by name; and the backends built from the registry."""
+from __future__ import annotations
+
+from functools import partial
+from typing import Any, Mapping
+
+from gage_eval.api.backend import Backend
+from gage_eval.api.errors import GageError
+from gage_eval.plugins import Registry
+
+LOCAL = "local"
+
+
+def make_backend(registry: Registry, name: str, args: Mapping[str, Any], batch_size: Any, seed: int) -> Backend:
+    factory = registry.get("backends", name).factory
+    kwargs = dict(args)
+    if batch_size is not None:
+        kwargs.setdefault("batch_size", batch_size)
+    kwargs.setdefault("seed", seed)
+    try:
+        return factory(**kwargs)
+    except TypeError as exc:
+        raise GageError(f"backend {name!r}: bad arguments: {exc}") from None
+
+
+def build_backend(name: str, args: Mapping[str, Any], batch_size: Any, seed: int) -> Backend:
+    """The backend ``name`` built from this process's plugins (loaded here when not yet): what an
+    executor's worker in another process calls (picklable by reference)."""
+    from gage_eval.plugins import load_plugins
+
+    return make_backend(load_plugins()[1], name, args, batch_size, seed)
+
+
+def executor_names(registry: Registry) -> list[str]:
+    return [LOCAL, *registry.executors]
+
+
+def executor(registry: Registry, name: str) -> Any:
+    """The registered executor ``name`` (None: ``local``); an unknown name lists the known ones."""
+    if name == LOCAL:
+        return None
+    if name not in registry.executors:
+        raise GageError(f"--executor: expected one of {', '.join(executor_names(registry))}, not {name!r}")
+    return registry.executors[name].factory()
+
+
+def placement_args(registry: Registry, placement: bool = False) -> tuple[str, ...]:
+    """Every registered executor's ``model_args`` (with ``placement``: its ``placement_args``,
+    every key that says where the model runs): taken out where runs compare model args."""
+    keys: dict[str, None] = {}
+    for reg in registry.executors.values():
+        ex = reg.factory()
+        keys.update(dict.fromkeys(getattr(ex, "model_args", ())))
+        if placement:
+            keys.update(dict.fromkeys(getattr(ex, "placement_args", ()) or ()))
+    return tuple(keys)
+
+
+def split_args(registry: Registry, args: Mapping[str, Any], name: str, options: Mapping[str, Any] | None = None,
+               where: str = "--model-args") -> tuple[dict, Any]:
+    """The backend's own arguments, and the executor's plan (None in this process). A local run
+    given what only a registered executor takes (its model args, its options) is refused with
+    that executor's message."""
+    ex = executor(registry, name)
+    if ex is not None:
+        return ex.plan(args, where)
+    for reg in registry.executors.values():
+        refused = reg.factory().refusal(args, options or {}, where)
+        if refused:
+            raise GageError(refused)
+    return dict(args), None
+
+
+def model_backend(registry: Registry, name: str, args: Mapping[str, Any], batch_size: Any, seed: int,
+                  executor_name: str, options: Mapping[str, Any]) -> Backend:
+    """The model's backend where ``executor_name`` runs it: built here, handed to the executor."""
+    args, plan = split_args(registry, args, executor_name, options)
+    proto = make_backend(registry, name, args, batch_size, seed)
+    if plan is None:
+        return proto
+    build = partial(build_backend, name, dict(args), batch_size, seed)
+    return executor(registry, executor_name).backend(proto, name, build, plan, options)
