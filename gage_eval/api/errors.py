@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 # The exit statuses of ``gage-eval`` (README, "Exit status"), with the words the console uses.
 EXIT_OK, EXIT_ROW_ERRORS, EXIT_USAGE, EXIT_TASK_FAILED, EXIT_OUTPUT, EXIT_INTERNAL = 0, 1, 2, 3, 4, 5
@@ -31,6 +32,16 @@ class OutputError(GageError):
     """The run cannot write its outputs: a full disk, a read-only or missing folder, a file in the way."""
 
     exit_code = EXIT_OUTPUT
+
+
+class InputError(GageError):
+    """A file that cannot be read: ``WHERE:LINE: problem`` (``WHERE: problem`` without a line)."""
+
+    def __init__(self, where: str | Path, line: int | None, problem: str):
+        super().__init__(f"{where}:{line}: {problem}" if line else f"{where}: {problem}")
+        self.where = str(where)
+        self.line = line
+        self.problem = problem
 
 
 class FatalBackendError(GageError):

@@ -27,7 +27,8 @@ from pathlib import Path
 from typing import IO, Any, Callable, Iterable, Iterator, Mapping
 
 from gage_eval.api.errors import GageError, OutputError
-from gage_eval.api.jsonio import SPECIAL_FILES, json_type
+from gage_eval.api.jsonio import SPECIAL_FILES
+from gage_eval.api.strictjson import json_type
 
 CONFIG_FILE = "config.json"
 INPUTS_FILE = "inputs.json"

@@ -61,7 +61,7 @@ def _summary_checks(summary: Any) -> list[tuple[str, str]]:
 
 def _json_type(value: Any) -> str:
     # the row reader's word for a value's type; imported here only when an error needs it
-    from gage_eval.api.jsonio import json_type
+    from gage_eval.api.strictjson import json_type
 
     return json_type(value)
 

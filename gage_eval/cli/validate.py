@@ -48,7 +48,9 @@ def validate_command(file, schema, max_errors, allow_paths, allow_urls):
 
 
 def _entries(path: Path, schema: str):
-    from gage_eval.api.jsonio import InputError, iter_json_rows, read_yaml
+    from gage_eval.api.errors import InputError
+    from gage_eval.api.jsonio import iter_json_rows
+    from gage_eval.api.yamlio import read_yaml
 
     if schema == "task" or path.suffix in (".yaml", ".yml"):
         try:

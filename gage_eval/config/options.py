@@ -10,7 +10,7 @@ from typing import Callable, Iterable
 
 from gage_eval.config.defaults import DEFAULT_OUTPUT_DIR, DEFAULT_SEED
 from gage_eval.api.errors import GageError
-from gage_eval.api.jsonio import json_type
+from gage_eval.api.strictjson import json_type
 
 @dataclass
 class RunOptions:

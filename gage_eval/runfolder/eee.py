@@ -221,7 +221,8 @@ def _model_info(entry: Mapping[str, Any]) -> dict:
 def _task_file(folder: Path | None) -> Mapping[str, Any]:
     if folder is None:
         return {}
-    from gage_eval.api.jsonio import InputError, read_yaml
+    from gage_eval.api.errors import InputError
+    from gage_eval.api.yamlio import read_yaml
 
     try:
         spec = read_yaml(folder / "task.yaml")

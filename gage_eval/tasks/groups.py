@@ -63,7 +63,7 @@ def discover_groups(found: Mapping[str, TaskSource]) -> dict[str, GroupSpec]:
 
 
 def _raw_groups(folder: Path) -> dict:
-    from gage_eval.api.jsonio import read_yaml
+    from gage_eval.api.yamlio import read_yaml
 
     data = read_yaml(folder / TASK_FILE)
     if not isinstance(data, dict) or not data.get("groups"):

@@ -8,7 +8,9 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from gage_eval.api.errors import GageError
-from gage_eval.api.jsonio import json_type, not_regular, read_yaml
+from gage_eval.api.jsonio import not_regular
+from gage_eval.api.strictjson import json_type
+from gage_eval.api.yamlio import read_yaml
 from gage_eval.api.schemas import validation_errors
 
 TASK_FILE = "task.yaml"
@@ -147,7 +149,7 @@ def variant_data(data: dict, params: Mapping[str, str] | None) -> dict:
 
 
 def read_task_file(folder: Path, origin: str = "", params: Mapping[str, str] | None = None) -> TaskSpec:
-    """The task folder's task.yaml, read strictly (:func:`gage_eval.api.jsonio.read_yaml`) and
+    """The task folder's task.yaml, read strictly (:func:`gage_eval.api.yamlio.read_yaml`) and
     checked against the task schema; every problem a GageError naming the file and key.
     ``params``: one entry of the file's ``variants``, put in for its ``{placeholders}``."""
     path = folder / TASK_FILE

@@ -15,7 +15,7 @@ import yaml
 from gage_eval.api import GageError
 
 Lines = dict[tuple, int]
-# as gage-eval's own YAML reading (gage_eval.api.jsonio): aliases that expand past this many values, or
+# as gage-eval's own YAML reading (gage_eval.api.yamlio): aliases that expand past this many values, or
 # values nested deeper, are refused (a few lines of aliases otherwise expand to millions of paths)
 MAX_VALUES = 100_000
 MAX_DEPTH = 200

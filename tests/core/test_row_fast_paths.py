@@ -376,19 +376,19 @@ def test_row_context_shortcut_is_the_constructor():
 def test_decode_reports_as_raw_decode_did(text):
     import json as _json
 
-    from gage_eval.api import jsonio
+    from gage_eval.api import strictjson
     def via_raw_decode(t):  # the reader as it was: JSONDecoder.raw_decode's own StopIteration handling
         try:
-            return jsonio.decode(t)
-        except jsonio.JsonProblem as exc:
+            return strictjson.decode(t)
+        except strictjson.JsonProblem as exc:
             return exc.message, exc.pos
 
     got = via_raw_decode(text)
     try:
-        value, end = jsonio._DECODER.raw_decode(text, 0)
+        value, end = strictjson._DECODER.raw_decode(text, 0)
     except _json.JSONDecodeError as exc:
         assert got == (exc.msg, exc.pos)
-    except jsonio.JsonProblem:
+    except strictjson.JsonProblem:
         assert isinstance(got, tuple)
     else:
         assert got == (value, end) or isinstance(got, tuple)  # trailing data, depth, surrogates: checked after

@@ -12,9 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from gage_eval.api import jsonio
+from gage_eval.api import strictjson
 from gage_eval.api.errors import GageError
-from gage_eval.api.jsonio import InputError, iter_json_rows, read_yaml
+from gage_eval.api.errors import InputError
+from gage_eval.api.jsonio import iter_json_rows
+from gage_eval.api.yamlio import read_yaml
 from gage_eval.api.runfolder import write_json_atomic
 from gage_eval.runfolder.records import dumps
 from gage_eval.tasks.spec import read_task_file
@@ -62,7 +64,7 @@ def test_bad_json_rows_are_row_errors(tmp_path, line, error):
 
 def test_nesting_up_to_the_limit_is_read(tmp_path):
     value: object = 1
-    for _ in range(jsonio.MAX_DEPTH - 1):
+    for _ in range(strictjson.MAX_DEPTH - 1):
         value = {"a": value}
     path = tmp_path / "rows.jsonl"
     path.write_text(json.dumps({"x": value}) + "\n" + json.dumps({"x": [value]}) + "\n")

@@ -1,0 +1,126 @@
+"""Strict YAML: task files, run configs, ``validate --schema task``.
+
+A SafeLoader that refuses duplicate keys, aliases that expand past :data:`MAX_YAML_NODES`
+values or refer to themselves, and nesting deeper than :data:`MAX_DEPTH`; a file that is not
+UTF-8 text (gzip, UTF-16) is refused as a data file is. Every problem is an
+:class:`~gage_eval.api.errors.InputError` (``WHERE:LINE: problem``).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from gage_eval.api.errors import InputError
+from gage_eval.api.jsonio import decode_file, file_problem
+from gage_eval.api.strictjson import MAX_DEPTH
+
+MAX_YAML_NODES = 100_000
+
+
+def _strict_loader():
+    import yaml
+    from yaml.constructor import ConstructorError
+    from yaml.nodes import MappingNode, SequenceNode
+
+    class StrictYamlError(ConstructorError):
+        pass
+
+    class StrictLoader(yaml.SafeLoader):
+        """SafeLoader that refuses duplicate keys and alias bombs."""
+
+        def construct_document(self, node):
+            _check_graph(node, StrictYamlError, MappingNode, SequenceNode)
+            return super().construct_document(node)
+
+        def construct_mapping(self, node, deep=False):
+            if isinstance(node, MappingNode):
+                seen: dict = {}
+                for key_node, _ in node.value:
+                    if key_node.tag == "tag:yaml.org,2002:merge":
+                        continue  # keys brought in by << may be overridden: that is what merging is for
+                    key = self.construct_object(key_node, deep=True)
+                    try:
+                        first = seen.setdefault(key, key_node)
+                    except TypeError:  # an unhashable key: the base class says so
+                        continue
+                    if first is not key_node:
+                        raise StrictYamlError(None, None, f"duplicate key {key!r} (first at line "
+                                              f"{first.start_mark.line + 1})", key_node.start_mark)
+            return super().construct_mapping(node, deep=deep)
+
+    return StrictLoader, StrictYamlError
+
+
+def _check_graph(root, error, mapping_node, sequence_node) -> None:
+    """Refuse a YAML document whose aliases expand past MAX_YAML_NODES nodes, nest deeper than
+    MAX_DEPTH, or refer to themselves. Linear in the distinct nodes."""
+    def children(node):
+        if isinstance(node, mapping_node):
+            return [n for pair in node.value for n in pair]
+        if isinstance(node, sequence_node):
+            return list(node.value)
+        return []
+
+    done: dict[int, tuple[int, int]] = {}
+    open_: set[int] = set()
+    stack = [(root, False)]
+    while stack:
+        node, closing = stack.pop()
+        nid = id(node)
+        if closing:
+            open_.discard(nid)
+            kids = [done[id(c)] for c in children(node)]
+            size = 1 + sum(k[0] for k in kids)
+            depth = 1 + max((k[1] for k in kids), default=0)
+            if size > MAX_YAML_NODES:
+                raise error(None, None, f"aliases expand to more than {MAX_YAML_NODES} values", node.start_mark)
+            if depth > MAX_DEPTH:
+                raise error(None, None, f"values nested more than {MAX_DEPTH} levels deep", node.start_mark)
+            done[nid] = (size, depth)
+            continue
+        if nid in done:
+            continue
+        if nid in open_:
+            raise error(None, None, "an alias refers to the value that contains it", node.start_mark)
+        open_.add(nid)
+        stack.append((node, True))
+        stack.extend((c, False) for c in children(node) if id(c) not in done)
+
+
+_LOADER = None
+
+
+def loads_yaml(text: str, where: str) -> Any:
+    """Strict YAML from ``text``; a problem raises :class:`InputError` (``WHERE:LINE: problem``)."""
+    import yaml
+
+    global _LOADER
+    if _LOADER is None:
+        _LOADER = _strict_loader()
+    loader_cls, strict_error = _LOADER
+    try:
+        return yaml.load(text, Loader=loader_cls)  # noqa: S506 (a SafeLoader subclass)
+    except strict_error as exc:
+        raise InputError(where, _line(exc), exc.problem) from None
+    except yaml.YAMLError as exc:
+        raise InputError(where, _line(exc), f"invalid YAML: {getattr(exc, 'problem', None) or exc}") from None
+    except RecursionError:
+        raise InputError(where, None, f"invalid YAML: nested deeper than {MAX_DEPTH} levels") from None
+
+
+def _line(exc) -> int | None:
+    mark = getattr(exc, "problem_mark", None)
+    return mark.line + 1 if mark is not None else None
+
+
+def read_yaml(path: Path) -> Any:
+    """A YAML file read strictly (see :func:`loads_yaml`); every problem an :class:`InputError`."""
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise InputError(path, None, f"cannot read: {exc.strerror or exc}") from None
+    problem = file_problem(data[:4], "YAML")
+    if problem:
+        raise InputError(path, None, problem)
+    return loads_yaml(decode_file(path, data), str(path))
