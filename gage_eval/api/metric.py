@@ -8,7 +8,7 @@ from functools import lru_cache
 from typing import Any, Mapping
 
 from gage_eval.api.errors import GageError
-from gage_eval.api.stats import ValueCounts, clustered_stderr, normal_interval
+from gage_eval.api.stats import ClusterSums, MeanAccumulator
 
 ROOTS = ("sample", "model_output", "judge_output")
 _MISSING = object()
@@ -129,66 +129,6 @@ def metric_value(result: Any) -> float | None:
     else:
         raise GageError(f"metric returned {value!r}; a metric value must be a number or bool")
     raise GageError(f"metric returned {value!r}; a metric value must be a finite number")
-
-
-class MeanAccumulator:
-    """The values as counts per distinct value (:class:`gage_eval.api.stats.ValueCounts`): their
-    mean and sample variance, computed at the end so that they do not depend on the order rows
-    finished in, and the bootstrap interval. Memory stays flat in n for metrics with few distinct
-    values (8 bytes a row past ``stats.MAX_DISTINCT`` of them)."""
-
-    __slots__ = ("values",)
-
-    def __init__(self) -> None:
-        self.values = ValueCounts()
-
-    def add(self, x: float) -> None:
-        self.values.add(x)
-
-    @property
-    def n(self) -> int:  # (ValueCounts counts the rows)
-        return self.values.n
-
-    def result(self, seed: str | None = None) -> dict[str, Any]:
-        """value, stderr, n and, with a ``seed`` for the bootstrap, ``ci95`` (normal and bootstrap)."""
-        if self.n == 0:
-            out = {"value": None, "stderr": None, "n": 0}
-        else:
-            mean, m2 = self.values.moments()
-            # standard error of the mean with the sample (n-1) variance, as lm-eval reports it:
-            # sqrt(sum((x - mean)^2) / (n - 1)) / sqrt(n)
-            stderr = math.sqrt(m2 / (self.n - 1)) / math.sqrt(self.n) if self.n > 1 else None
-            out = {"value": mean, "stderr": stderr, "n": self.n}
-        if seed is not None:
-            out["ci95"] = {"normal": normal_interval(out["value"], out["stderr"]),
-                           "bootstrap": self.values.bootstrap_interval(seed)}
-        return out
-
-
-class ClusterSums:
-    """Per cluster value: (rows, sum of values), for the cluster-robust stderr."""
-
-    __slots__ = ("sums", "singles")
-
-    def __init__(self) -> None:
-        self.sums: dict[str, list] = {}
-        self.singles: list[tuple[int, float]] = []  # rows without the field: each its own cluster
-
-    def add(self, key: str | None, x: float) -> None:
-        if key is None:
-            self.singles.append((1, x))
-            return
-        entry = self.sums.get(key)
-        if entry is None:
-            self.sums[key] = [1, x]
-        else:
-            entry[0] += 1
-            entry[1] += x
-
-    def result(self) -> dict[str, Any]:
-        clusters = {("c", k): (c, s) for k, (c, s) in self.sums.items()}
-        clusters.update({("r", i): v for i, v in enumerate(self.singles)})
-        return {"stderr_clustered": clustered_stderr(clusters), "clusters": len(clusters)}
 
 
 def cluster_key(record: Mapping[str, Any], path: str) -> str | None:

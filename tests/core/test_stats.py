@@ -164,7 +164,7 @@ def test_the_mean_and_stderr_do_not_depend_on_row_order():
     the aggregate is the same to the last bit (a running mean is not: 0.4499999999999999 for 9/20)."""
     import random as _random
 
-    from gage_eval.api.metric import MeanAccumulator
+    from gage_eval.api.stats import MeanAccumulator
 
     rows = [1.0] * 9 + [0.0] * 11 + [0.1, 0.2, 0.7] * 5
     results = set()
