@@ -55,13 +55,14 @@ What is here, by what a plugin does with it:
 - events: :class:`RunStart`, :class:`SampleDone`, :class:`TaskDone`, :class:`RunEnd`, the
   frozen objects the event hooks receive.
 - run folders: :class:`RunFolder` (a stored run's layout and its strict readers:
-  ``config()``, ``inputs()``, ``summary()``, ``records(task)``, the paths of its files), and
-  pages written beside runs (:func:`write_page`, :func:`check_page_output`,
-  :data:`PAGE_GENERATOR`); :func:`reread_samples` (a stored run's task rows read again from its
-  data, as the report does for the images its samples keep only as hashes) and :func:`read_yaml`
-  (a YAML file read strictly, as task files are).
-- statistics: :data:`Z95` (the 95% normal quantile of summary.json's ``ci95.normal``) and
-  :func:`quantile` (of sorted values, linear between order statistics).
+  ``config()``, ``inputs()``, ``summary()``, ``records(task)``, the paths of its files), the
+  namespace :mod:`pages` for pages written beside runs (``pages.write_page``,
+  ``pages.check_page_output``, ``pages.PAGE_GENERATOR``); :func:`reread_samples` (a stored
+  run's task rows read again from its data, as the report does for the images its samples keep
+  only as hashes) and :func:`read_yaml` (a YAML file read strictly, as task files are).
+- statistics, the namespace :mod:`stats`: ``stats.Z95`` (the 95% normal quantile of
+  summary.json's ``ci95.normal``), ``stats.quantile`` (of sorted values, linear between order
+  statistics), the bootstrap and the cluster-robust stderr of summary.json.
 - secrets, the namespace :mod:`secrets` for backends that hold credentials: ``secrets.mask``
   (secrets removed from a message), ``secrets.is_secret_key``, ``secrets.strip_credentials``,
   ``secrets.url_credentials``, ``secrets.query_secrets``, ``secrets.masked_url``,
@@ -76,7 +77,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # what static tools see; at run time __getattr__ below loads each name on first use
-    from gage_eval.api import loglikelihood, paths, secrets
+    from gage_eval.api import loglikelihood, pages, paths, secrets, stats
     from gage_eval.api.backend import (GENERATE, LOGLIKELIHOOD, Backend, ModelOutput, Request, cut_at_stop)
     from gage_eval.api.errors import (FatalBackendError, GageError, OutputError, RowError)
     from gage_eval.api.events import (RunEnd, RunStart, SampleDone, TaskDone)
@@ -86,9 +87,7 @@ if TYPE_CHECKING:  # what static tools see; at run time __getattr__ below loads 
     from gage_eval.api.loader import (Loader, Preprocessor, SampleIdentity)
     from gage_eval.api.metric import (Metric, MetricContext, metric_value)
     from gage_eval.api.options import RunOption
-    from gage_eval.api.pages import (PAGE_GENERATOR, check_page_output, write_page)
     from gage_eval.api.runfolder import RunFolder, reread_samples
-    from gage_eval.api.stats import Z95, quantile
     from gage_eval.api.running import BackendUse, Executor
     from gage_eval.api.sample import (MEDIA_SEGMENTS, SCHEMA_VERSION, RowContext, content_text, from_legacy,
                                       last_user_text, messages_text, normalize_references, reference_text,
@@ -124,10 +123,10 @@ __all__ = [
     "BackendUse", "Executor",
     # events
     "RunStart", "SampleDone", "TaskDone", "RunEnd",
-    # run folders: reading a stored run back, and pages written beside runs
-    "RunFolder", "PAGE_GENERATOR", "check_page_output", "write_page", "reread_samples", "read_yaml",
-    # statistics: the 95% normal quantile, a quantile of sorted values (linear between order statistics)
-    "Z95", "quantile",
+    # run folders: reading a stored run back; pages written beside runs, as a namespace: pages.write_page(...)
+    "RunFolder", "reread_samples", "read_yaml", "pages",
+    # statistics, as a namespace: stats.Z95, stats.quantile(...)
+    "stats",
     # secrets, as a namespace: secrets.mask(...)
     "secrets",
 ]
@@ -144,10 +143,10 @@ _NAMES = {
     "loglikelihood": "loglikelihood",
     "metric": "Metric MetricContext metric_value",
     "options": "RunOption",
-    "pages": "PAGE_GENERATOR check_page_output write_page",
+    "pages": "pages",
     "paths": "paths",
     "runfolder": "RunFolder reread_samples",
-    "stats": "Z95 quantile",
+    "stats": "stats",
     "running": "BackendUse Executor",
     "secrets": "secrets",
     "sample": ("MEDIA_SEGMENTS SCHEMA_VERSION RowContext content_text from_legacy last_user_text messages_text "

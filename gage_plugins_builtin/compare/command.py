@@ -27,18 +27,18 @@ def compare_command(run_a, run_b, tasks, resamples, seed, html_file, as_json):
     """Compare two run folders sample by sample: per task and metric the means, the difference
     B-A with a paired bootstrap 95% interval, McNemar's exact test and the flipped samples for
     binary metrics, and the settings that differ. Exits 2 when the runs cannot be aligned."""
-    from gage_eval.api import GageError, check_page_output, write_page
+    from gage_eval.api import GageError, pages
 
     from gage_plugins_builtin.compare.paired import compare_runs
     from gage_plugins_builtin.compare.show import render_console, render_html
 
     try:
         if html_file is not None:  # before the work: a refused page costs nothing
-            check_page_output(html_file, [run_a, run_b], "--html")
+            pages.check_page_output(html_file, [run_a, run_b], "--html")
         result = compare_runs(run_a, run_b, tasks=tasks, resamples=resamples, seed=seed,
                               warn=lambda msg: click.echo(f"gage-eval: warning: {msg}", err=True))
         if html_file is not None:
-            write_page(html_file, [render_html(result)], make_folder=False)
+            pages.write_page(html_file, [render_html(result)], make_folder=False)
     except GageError as exc:
         click.echo(f"gage-eval: error: {exc}", err=True)
         sys.exit(exc.exit_code)

@@ -8,8 +8,7 @@ import re
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
-from gage_eval.api import GageError, RunFolder, metric_value, read_yaml
-from gage_eval.api import quantile as percentile  # linear between order statistics (numpy's default)
+from gage_eval.api import GageError, RunFolder, metric_value, read_yaml, stats
 
 from gage_plugins_builtin.compare import CONFIDENCE, DEFAULT_SAMPLES, DEFAULT_SEED, DOWN, UP
 
@@ -68,7 +67,7 @@ def bootstrap_intervals(diffs: Mapping[str, list[float]], n: int, resamples: int
     out = {}
     for name, values in means.items():
         values.sort()
-        out[name] = [percentile(values, alpha), percentile(values, 1.0 - alpha)]
+        out[name] = [stats.quantile(values, alpha), stats.quantile(values, 1.0 - alpha)]  # numpy's default
     return out
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 from typing import Any, Mapping
 
-from gage_eval.api import PAGE_GENERATOR
+from gage_eval.api import pages
 
 from gage_plugins_builtin.compare import CONFIDENCE, DOWN, SHOW_FLIPS, UP
 
@@ -151,4 +151,4 @@ def render_html(result: Mapping[str, Any]) -> str:
     settings = [s for s in result["settings"] if not s["same"]] + [s for s in result["settings"] if s["same"]]
     differ = sum(1 for s in result["settings"] if not s["same"])
     return env.from_string(_HTML).render(r=result, tables=tables, differ=differ, show=show, settings=settings,
-                                             generator=PAGE_GENERATOR)
+                                             generator=pages.PAGE_GENERATOR)

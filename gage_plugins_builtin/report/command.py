@@ -15,7 +15,7 @@ def report_command(run_dirs: tuple[Path, ...], output: Path | None) -> None:
     """Write one self-contained HTML report of one or more run folders (several: side by side).
     It is never written into a run folder (but as the one run's own report.html) nor over a file
     that is not a page gage-eval wrote."""
-    from gage_eval.api import GageError, check_page_output
+    from gage_eval.api import GageError, pages
 
     from gage_plugins_builtin.report.page import render_report
 
@@ -23,7 +23,7 @@ def report_command(run_dirs: tuple[Path, ...], output: Path | None) -> None:
         if not d.is_dir():
             raise GageError(f"{d}: no such run folder")
     out = output or (run_dirs[0] / "report.html" if len(run_dirs) == 1 else Path("report.html"))
-    check_page_output(out, list(run_dirs), "-o" if output else "the report",
+    pages.check_page_output(out, list(run_dirs), "-o" if output else "the report",
                       own_report=run_dirs[0] / "report.html" if len(run_dirs) == 1 else None)
     path = render_report(list(run_dirs), out)
     click.echo(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB)")

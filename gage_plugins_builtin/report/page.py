@@ -30,7 +30,7 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from gage_eval.api import PAGE_GENERATOR, Z95, GageError, RunFolder, reread_samples, write_page
+from gage_eval.api import GageError, RunFolder, pages, reread_samples, stats
 
 PAGE_SIZE = 50  # samples per page of the browser
 MAX_TEXT = 20_000  # characters kept of one text field of a sample (the samples file has all)
@@ -273,7 +273,7 @@ def _interval(metric: Mapping[str, Any]) -> dict:
     row = {"value": value, "stderr": stderr, "n": metric.get("n"), "lo": None, "hi": None,
            "higher_is_better": metric.get("higher_is_better")}
     if isinstance(value, (int, float)) and isinstance(stderr, (int, float)):
-        row["lo"], row["hi"] = value - Z95 * stderr, value + Z95 * stderr
+        row["lo"], row["hi"] = value - stats.Z95 * stderr, value + stats.Z95 * stderr
     return row
 
 
@@ -425,8 +425,8 @@ def render_report(run_dirs: Sequence[Path | str], out: Path | str,
         rest = {"images": data["images"], "page": PAGE_SIZE,
                 "runs": [{"id": r["id"], "tasks": [t["name"] for t in r["tasks"]]} for r in data["runs"]],
                 "summaries": [r["summary"] for r in data["runs"]]}
-        html = env.get_template(TEMPLATE).render(runs=data["runs"], compare=data["compare"], z=Z95,
-                                                 n_samples=data["n_samples"], page_size=PAGE_SIZE, generator=PAGE_GENERATOR)
+        html = env.get_template(TEMPLATE).render(runs=data["runs"], compare=data["compare"], z=stats.Z95,
+                                                 n_samples=data["n_samples"], page_size=PAGE_SIZE, generator=pages.PAGE_GENERATOR)
         # Every value the template shows is HTML-escaped, so this element (rendered empty) can come
         # only from the template itself: the samples' JSON goes between its tags.
         if html.count(_DATA_ELEMENT) != 1:
@@ -441,7 +441,7 @@ def render_report(run_dirs: Sequence[Path | str], out: Path | str,
                 yield ("," if j else "") + line.rstrip("\n")
             yield "]," + _json_for_script(rest)[1:] + "</script>" + tail
 
-        write_page(out, chunks())
+        pages.write_page(out, chunks())
     return out
 
 

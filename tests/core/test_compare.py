@@ -14,7 +14,8 @@ import pytest
 from click.testing import CliRunner
 
 from gage_plugins_builtin.compare.command import compare_command
-from gage_plugins_builtin.compare.paired import mcnemar_exact_p, percentile
+from gage_eval.api import stats
+from gage_plugins_builtin.compare.paired import mcnemar_exact_p
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -126,10 +127,10 @@ def test_mcnemar_hand_computed():
 
 def test_percentile_interpolates():
     values = [0.0, 1.0, 2.0, 3.0, 4.0]
-    assert percentile(values, 0.0) == 0.0
-    assert percentile(values, 0.5) == 2.0
-    assert percentile(values, 0.975) == pytest.approx(3.9)
-    assert percentile([7.0], 0.025) == 7.0
+    assert stats.quantile(values, 0.0) == 0.0
+    assert stats.quantile(values, 0.5) == 2.0
+    assert stats.quantile(values, 0.975) == pytest.approx(3.9)
+    assert stats.quantile([7.0], 0.025) == 7.0
 
 
 def test_known_flips_mcnemar_and_bootstrap(flipped_pair):

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from gage_eval.api import Z95
+from gage_eval.api import stats
 from gage_plugins_builtin.report import writer as report_writer
 from gage_plugins_builtin.report.command import report_command
 
@@ -53,8 +53,9 @@ def test_report_is_written_at_run_end_and_its_numbers_equal_the_summary(run_cli,
     assert len(data["samples"]) == summary["tasks"]["piqa"]["counts"]["total"] == 20
     cells = shown(page)
     for name, m in summary["tasks"]["piqa"]["metrics"].items():
-        for field, want in (("value", m["value"]), ("stderr", m["stderr"]), ("lo", m["value"] - Z95 * m["stderr"]),
-                            ("hi", m["value"] + Z95 * m["stderr"])):
+        for field, want in (("value", m["value"]), ("stderr", m["stderr"]),
+                            ("lo", m["value"] - stats.Z95 * m["stderr"]),
+                            ("hi", m["value"] + stats.Z95 * m["stderr"])):
             value, text = cells[f"0/piqa/{name}/{field}"]
             assert float(value) == pytest.approx(want, abs=0, rel=1e-15) and text == f"{want:.4f}"
         assert cells[f"0/piqa/{name}/n"] == (str(m["n"]), str(m["n"]))
