@@ -4,7 +4,8 @@ computed again from the model outputs a run stored, without loading the model.
 Each record of ``RUN_DIR/samples/<task>.jsonl`` becomes a :class:`~gage_eval.engine.row.Row`
 again: the sample (the record less ``predict_result`` and ``eval_result``), the model's output
 (``predict_result``: text, per-choice log-likelihoods, unconditioned ones, usage...) and the
-stored judge verdict. The task's components come from its task.yaml, found as the run found
+stored judge verdict (:mod:`gage_eval.engine.stored`, the stage that stands in for inference).
+The task's components come from its task.yaml, found as the run found
 it (config.json: include_paths, data, task_overrides), and each row goes through
 :func:`~gage_eval.engine.scoring.finish_record` and the core's writers, as in a run. So, with
 nothing changed, the new summary's tasks equal the original's (timings aside).
@@ -22,54 +23,18 @@ import sys
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any, Iterator
 
 import click
 
 from gage_eval import __version__
-from gage_eval.api.backend import ModelOutput
 from gage_eval.api.errors import GageError, OutputError
 from gage_eval.api.events import RunStart, TaskDone
 from gage_eval.config.options import RunOptions
 from gage_eval.api.runfolder import RunFolder
-from gage_eval.engine.row import Answer, Judgement, Row
+from gage_eval.engine.stored import StoredBackend, kept_as_is, row_of
 from gage_eval.runfolder.records import EventLog
 from gage_eval.api.secrets import mask, redact, strip_credentials
-
-STORED = ("predict_result", "eval_result")  # the parts of a record that are not the sample
-
-
-class StoredVerdict:
-    """A judge verdict read back from a record (``eval_result.judge``), written as it was."""
-
-    def __init__(self, data: Mapping[str, Any]):
-        self.data = dict(data)
-        self.error = self.data.get("error")
-        self.score = self.data.get("score")
-
-    def to_dict(self) -> dict:
-        return dict(self.data)
-
-
-class StoredBackend:
-    """Stands in for a backend that is not loaded: its id and settings as the run's summary recorded them."""
-
-    def __init__(self, recorded: Mapping[str, Any] | None):
-        recorded = recorded or {}
-        self.model_id = recorded.get("model_id") or "unknown"
-        self._settings = recorded.get("settings") or {}
-        self._recorded_stats = recorded.get("stats") or {}
-        self.secrets: tuple[str, ...] = ()
-
-    def settings(self) -> dict:
-        return dict(self._settings)
-
-    def stats(self) -> dict:  # what the run's backend counted (rescoring sends no request)
-        return dict(self._recorded_stats)
-
-    def close(self) -> None:
-        pass
-
 
 def read_run(run_dir: Path) -> tuple[RunOptions, dict, dict]:
     """The run's options (config.json), its input hashes (inputs.json) and its summary (may be empty)."""
@@ -106,47 +71,6 @@ def metric_entries(spec: Any, names: list[str], registry: Any) -> list:
 
 def _metric_names(entries: list) -> list[str]:
     return [m if isinstance(m, str) else m.get("as", m["name"]) for m in entries]
-
-
-def model_output_of(entry: Mapping[str, Any]) -> dict:
-    """The model output a metric saw, from a stored ``predict_result`` entry (the inverse of
-    :func:`gage_eval.engine.scoring.predict_entry`)."""
-    out = {k: v for k, v in entry.items() if k not in ("index", "message", "usage")}
-    content = ((entry.get("message") or {}).get("content") or [])
-    out["text"] = "".join(seg.get("text") or "" for seg in content
-                          if isinstance(seg, Mapping) and seg.get("type") == "text")
-    usage = entry.get("usage")
-    if isinstance(usage, Mapping):
-        out["input_tokens"] = usage.get("input_tokens")
-        out["output_tokens"] = usage.get("output_tokens")
-    return out
-
-
-def row_of(record: dict, index: int, locator: str, keep_judge: bool) -> Row:
-    """The row a stored record came from, with its stored answer (and verdict), ready to be
-    scored (and judged) again: the infer stage of a rescore."""
-    from gage_eval.engine.taskrun import scrubbed_count
-
-    sample = {k: v for k, v in record.items() if k not in STORED}
-    result = record.get("eval_result") or {}
-    err = result.get("error") or {}
-    pred = record.get("predict_result") or []
-    # (finish_record writes predict_result from the output; the stored one replaces it)
-    answer = Answer(ModelOutput() if pred else None, None, model_output_of(pred[0]) if pred else {},
-                    scrubbed_count(result))  # the model's replies masked then (the judge's go with its verdict)
-    judgement = (Judgement(StoredVerdict(result["judge"]))
-                 if keep_judge and result.get("judge") is not None else None)
-    return Row(index, err.get("locator") or locator, sample, answer=answer, judgement=judgement)
-
-
-def kept_as_is(record: Mapping[str, Any], rejudge: bool) -> bool:
-    """A row that errored where no score can be made from what is stored (reading, template,
-    inference; the judge, unless it runs again)."""
-    err = (record.get("eval_result") or {}).get("error")
-    if not err:
-        return False
-    stage = err.get("stage")
-    return not (stage == "metric" or (stage == "judge" and rejudge and record.get("predict_result")))
 
 
 class Rescore:
