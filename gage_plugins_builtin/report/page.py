@@ -319,7 +319,7 @@ def report_data(run_dirs: Sequence[Path | str], out_dir: Path, summaries: Mappin
     """Everything the page shows, from the run folders (the first is the reference column),
     except the samples: each sample's compact JSON goes to ``spool`` (a text file), one per
     line, so memory stays flat however many samples the runs hold."""
-    warn = warn or _warn
+    warn = warn or print_warning
     dirs = [Path(d) for d in run_dirs]
     images = _Images(out_dir)
     runs = []
@@ -448,5 +448,5 @@ def render_report(run_dirs: Sequence[Path | str], out: Path | str,
 _DATA_ELEMENT = '<script type="application/json" id="report-data"></script>'
 
 
-def _warn(msg: str) -> None:
+def print_warning(msg: str) -> None:
     print(f"gage-eval: warning: {msg}", file=sys.stderr)

@@ -2,11 +2,11 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
 
-from gage_eval.api import GageError, RunStart, Writer
+from gage_eval.api import GageError, Writer, events
 
-from gage_plugins_builtin.report.page import _warn, render_report
+from gage_plugins_builtin.report.page import print_warning, render_report
 
 
 class ReportWriter(Writer):
@@ -16,11 +16,10 @@ class ReportWriter(Writer):
 
     name = "report"
 
-    def __init__(self, warn: Callable[[str], None] | None = None):
-        self.run_dir: Path | None = None
-        self._warn = warn or _warn
+    def __init__(self) -> None:
+        self.run_dir: Path | None = None  # known at start(); None: the run's option is off
 
-    def start(self, run: RunStart) -> None:
+    def start(self, run: events.RunStart) -> None:
         if run.options.get("report", True) is not False:
             self.run_dir = Path(run.run_dir)
 
@@ -28,7 +27,7 @@ class ReportWriter(Writer):
         if self.run_dir is None:
             return
         try:
-            render_report([self.run_dir], self.run_dir / "report.html", {self.run_dir: summary}, self._warn)
+            render_report([self.run_dir], self.run_dir / "report.html", {self.run_dir: summary}, print_warning)
         except (Exception, KeyboardInterrupt) as exc:  # the summary is written: never lose the run for a page
             why = str(exc) if isinstance(exc, GageError) else f"{type(exc).__name__}: {exc}"
-            self._warn(f"report.html was not written ({why}); `gage-eval report {self.run_dir}` writes it later")
+            print_warning(f"report.html was not written ({why}); `gage-eval report {self.run_dir}` writes it later")

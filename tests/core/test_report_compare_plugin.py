@@ -104,3 +104,9 @@ def test_default_is_for_writers_only(disable_plugins):
     disable_plugins("builtin")
     with pytest.raises(GageError, match="plugin 'mine', metric 'mine/metric': default=True is for writers only"):
         _registry(DefaultMetric())
+
+
+def test_the_report_writer_takes_no_arguments():
+    _, registry = load_plugins()
+    with pytest.raises(GageError, match="--writer report"):
+        plugin_writers(registry, ["report:title=x"])
