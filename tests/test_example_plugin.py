@@ -239,7 +239,7 @@ def test_schema_rules(example, monkeypatch):
 def test_scores_csv_writer_holds_errored_rows_until_the_columns_are_known(example, tmp_path):
     import csv
 
-    from gage_eval.api import RunStart, TaskDone
+    from gage_eval.api.events import RunStart, TaskDone
     from gage_eval_plugin_example.writer import ScoresCsv
 
     w = ScoresCsv()

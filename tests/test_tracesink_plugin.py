@@ -246,7 +246,7 @@ def test_a_bad_setting_writes_everything_locally(ts, tmp_path, monkeypatch, caps
     monkeypatch.setenv("GAGE_TRACESINK_URL", "http://127.0.0.1:9/x")
     monkeypatch.setenv("GAGE_TRACESINK_BATCH", "0")
     import gage_eval_plugin_tracesink as plugin
-    from gage_eval.api import RunEnd, RunStart, SampleDone, TaskDone
+    from gage_eval.api.events import RunEnd, RunStart, SampleDone, TaskDone
 
     plugin.gage_run_start(RunStart("r1", tmp_path, ("t",), "dummy"))
     plugin.gage_sample_done(SampleDone("r1", "t", "a", None, {"acc": 1.0}))

@@ -52,8 +52,8 @@ What is here, by what a plugin does with it:
 - how the backends run: :class:`BackendUse`, what ``gage_wrap_backend`` tells a wrapper of a
   run's backend (role, secrets, settings, what may be kept, per-task counts), and
   :class:`Executor`, the contract of an executor ``gage_register_executors`` adds.
-- events: :class:`RunStart`, :class:`SampleDone`, :class:`TaskDone`, :class:`RunEnd`, the
-  frozen objects the event hooks receive.
+- events, the namespace :mod:`events`: ``events.RunStart``, ``events.SampleDone``,
+  ``events.TaskDone``, ``events.RunEnd``, the frozen objects the event hooks receive.
 - run folders: :class:`RunFolder` (a stored run's layout and its strict readers:
   ``config()``, ``inputs()``, ``summary()``, ``records(task)``, the paths of its files), the
   namespace :mod:`pages` for pages written beside runs (``pages.write_page``,
@@ -77,10 +77,9 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # what static tools see; at run time __getattr__ below loads each name on first use
-    from gage_eval.api import loglikelihood, pages, paths, secrets, stats
+    from gage_eval.api import events, loglikelihood, pages, paths, secrets, stats
     from gage_eval.api.backend import (GENERATE, LOGLIKELIHOOD, Backend, ModelOutput, Request, cut_at_stop)
     from gage_eval.api.errors import (FatalBackendError, GageError, OutputError, RowError)
-    from gage_eval.api.events import (RunEnd, RunStart, SampleDone, TaskDone)
     from gage_eval.api.hookspecs import hookimpl
     from gage_eval.api.jsonio import (check_data_file, iter_json_rows)
     from gage_eval.api.judge import (Judge, Verdict)
@@ -121,8 +120,8 @@ __all__ = [
     "Writer", "RunOption",
     # how the backends run: a backend wrapper's view of its role, executors
     "BackendUse", "Executor",
-    # events
-    "RunStart", "SampleDone", "TaskDone", "RunEnd",
+    # events the observer hooks receive, as a namespace: events.RunStart, ...
+    "events",
     # run folders: reading a stored run back; pages written beside runs, as a namespace: pages.write_page(...)
     "RunFolder", "reread_samples", "read_yaml", "pages",
     # statistics, as a namespace: stats.Z95, stats.quantile(...)
@@ -135,7 +134,7 @@ __all__ = [
 _NAMES = {
     "backend": "GENERATE LOGLIKELIHOOD Backend ModelOutput Request cut_at_stop",
     "errors": "FatalBackendError GageError OutputError RowError",
-    "events": "RunEnd RunStart SampleDone TaskDone",
+    "events": "events",
     "hookspecs": "hookimpl",
     "jsonio": "check_data_file iter_json_rows",
     "judge": "Judge Verdict",
