@@ -305,39 +305,14 @@ class RunFolder:
     """One run folder: where each of its files lies, and each read and write of them."""
 
     def __init__(self, path: Path | str):
-        self.path = Path(path)
+        self.path = path = Path(path)
+        # where things lie
+        self.config_file, self.inputs_file = path / CONFIG_FILE, path / INPUTS_FILE
+        self.summary_file, self.events_file = path / SUMMARY_FILE, path / EVENTS_FILE
+        self.lock_file, self.report_file, self.samples_dir = path / LOCK_FILE, path / REPORT_FILE, path / SAMPLES_DIR
 
     def __repr__(self) -> str:
         return f"RunFolder({str(self.path)!r})"
-
-    # where things lie
-    @property
-    def config_file(self) -> Path:
-        return self.path / CONFIG_FILE
-
-    @property
-    def inputs_file(self) -> Path:
-        return self.path / INPUTS_FILE
-
-    @property
-    def summary_file(self) -> Path:
-        return self.path / SUMMARY_FILE
-
-    @property
-    def events_file(self) -> Path:
-        return self.path / EVENTS_FILE
-
-    @property
-    def lock_file(self) -> Path:
-        return self.path / LOCK_FILE
-
-    @property
-    def report_file(self) -> Path:
-        return self.path / REPORT_FILE
-
-    @property
-    def samples_dir(self) -> Path:
-        return self.path / SAMPLES_DIR
 
     def samples_file(self, task: str) -> Path:
         return self.path / SAMPLES_DIR / f"{task}.jsonl"
