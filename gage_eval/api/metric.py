@@ -211,16 +211,16 @@ class TaskAggregate:
         """Each metric's and slice's mean and stderr; with ``seed`` (the run's seed, with the task's
         name) also their 95% intervals, the bootstrap for metric M seeded by ``seed:M`` (and
         ``seed:M:key=value`` for a slice), so each is reproducible on its own."""
-        def sub(*parts: str) -> str | None:
-            return None if seed is None else ":".join((str(seed),) + parts)
-
+        # the seeds are spelled inline, not by a helper: each accumulator's result follows the last
+        # with no call between them (issue 24's row trip counts the moves between files)
         out: dict[str, Any] = {}
         for name, acc in self.metrics.items():
-            out[name] = acc.result(sub(name))
+            out[name] = acc.result(None if seed is None else f"{seed}:{name}")
             if self.cluster_by and name in self.clusters:
                 out[name].update(self.clusters[name].result(), cluster_by=self.cluster_by)
         slices = {
-            key: {value: {name: acc.result(sub(name, f"{key}={value}")) for name, acc in metrics.items()}
+            key: {value: {name: acc.result(None if seed is None else f"{seed}:{name}:{key}={value}")
+                          for name, acc in metrics.items()}
                   for value, metrics in sorted(by_value.items())}
             for key, by_value in sorted(self.slices.items())
         }
