@@ -244,7 +244,7 @@ def test_num_fewshot_refuses_negative(run_cli, tmp_path):
 
 
 def test_device_becomes_the_model_argument():
-    from gage_eval.cli.run import build_options
+    from gage_eval.cli.settings import build_options
 
     def opts(**kw):
         base = dict(tasks="piqa", model="transformers", model_args=None, judge_model=None, judge_args=None,

@@ -197,7 +197,7 @@ def test_ctrl_c_while_the_model_loads_writes_a_summary(tmp_path, smollm2_gguf):
 
 def test_the_resume_command_asks_for_secrets_again_without_showing_them():
     from gage_eval.engine.loop import RunOptions
-    from gage_eval.cli.run import resume_command
+    from gage_eval.cli.resume import resume_command
 
     options = RunOptions(tasks=["a"], model="openai", judge_args={"api_key": "sk-live-123", "model": "j"},
                          model_args={"base_url": "http://h/v1", "header_Authorization": "Bearer tok-9"})

@@ -9,7 +9,7 @@ import pytest
 
 from gage_eval.api import hookimpl
 from gage_eval.api.errors import GageError
-from gage_eval.cli.run import build_options
+from gage_eval.cli.settings import build_options
 from gage_plugins_builtin.backends.dummy import DummyBackend
 
 SECRET = "sk-test-0123456789abcdef"

@@ -1,0 +1,154 @@
+"""The run config file (``--config run.yaml``): models by role, tasks with overrides and the run's
+settings, each key checked (unknown keys, types, ranges) and ``${VAR}`` references read from the
+environment."""
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+from gage_eval.api.errors import GageError
+from gage_eval.cli.conventions import check_gen_kwargs, parse_limit
+
+CONFIG_KEYS = {"models", "tasks", "limit", "batch_size", "seed", "output_dir", "fail_fast", "include_paths", "data",
+               "max_error_rate", "allow_paths", "allow_urls", "system_prompt", "gen_kwargs", "num_fewshot",
+               "fewshot_as_multiturn", "apply_chat_template", "strip_reasoning", "writers", "cache", "shard", "executor", "ray_address", "max_samples", "shuffle", "shuffle_seed"}
+ROLE_KEYS = {"backend", "args"}
+TASK_OVERRIDE_KEYS = {"name", "limit", "max_samples", "shuffle", "shuffle_seed", "metrics", "generation", "data"}
+
+
+def read_run_config(path: str, plugin_keys: Any = ()) -> dict:
+    """A run config file: models by role (dut, judge), tasks with overrides. Unknown keys are errors;
+    ``plugin_keys``: the keys of the plugins' run options (their values are checked later)."""
+    from gage_eval.api.yamlio import read_yaml  # strict: duplicate keys, alias bombs, encodings: GageErrors
+
+    p = Path(path)
+    data = read_yaml(p) or {}
+    if not isinstance(data, dict):
+        raise GageError(f"{p}: expected a mapping at the top level")
+    known = CONFIG_KEYS | set(plugin_keys)
+    unknown = set(data) - known
+    if unknown:
+        raise GageError(f"{p}: unknown key(s) {', '.join(sorted(unknown))}; known: {', '.join(sorted(known))}")
+    for key, kind, what in (("models", dict, "a mapping of roles (dut, judge)"), ("tasks", list, "a list of tasks"),
+                            ("include_paths", list, "a list of folders")):
+        if data.get(key) is not None and not isinstance(data[key], kind):
+            raise GageError(f"{p}: key '{key}': expected {what}, got {type(data[key]).__name__}")
+    for role, spec in (data.get("models") or {}).items():
+        if role not in ("dut", "judge"):
+            raise GageError(f"{p}: key 'models.{role}': roles are 'dut' and 'judge'")
+        if (not isinstance(spec, dict) or not isinstance(spec.get("backend"), str) or set(spec) - ROLE_KEYS
+                or not isinstance(spec.get("args") or {}, dict)):
+            raise GageError(f"{p}: key 'models.{role}': expected {{backend: NAME, args: {{...}}}}")
+    if not all(isinstance(x, str) for x in data.get("include_paths") or []):
+        raise GageError(f"{p}: key 'include_paths': expected a list of folders")
+    for role, spec in (data.get("models") or {}).items():
+        spec["args"] = _env_refs(spec.get("args") or {}, f"{p}: key 'models.{role}.args")
+    _check_values(p, data)
+    for i, task in enumerate(data.get("tasks") or []):
+        if isinstance(task, dict):
+            bad = set(task) - TASK_OVERRIDE_KEYS
+            if "name" not in task or bad:
+                raise GageError(f"{p}: key 'tasks.{i}': expected name plus any of "
+                                f"{', '.join(sorted(TASK_OVERRIDE_KEYS - {'name'}))}"
+                                + (f"; unknown: {', '.join(sorted(bad))}" if bad else ""))
+            _check_override(p, f"tasks.{i}", task)
+        elif not isinstance(task, str):
+            raise GageError(f"{p}: key 'tasks.{i}': expected a task name or a mapping")
+    return data
+
+
+ENV_REF = re.compile(r"\$\{([A-Za-z_]\w*)(?::-([^}]*))?\}")
+
+
+def _env_refs(value: Any, where: str) -> Any:
+    """``value`` with each ``${VAR}`` / ``${VAR:-default}`` read from the environment now, so that a
+    run config (``gage-eval convert`` writes one) names a secret rather than holding it."""
+    if isinstance(value, dict):
+        return {k: _env_refs(v, f"{where}.{k}") for k, v in value.items()}
+    if isinstance(value, list):
+        return [_env_refs(v, where) for v in value]
+    if not isinstance(value, str) or "${" not in value:
+        return value
+
+    def one(m: re.Match) -> str:
+        got = os.environ.get(m.group(1))
+        if m.group(2) is not None:
+            return got or m.group(2)
+        if got is None:
+            raise GageError(f"{where}': ${{{m.group(1)}}} names an environment variable that is not set")
+        return got
+    return ENV_REF.sub(one, value)
+
+
+def _check_values(p: Path, data: dict) -> None:
+    """The run config's scalar and list keys: their types and ranges (parsed values replace raw ones)."""
+    for key in ("seed", "num_fewshot"):
+        value = data.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+            raise GageError(f"{p}: key '{key}': expected a whole number, got {value!r}")
+    _check_sampling(p, "", data)
+    if data.get("gen_kwargs") is not None:
+        data["gen_kwargs"] = check_gen_kwargs(data["gen_kwargs"], f"{p}: key 'gen_kwargs'")
+    if data.get("system_prompt") is not None and not (isinstance(data["system_prompt"], str)
+                                                      and data["system_prompt"]):
+        raise GageError(f"{p}: key 'system_prompt': expected a non-empty text, got {data['system_prompt']!r}")
+    size = data.get("batch_size")
+    if size is not None and size != "auto" and (isinstance(size, bool) or not isinstance(size, int) or size < 1):
+        raise GageError(f"{p}: key 'batch_size': expected a number or 'auto', got {size!r}")
+    rate = data.get("max_error_rate")
+    if rate is not None and (isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0 <= rate <= 1):
+        raise GageError(f"{p}: key 'max_error_rate': expected a number from 0 to 1, got {rate!r}")
+    paths = data.get("allow_paths")
+    if paths is not None and not (isinstance(paths, list) and all(isinstance(x, str) for x in paths)):
+        raise GageError(f"{p}: key 'allow_paths': expected a list of folders")
+    for key in ("allow_urls", "fail_fast", "fewshot_as_multiturn", "apply_chat_template", "strip_reasoning"):
+        if data.get(key) is not None and not isinstance(data[key], bool):
+            raise GageError(f"{p}: key '{key}': expected true or false, got {data[key]!r}")
+    if data.get("cache") is not None and not (isinstance(data["cache"], str) and data["cache"]):
+        raise GageError(f"{p}: key 'cache': expected a folder path")
+    if data.get("data") is not None and not isinstance(data["data"], dict):
+        raise GageError(f"{p}: key 'data': expected a mapping TASK: PATH")
+    writers = data.get("writers")
+    if writers is not None and not (isinstance(writers, list) and all(isinstance(w, str) and w for w in writers)):
+        raise GageError(f"{p}: key 'writers': expected a list of writer names (NAME or NAME:key=value,...)")
+
+
+def _check_sampling(p: Path, where: str, data: dict) -> None:
+    """``limit`` (``max_samples``, spec 004's name for a whole number of rows, is the same
+    setting: it becomes ``limit``), ``shuffle`` and ``shuffle_seed``, at the top or in a task."""
+    if data.get("limit") is not None:
+        data["limit"] = parse_limit(data["limit"], f"{p}: key '{where}limit'")
+    if data.get("max_samples") is not None:
+        n = parse_max_samples(data["max_samples"], f"{p}: key '{where}max_samples'")
+        if data.get("limit") is not None and data["limit"] != n:
+            raise GageError(f"{p}: keys '{where}limit' ({data['limit']}) and '{where}max_samples' ({n}) are one "
+                            f"setting (max_samples is spec 004's name for limit); give one")
+        data["limit"] = n
+    data.pop("max_samples", None)
+    if data.get("shuffle") is not None and not isinstance(data["shuffle"], bool):
+        raise GageError(f"{p}: key '{where}shuffle': expected true or false, got {data['shuffle']!r}")
+    seed = data.get("shuffle_seed")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
+        raise GageError(f"{p}: key '{where}shuffle_seed': expected a whole number, got {seed!r}")
+
+
+def parse_max_samples(value: Any, where: str) -> int:
+    """``--max-samples`` / ``max_samples``: a whole number of rows (1 or more) per task."""
+    n = parse_limit(value, where)
+    if not isinstance(n, int):
+        shown = f"{where} {value}" if where.startswith("--") else f"{where}: {value}"
+        raise GageError(f"{shown}: expected a whole number of rows, 1 or more (a fraction of the rows is --limit's)")
+    return n
+
+
+def _check_override(p: Path, where: str, task: dict) -> None:
+    _check_sampling(p, f"{where}.", task)
+    if task.get("metrics") is not None and not (isinstance(task["metrics"], list) and task["metrics"]):
+        raise GageError(f"{p}: key '{where}.metrics': expected a non-empty list of metric names or "
+                        f"{{name, as, args}} mappings")
+    if task.get("generation") is not None and not isinstance(task["generation"], dict):
+        raise GageError(f"{p}: key '{where}.generation': expected a mapping (max_new_tokens, temperature, ...)")
+    if task.get("data") is not None and not isinstance(task["data"], str):
+        raise GageError(f"{p}: key '{where}.data': expected a path")
