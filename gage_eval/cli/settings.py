@@ -36,7 +36,9 @@ def build_options(*, quiet, command, tasks=None, model=None, model_args=None, ju
     task_names, overrides = _task_entries(cfg, tasks, limit, shuffle)
     shuffle, shuffle_seed = _shuffle(cfg, overrides, shuffle, shuffle_seed, seed)
     file_data = {**(cfg.get("data") or {}), **{k: v["data"] for k, v in overrides.items() if v.get("data")}}
-    data_map = {**{k: v for k, v in file_data.items() if k in task_names}, **parse_data_overrides(data)}
+    flagged = parse_data_overrides(data)
+    data_map = {**{k: v for k, v in file_data.items() if k in task_names}, **flagged}
+    _check_data_paths({k: v for k, v in data_map.items() if k in task_names}, flagged, config_file)
     if system_prompt is not None and not system_prompt:
         raise GageError("--system-prompt: empty; leave it out to keep the task's own prompts")
     models = cfg.get("models") or {}
@@ -220,6 +222,15 @@ def _with_device(model: str, args: dict, device: str, explicit: bool) -> dict:
     if explicit and "device" in args and str(args["device"]) != device:
         raise GageError(f"--device {device} and --model-args device={args['device']} disagree; give one")
     return {**args, "device": device}
+
+
+def _check_data_paths(data_map: dict, flagged: dict, config_file: str | None) -> None:
+    """A data path that is not there is a usage error now, before any model loads or run folder is made
+    (a task named only through its group is checked when its folder is read: the run resolves groups)."""
+    for task, path in data_map.items():
+        if not os.path.exists(os.path.expanduser(str(path))):
+            where = f"--data {task}={path}" if task in flagged else f"{config_file}: the data of task {task!r}"
+            raise GageError(f"{where}: {path} does not exist (no such file or folder)")
 
 
 def _batch_size(text: str) -> int | str:
