@@ -189,6 +189,8 @@ def gage_register_options(register):
 
 @hookimpl
 def gage_register_writers(register):
+    # instances/ (Every Eval Ever records) also for a merged run; report.html only for a run
+    register("instances", lazy(P + "eee.writer:InstancesWriter", merged=True), default=True)
     register("report", lazy(P + "report.writer:ReportWriter"), default=True)
 
 

@@ -41,8 +41,7 @@ from gage_eval.engine.scoring import written_record
 from gage_eval.engine.summary import build_summary
 from gage_eval.engine.row import Row
 from gage_eval.engine.taskrun import TaskRun, make_backends, resolve_tasks
-from gage_eval.runfolder.writers import (InstancesWriter, SamplesWriter, SummaryWriter, WriterSet, plugin_writers,
-                               writer_secrets)
+from gage_eval.runfolder.writers import SamplesWriter, SummaryWriter, WriterSet, plugin_writers, writer_secrets
 
 __all__ = ["Engine", "RunOptions", "TaskRun"]
 
@@ -64,7 +63,7 @@ class Engine:
         self.allowed_dirs = tuple(Path(p).expanduser().resolve() for p in options.allow_paths)
         self.samples = SamplesWriter(run_dir)
         use_reread(reread_samples)  # what a writer (the report) reads a stored run's rows again with
-        self.writers = WriterSet([self.samples, InstancesWriter(run_dir), SummaryWriter(run_dir)],
+        self.writers = WriterSet([self.samples, SummaryWriter(run_dir)],
                                  plugin_writers(self.registry, list(options.writers)),
                                  warn=lambda msg: print(f"gage-eval: warning: {self._clean(msg)}", file=sys.stderr))
 

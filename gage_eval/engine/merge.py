@@ -128,7 +128,7 @@ def merge(run_dirs: list[Path], out: Path, command: str = "") -> dict:
     """Write the merged run folder ``out``; returns its summary."""
     from gage_eval.plugins import load_plugins
     from gage_eval.engine.taskrun import TaskRun, resolve_tasks
-    from gage_eval.runfolder.writers import InstancesWriter, SamplesWriter, SummaryWriter, WriterSet
+    from gage_eval.runfolder.writers import SamplesWriter, SummaryWriter, WriterSet, plugin_writers
 
     shards = check_shards(run_dirs)
     _check_output(out, [d for d, *_ in shards])
@@ -140,7 +140,7 @@ def merge(run_dirs: list[Path], out: Path, command: str = "") -> dict:
     try:
         RunFolder(tmp).write_config(redact(options.as_dict()))
         RunFolder(tmp).write_inputs(inputs)
-        writers = WriterSet([SamplesWriter(tmp), InstancesWriter(tmp)], [])
+        writers = WriterSet([SamplesWriter(tmp)], plugin_writers(registry, [], merged=True))
         model = first_summary["run"].get("model") or {}
         writers.start(RunStart(out.name, tmp, tuple(options.tasks), options.model, model.get("model_id", ""), False,
                                         options.plugin_options))

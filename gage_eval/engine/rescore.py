@@ -181,7 +181,7 @@ class Rescore:
     def run(self) -> dict:
         from gage_eval.plugins import plugin_versions
         from gage_eval.engine.summary import build_summary
-        from gage_eval.runfolder.writers import InstancesWriter, SamplesWriter, SummaryWriter, WriterSet, plugin_writers
+        from gage_eval.runfolder.writers import SamplesWriter, SummaryWriter, WriterSet, plugin_writers
 
         wall0 = time.perf_counter()
         runs = self._task_runs()
@@ -204,7 +204,7 @@ class Rescore:
         for tr in runs:
             if tr.failure:
                 events.emit("task_failed", task=tr.name, message=self._clean(tr.failure))
-        writers = WriterSet([SamplesWriter(self.new_dir), InstancesWriter(self.new_dir), SummaryWriter(self.new_dir)],
+        writers = WriterSet([SamplesWriter(self.new_dir), SummaryWriter(self.new_dir)],
                             plugin_writers(self.registry, []))  # the default ones (report.html) as a run has them
         start = RunStart(run_id, self.new_dir, tuple(self.new.tasks), self.new.model, model.model_id, False,
                          self.new.plugin_options)
