@@ -308,7 +308,10 @@ def cli(ctx, tasks, debug, **flags):
     from gage_eval.cli.run import run_from_cli
 
     if not tasks and not flags["resume"] and not flags["config_file"]:
-        click.echo(ctx.get_help())
+        if any(v is not None and v is not False and v != () for v in flags.values()):
+            raise GageError("no task to run: name them with --tasks (see `gage-eval tasks`), "
+                            "or continue a run with --resume RUN_DIR")
+        click.echo(ctx.get_help())  # a bare `gage-eval`
         return
     # each option under its run_from_cli / build_options name; repeatable ones as lists
     run_from_cli(tasks=",".join(tasks) or None,
