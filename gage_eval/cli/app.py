@@ -263,8 +263,6 @@ def _interrupted(interrupt: KeyboardInterrupt) -> None:
 @click.option("--drop-writer", "drop_writers", multiple=True, metavar="NAME",
               help="Leave out a writer the run names (the run config's, or on --resume the stored run's): for a "
                    "plugin writer that fails on every resume. Repeatable; kept out of later resumes.")
-@click.option("--cache", "cache", default=None, metavar="DIR",
-              help="Reuse model responses stored in DIR (one SQLite file) and store new ones there.")
 @click.option("--shard", default=None, metavar="I/N",
               help="Run only shard I of N (0-based): the rows whose sample id hashes there. Each shard is an "
                    "ordinary run; `gage-eval merge` joins them.")
@@ -272,9 +270,6 @@ def _interrupted(interrupt: KeyboardInterrupt) -> None:
               help="Where the model runs: in this process (local, the default) or through an executor a plugin "
                    "registers (`gage-eval plugins` lists them; the builtin ray runs replicas on a Ray cluster: "
                    "--model-args replicas=N,num_cpus=C,num_gpus=G each).")
-@click.option("--ray-address", default=None, metavar="ADDR",
-              help="With --executor ray: the Ray cluster to join (e.g. ray://head:10001 or auto); without it a "
-                   "local Ray instance starts.")
 @click.option("--seed", type=int, default=None, help="Seed for sampling and for deterministic fallbacks.")
 @click.option("--resume", type=click.Path(file_okay=False), default=None,
               help="Continue an interrupted run in this run folder (its settings are reused).")

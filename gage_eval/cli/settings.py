@@ -23,7 +23,7 @@ def build_options(*, quiet, command, tasks=None, model=None, model_args=None, ju
                   batch_size=None, limit=None, output_dir=None, run_id=None, include_paths=(), data=(),
                   config_file=None, seed=None, fail_fast=False, max_error_rate=None, allow_paths=(),
                   allow_urls=False, device=None, system_prompt=None, gen_kwargs=None, num_fewshot=None,
-                  fewshot_as_multiturn=None, apply_chat_template=None, strip_reasoning=False, writers=(), cache=None, shard=None, executor=None, ray_address=None, max_samples=None,
+                  fewshot_as_multiturn=None, apply_chat_template=None, strip_reasoning=False, writers=(), shard=None, executor=None, max_samples=None,
                   shuffle=None, shuffle_seed=None, **plugin_flags: Any) -> RunOptions:
     """The run's settings: the command line's flags over the run config file's keys over the
     environment variables (:mod:`gage_eval.config.defaults`) over the defaults (a default here: not given).
@@ -72,10 +72,8 @@ def build_options(*, quiet, command, tasks=None, model=None, model_args=None, ju
         strip_reasoning=strip_reasoning or bool(cfg.get("strip_reasoning")),
         writers=writer_specs([*(cfg.get("writers") or []), *writers]),
         plugin_options=plugin_options,
-        cache=_absolute(cache) if cache else (_config_folder(config_file, cfg["cache"]) if cfg.get("cache") else None),
         shard=parse_shard(shard) if shard is not None else parse_shard(cfg.get("shard"), f"{config_file}: key 'shard'"),
         executor=_executor(executor or cfg.get("executor") or "local", config_file if not executor else None),
-        ray_address=ray_address or cfg.get("ray_address") or None,
         quiet=quiet,
         command=command,
         config_file=_absolute(config_file) if config_file else None,
