@@ -119,7 +119,10 @@ def _register_all(register: Callable[[str, Callable[..., Any]], None], table: di
 
 @hookimpl
 def gage_register_loaders(register):
-    _register_all(register, LOADERS)
+    from gage_plugins_builtin import localdata  # (light: which local files each loader reads, for --data)
+
+    register("jsonl", lazy(LOADERS["jsonl"], for_path=localdata.jsonl_for_path, suffixes=localdata.JSONL_SUFFIXES))
+    register("hf", lazy(LOADERS["hf"], for_path=localdata.hf_for_path, suffixes=localdata.DATA_SUFFIXES))
 
 
 @hookimpl

@@ -289,9 +289,9 @@ def cli(ctx, tasks, debug, **flags):
 
     \b
     Examples:
-      gage-eval --tasks piqa --limit 20            # the bundled SmolLM2 on 20 real PIQA rows
-      gage-eval --tasks piqa --model dummy
-      gage-eval --tasks piqa --data piqa=validation.jsonl --model transformers --model-args pretrained=DIR
+      gage-eval --tasks piqa --limit 20            # the default model on 20 real PIQA rows
+      gage-eval --tasks piqa --model NAME --model-args KEY=VALUE,...   # a backend `gage-eval plugins` lists
+      gage-eval --tasks piqa --data piqa=validation.jsonl              # your own copy of the rows
       gage-eval --tasks piqa --dry-run             # the prompts, without loading the model
       gage-eval tasks | plugins | validate FILE --schema sample
 

@@ -334,7 +334,7 @@ def resolve_tasks(options: RunOptions, registry: Registry) -> list[tuple[TaskSpe
             spec = read_task_file(src.folder, src.origin, src.params)
             if name in options.data:
                 split = (spec.dataset.get("args") or {}).get("split")
-                spec = with_dataset(spec, dataset_for_path(options.data[name], split))
+                spec = with_dataset(spec, dataset_for_path(options.data[name], split, registry))
             if options.task_overrides.get(name):
                 spec = _with_overrides(spec, options.task_overrides[name], options.config_file)
         except GageError as exc:

@@ -174,9 +174,10 @@ def test_data_takes_a_save_to_disk_folder(tmp_path, run_cli, monkeypatch, no_pac
         assert f"task piqa: rows from --data {given}" in result.output
         samples = [json.loads(line) for line in (out / given.name / "samples" / "piqa.jsonl").read_text().splitlines()]
         assert samples[1]["messages"][0]["content"][0]["text"] == "goal 1"
+    from gage_eval.plugins import load_plugins
     from gage_eval.tasks.spec import dataset_for_path
 
-    dataset = dataset_for_path(str(tmp_path), "validation")
+    dataset = dataset_for_path(str(tmp_path), "validation", load_plugins()[1])
     assert dataset == {"loader": "hf", "args": {"path": str(tmp_path), "split": "validation"}}
     loader = HFLoader(**dataset["args"])
     assert [loc for loc, _ in loader] == [f"{folder}[{i}]" for i in range(3)]
