@@ -135,11 +135,16 @@ class WriterSet:
         self._warn = warn or (lambda msg: print(f"gage-eval: warning: {msg}", file=sys.stderr))
 
     def _each(self, method: str, *args: Any, skip: int = 0) -> None:
+        no_op = getattr(Writer, method)  # a writer that keeps the contract's do-nothing default is not called
         for writer in self.core[skip:]:
-            getattr(writer, method)(*args)
+            call = getattr(writer, method)
+            if getattr(call, "__func__", None) is not no_op:
+                call(*args)
         for writer in list(self.plugins):
             try:  # each its own copy: what a plugin changes reaches no count, file or other writer
-                getattr(writer, method)(*[plugin_copy(a) for a in args])
+                call = getattr(writer, method)
+                if getattr(call, "__func__", None) is not no_op:  # (nor copied for: a copy a record is not free)
+                    call(*[plugin_copy(a) for a in args])
             except PLUGIN_FAULTS as exc:  # a bug, a full disk, sys.exit: its output is rebuilt by a resume
                 self.plugins.remove(writer)
                 why = fault_text(exc)
