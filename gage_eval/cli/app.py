@@ -246,6 +246,9 @@ def _interrupted(interrupt: KeyboardInterrupt) -> None:
                    "seed, do_sample, stop (stop=TEXT or stop=[\"A\",\"B\"]).")
 @click.option("--num-fewshot", type=click.IntRange(min=0), default=None,
               help="Few-shot examples per prompt, drawn (seeded) from the task's few-shot source.")
+@click.option("--fewshot-data", "fewshot_data", multiple=True, metavar="TASK=PATH",
+              help="Draw TASK's --num-fewshot examples from a local file or folder of solved rows (read like "
+                   "--data) instead of the task's few-shot source; repeatable.")
 @click.option("--fewshot-as-multiturn/--no-fewshot-as-multiturn", default=None,
               help="Few-shot examples as chat turns, or all in one user turn (default: chat turns whenever "
                    "the chat template is on, as lm-eval does).")
