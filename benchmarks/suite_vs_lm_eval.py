@@ -99,6 +99,7 @@ def lm_eval_yaml(tasks_dir: Path, task: str) -> Path:
 
 
 def data_files(hf: tuple) -> list[Path]:
+    import gage_eval.plugins  # noqa: F401  (hands the registered data packages to the lookup)
     from gage_plugins_builtin import datasources
 
     os.environ.pop("GAGE_EVAL_DATA_PACKAGES", None)
