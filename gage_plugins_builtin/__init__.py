@@ -39,6 +39,7 @@ P = "gage_plugins_builtin."
 LOADERS = {
     "jsonl": P + "loaders:JsonlLoader",
     "hf": P + "loaders:HFLoader",
+    "text": P + "loaders:TextLoader",  # .txt files, a document each (perplexity tasks)
 }
 PREPROCESSORS = {
     "identity": P + "preprocessors:Identity",
@@ -58,6 +59,9 @@ PREPROCESSORS = {
     "winogrande": P + "suite_choice:Winogrande",
     "copa": P + "suite_choice:Copa",
     "fixed_choices": P + "suite_choice:FixedChoices",
+    # -- perplexity (loglikelihood_rolling): documents scored whole --
+    "document": P + "perplexity:Document",
+    "wikitext": P + "perplexity:Wikitext",
 }
 BACKENDS = {
     "dummy": P + "backends.dummy:DummyBackend",
@@ -79,6 +83,10 @@ METRICS = {
     "acc_mutual_info": P + "metrics.mutual_info:MutualInfoAccuracy",
     "f1": P + "metrics.corpus_f1:F1",  # one score over all rows (cb, mrpc)
     "macro_f1": P + "metrics.corpus_f1:MacroF1",
+    # one score from every document's log-likelihood and counts (perplexity tasks)
+    "word_perplexity": P + "metrics.perplexity:WordPerplexity",
+    "byte_perplexity": P + "metrics.perplexity:BytePerplexity",
+    "bits_per_byte": P + "metrics.perplexity:BitsPerByte",
     "latency": P + "metrics.stats:Latency",
     "text_length": P + "metrics.stats:TextLength",
     # -- multimodal (mmmu, docvqa) --

@@ -19,10 +19,11 @@ What is here, by what a plugin does with it:
   (``gage_eval.api.hookspecs`` documents them).
 - backends: :class:`Backend` (with its declared attributes ``name``, ``capabilities``,
   ``max_batch``, ``model_id``, ``open_note``), :class:`Request`, :class:`ModelOutput`, the
-  request kinds :data:`GENERATE` and :data:`LOGLIKELIHOOD`, :func:`cut_at_stop`, and the
+  request kinds :data:`GENERATE`, :data:`LOGLIKELIHOOD` and :data:`LOGLIKELIHOOD_ROLLING`,
+  :func:`cut_at_stop`, and the
   log-likelihood helpers every scoring backend shares (:func:`encode_pair`,
   :func:`encode_choices`, :func:`tokenizer_encoder`, :func:`prefix_token_id`,
-  :func:`request_context`, :class:`TokenPair`, ``Encode``; also reachable as the namespace
+  :func:`request_context`, :func:`rolling_windows`, :class:`TokenPair`, ``Encode``; also reachable as the namespace
   :mod:`loglikelihood`, as in ``loglikelihood.encode_pair(...)``).
 - judges: :class:`Judge`, :class:`Verdict`, and :class:`Template` (the sandboxed Jinja
   template tasks use; a judge's prompt template renders through it).
@@ -62,7 +63,8 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # what static tools see; at run time __getattr__ below loads each name on first use
     from gage_eval.api import loglikelihood
-    from gage_eval.api.backend import (GENERATE, LOGLIKELIHOOD, Backend, ModelOutput, Request, cut_at_stop)
+    from gage_eval.api.backend import (GENERATE, LOGLIKELIHOOD, LOGLIKELIHOOD_ROLLING, Backend, ModelOutput, Request,
+                                       cut_at_stop)
     from gage_eval.api.errors import (FatalBackendError, GageError, OutputError, RowError)
     from gage_eval.api.events import (RunEnd, RunStart, SampleDone, TaskDone)
     from gage_eval.api.hookspecs import hookimpl
@@ -70,7 +72,7 @@ if TYPE_CHECKING:  # what static tools see; at run time __getattr__ below loads 
     from gage_eval.api.judge import (Judge, Verdict)
     from gage_eval.api.loader import (Loader, Preprocessor, SampleIdentity)
     from gage_eval.api.loglikelihood import (Encode, TokenPair, encode_choices, encode_pair, prefix_token_id,
-                                             request_context, tokenizer_encoder)
+                                             request_context, rolling_windows, tokenizer_encoder)
     from gage_eval.api.metric import (Metric, MetricContext, metric_value)
     from gage_eval.api.paths import (REMOTE_SCHEMES, base_folder, checked_url, context_for, data_path)
     from gage_eval.api.secrets import (REDACTED, is_secret_key, is_secret_query_name, mask, masked_url,
@@ -88,10 +90,11 @@ __all__ = [
     # registering
     "hookimpl",
     # backends
-    "Backend", "Request", "ModelOutput", "GENERATE", "LOGLIKELIHOOD", "cut_at_stop",
+    "Backend", "Request", "ModelOutput", "GENERATE", "LOGLIKELIHOOD", "LOGLIKELIHOOD_ROLLING",
+    "cut_at_stop",
     # log-likelihood helpers
     "loglikelihood", "Encode", "TokenPair", "encode_pair", "encode_choices", "tokenizer_encoder",
-    "prefix_token_id", "request_context",
+    "prefix_token_id", "request_context", "rolling_windows",
     # judges and templates
     "Judge", "Verdict", "Template",
     # metrics
@@ -116,7 +119,7 @@ __all__ = [
 
 # the module of this package each name comes from (``loglikelihood`` is also the module itself)
 _NAMES = {
-    "backend": "GENERATE LOGLIKELIHOOD Backend ModelOutput Request cut_at_stop",
+    "backend": "GENERATE LOGLIKELIHOOD LOGLIKELIHOOD_ROLLING Backend ModelOutput Request cut_at_stop",
     "errors": "FatalBackendError GageError OutputError RowError",
     "events": "RunEnd RunStart SampleDone TaskDone",
     "hookspecs": "hookimpl",
@@ -124,7 +127,7 @@ _NAMES = {
     "judge": "Judge Verdict",
     "loader": "Loader Preprocessor SampleIdentity",
     "loglikelihood": ("loglikelihood Encode TokenPair encode_choices encode_pair prefix_token_id "
-                      "request_context tokenizer_encoder"),
+                      "request_context rolling_windows tokenizer_encoder"),
     "metric": "Metric MetricContext metric_value",
     "paths": "REMOTE_SCHEMES base_folder checked_url context_for data_path",
     "secrets": ("REDACTED is_secret_key is_secret_query_name mask masked_url query_secrets redact scrub "

@@ -270,6 +270,8 @@ def dataset_for_path(path: str, split: str | None = None) -> dict:
         raise GageError(f"--data: {path}: {special}; give a data file or a folder of them")
     if p.is_file() and p.suffix in (".jsonl", ".json"):  # read strictly, as validate does
         return {"loader": "jsonl", "args": {"path": str(p.resolve())}}
+    if p.suffix == ".txt" or (p.is_dir() and any(p.glob("*.txt")) and not any(p.glob("*.jsonl"))):
+        return {"loader": "text", "args": {"path": str(p.resolve())}}  # plain text: a document a file
     if p.is_dir() and _saved_dataset(p):
         # a Hugging Face save_to_disk folder (or a folder of them, one per split): the hf loader reads it
         return {"loader": "hf", "args": {"path": str(p.resolve()), "split": split or "train"}}
@@ -296,7 +298,8 @@ def dataset_for_path(path: str, split: str | None = None) -> dict:
                                          "split": "train", "streaming": True}}
     fmt = {".json": "json", ".csv": "csv", ".parquet": "parquet"}.get(p.suffix)
     if fmt is None:
-        raise GageError(f"--data: {path}: unsupported file type {p.suffix!r} (use .jsonl, .json, .csv or .parquet)")
+        raise GageError(f"--data: {path}: unsupported file type {p.suffix!r} (use .jsonl, .json, .csv, .parquet "
+                       f"or .txt)")
     return {"loader": "hf", "args": {"path": fmt, "data_files": [str(p.resolve())], "split": "train",
                                      "streaming": True}}
 
