@@ -62,6 +62,8 @@ PREPROCESSORS = {
     # -- perplexity (loglikelihood_rolling): documents scored whole --
     "document": P + "perplexity:Document",
     "wikitext": P + "perplexity:Wikitext",
+    # -- the standard suite's open answers (triviaqa, nq_open) --
+    "open_qa": P + "suite_gen:OpenQA",
 }
 BACKENDS = {
     "dummy": P + "backends.dummy:DummyBackend",
