@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -71,8 +72,8 @@ class TextLoader(Loader):
     """Plain text: a ``.txt`` file is one row, ``{"text": its whole content, "file": its name}``;
     a folder gives one such row per ``.txt`` file in it (sorted by path, sub-folders included).
 
-    The text is kept exactly as written (line ends included). A file that is not UTF-8 is a
-    row error naming it, so it is reported and counted.
+    The text is kept exactly as written (line ends included; a UTF-8 byte-order mark dropped). A
+    file that is not UTF-8, or not a regular file, is a row error naming it, reported and counted.
     """
 
     def __init__(self, path: str, base_dir: str | None = None):
@@ -94,7 +95,10 @@ class TextLoader(Loader):
         for file in self._files:
             name = str(file.relative_to(self.data_dir)) if self.path.is_dir() else file.name
             try:
-                text = file.read_bytes().decode("utf-8")
+                if not stat.S_ISREG(file.stat().st_mode):  # a FIFO or device would block or never end
+                    yield str(file), RowError("not a regular file")
+                    continue
+                text = file.read_bytes().removeprefix(b"\xef\xbb\xbf").decode("utf-8")
             except UnicodeDecodeError as exc:
                 yield str(file), RowError(f"not UTF-8 text (byte {exc.start}); convert it with iconv -t UTF-8")
                 continue
