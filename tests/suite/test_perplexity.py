@@ -161,7 +161,7 @@ def test_perplexity_task_over_txt_files_equals_the_figures_from_its_rows(run_cli
     assert metrics["bits_per_byte"]["stderr"] is None and metrics["bits_per_byte"]["n"] == 3
 
 
-def test_perplexity_task_refuses_few_shot_and_chat(run_cli, tmp_path):
+def test_perplexity_task_refuses_few_shot(run_cli, tmp_path):
     result = run_cli("--tasks", "perplexity", "--model", "dummy", "--num-fewshot", "2", "-o", tmp_path / "r")
     assert result.exit_code != 0 and "takes no few-shot examples" in result.output
     assert "Traceback" not in result.output
