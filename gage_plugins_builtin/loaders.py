@@ -1,8 +1,9 @@
-"""Dataset loaders: jsonl files read lazily, and Hugging Face ``datasets``."""
+"""Dataset loaders: jsonl files read lazily, plain text files, and Hugging Face ``datasets``."""
 from __future__ import annotations
 
 import os
 import re
+import stat
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -65,6 +66,46 @@ class JsonlLoader(Loader):
                     yield locator, RowError(f"expected a JSON object, got {json_type(record)}")
                 else:
                     yield locator, record
+
+
+class TextLoader(Loader):
+    """Plain text: a ``.txt`` file is one row, ``{"text": its whole content, "file": its name}``;
+    a folder gives one such row per ``.txt`` file in it (sorted by path, sub-folders included).
+
+    The text is kept exactly as written (line ends included; a UTF-8 byte-order mark dropped). A
+    file that is not UTF-8, or not a regular file, is a row error naming it, reported and counted.
+    """
+
+    def __init__(self, path: str, base_dir: str | None = None):
+        self.path = _resolve(path, base_dir)
+        if not self.path.exists():
+            raise GageError(f"text loader: {self.path} does not exist")
+        self.data_dir = self.path if self.path.is_dir() else self.path.parent
+        self._files = sorted(self.path.rglob("*.txt")) if self.path.is_dir() else [self.path]
+        if not self._files:
+            raise GageError(f"text loader: no .txt file in {self.path}")
+
+    def files(self) -> list[Path]:
+        return list(self._files)
+
+    def total(self) -> int | None:
+        return len(self._files)
+
+    def __iter__(self) -> Iterator[tuple[str, Any]]:
+        for file in self._files:
+            name = str(file.relative_to(self.data_dir)) if self.path.is_dir() else file.name
+            try:
+                if not stat.S_ISREG(file.stat().st_mode):  # a FIFO or device would block or never end
+                    yield str(file), RowError("not a regular file")
+                    continue
+                text = file.read_bytes().removeprefix(b"\xef\xbb\xbf").decode("utf-8")
+            except UnicodeDecodeError as exc:
+                yield str(file), RowError(f"not UTF-8 text (byte {exc.start}); convert it with iconv -t UTF-8")
+                continue
+            except OSError as exc:
+                yield str(file), RowError(f"cannot read: {exc.strerror or exc}")
+                continue
+            yield str(file), {"text": text, "file": name}
 
 
 class HFLoader(Loader):

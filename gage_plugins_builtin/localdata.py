@@ -2,7 +2,8 @@
 ``fewshot.path``), and with what arguments: the ``for_path`` each loader's factory declares.
 
 JSON (``.jsonl``, ``.json``) is read by the strict jsonl loader, the reader ``validate`` uses;
-csv and parquet by the hf loader. In a folder of Hugging Face shards
+csv and parquet by the hf loader; plain text (a ``.txt`` file, or a folder of them) by the text
+loader, a document a file. In a folder of Hugging Face shards
 (``validation-00000-of-00001.parquet``) only the shards of ``split`` (the task's own split) are
 read. Local files are streamed, so memory does not grow with the file."""
 from __future__ import annotations
@@ -15,6 +16,7 @@ from gage_eval.api import GageError
 _SHARD = re.compile(r"^(?P<split>[A-Za-z0-9_.]+)-\d{5}-of-\d{5}\.")
 JSONL_SUFFIXES = (".jsonl", ".json")
 DATA_SUFFIXES = (".jsonl", ".json", ".csv", ".parquet")  # what the hf loader reads in a folder
+TEXT_SUFFIXES = (".txt",)
 
 
 def _saved_dataset(p: Path) -> bool:
@@ -68,3 +70,11 @@ def hf_for_path(p: Path, split: str | None) -> dict | None:
     if fmt is None:
         return None
     return {"path": fmt, "data_files": [str(p.resolve())], "split": "train", "streaming": True}
+
+
+def text_for_path(p: Path, split: str | None) -> dict | None:
+    """A ``.txt`` file, or a folder with ``.txt`` files beside no ``.jsonl`` one (asked after the
+    jsonl and hf loaders, so a folder they read stays theirs)."""
+    if p.suffix in TEXT_SUFFIXES or (p.is_dir() and any(p.glob("*.txt")) and not any(p.glob("*.jsonl"))):
+        return {"path": str(p.resolve())}
+    return None

@@ -19,10 +19,11 @@ What is here, by what a plugin does with it:
   (``gage_eval.api.hookspecs`` documents them).
 - backends: :class:`Backend` (with its declared attributes ``name``, ``capabilities``,
   ``max_batch``, ``model_id``, ``open_note``), :class:`Request`, :class:`ModelOutput`, the
-  request kinds :data:`GENERATE` and :data:`LOGLIKELIHOOD`, :func:`cut_at_stop`, and the
-  namespace :mod:`loglikelihood`: the one rule every scoring backend splits a pair into tokens
-  by (``loglikelihood.encode_pair``, ``encode_choices``, ``tokenizer_encoder``,
-  ``prefix_token_id``, ``request_context``).
+  request kinds :data:`GENERATE`, :data:`LOGLIKELIHOOD` and :data:`LOGLIKELIHOOD_ROLLING`,
+  :func:`cut_at_stop`, and the namespace :mod:`loglikelihood`: the one rule every scoring
+  backend splits a pair into tokens by (``loglikelihood.encode_pair``, ``encode_choices``,
+  ``tokenizer_encoder``, ``prefix_token_id``, ``request_context``) and the windows a rolling
+  request's text is scored in (``loglikelihood.rolling_windows``).
 - judges: :class:`Judge`, :class:`Verdict`, and :class:`Template` (the sandboxed Jinja
   template tasks use; a judge's prompt template renders through it).
 - metrics: :class:`Metric`, :class:`MetricContext` (dotted field paths into the sample, the
@@ -78,7 +79,8 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # what static tools see; at run time __getattr__ below loads each name on first use
     from gage_eval.api import events, loglikelihood, pages, paths, secrets, stats
-    from gage_eval.api.backend import (GENERATE, LOGLIKELIHOOD, Backend, ModelOutput, Request, cut_at_stop)
+    from gage_eval.api.backend import (GENERATE, LOGLIKELIHOOD, LOGLIKELIHOOD_ROLLING, Backend, ModelOutput, Request,
+                                       cut_at_stop)
     from gage_eval.api.errors import (FatalBackendError, GageError, OutputError, RowError)
     from gage_eval.api.hookspecs import hookimpl
     from gage_eval.api.jsonio import (check_data_file, iter_json_rows)
@@ -101,7 +103,8 @@ __all__ = [
     # registering
     "hookimpl",
     # backends
-    "Backend", "Request", "ModelOutput", "GENERATE", "LOGLIKELIHOOD", "cut_at_stop",
+    "Backend", "Request", "ModelOutput", "GENERATE", "LOGLIKELIHOOD", "LOGLIKELIHOOD_ROLLING",
+    "cut_at_stop",
     # log-likelihood helpers, as a namespace: loglikelihood.encode_pair(...)
     "loglikelihood",
     # judges and templates
@@ -132,7 +135,7 @@ __all__ = [
 
 # the module of this package each name comes from (a namespace, ``paths``, is the module itself)
 _NAMES = {
-    "backend": "GENERATE LOGLIKELIHOOD Backend ModelOutput Request cut_at_stop",
+    "backend": "GENERATE LOGLIKELIHOOD LOGLIKELIHOOD_ROLLING Backend ModelOutput Request cut_at_stop",
     "errors": "FatalBackendError GageError OutputError RowError",
     "events": "events",
     "hookspecs": "hookimpl",

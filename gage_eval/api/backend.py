@@ -10,13 +10,14 @@ from gage_eval.api.errors import GageError
 
 GENERATE = "generate"
 LOGLIKELIHOOD = "loglikelihood"
+LOGLIKELIHOOD_ROLLING = "loglikelihood_rolling"
 
 
 @dataclass(frozen=True)
 class Request:
     """One thing to ask a model.
 
-    ``kind`` is ``generate`` or ``loglikelihood``.
+    ``kind`` is ``generate``, ``loglikelihood`` or ``loglikelihood_rolling``.
 
     - generate: ``messages`` (OpenAI-style, content as segment lists) when
       ``chat`` is true, else ``prompt`` (plain text, no chat template).
@@ -31,6 +32,10 @@ class Request:
       after context i instead (lm-eval's multiple-input tasks: winogrande puts each choice
       in the context and scores the shared rest of the sentence); the engine sends each
       pair as a request of its own, so a backend never sees ``contexts``.
+    - loglikelihood_rolling: ``continuations`` holds one text (``prompt`` is None), scored
+      whole from the model's prefix token in windows of the model's length
+      (:func:`~gage_eval.api.loglikelihood.rolling_windows`, lm-eval's perplexity requests);
+      the output's ``loglikelihoods`` is its one summed log-likelihood.
     """
 
     kind: str
@@ -186,7 +191,7 @@ def checked_output(request: Request, out: Any) -> ModelOutput:
 
 
 def _malformed(request: Request, out: ModelOutput) -> str | None:
-    if request.kind == LOGLIKELIHOOD:
+    if request.kind in (LOGLIKELIHOOD, LOGLIKELIHOOD_ROLLING):
         lls, n = out.loglikelihoods, len(request.continuations)
         if not isinstance(lls, (list, tuple)):
             return f"loglikelihoods is {type(lls).__name__}, expected a list of {n} numbers"

@@ -17,6 +17,10 @@ The rule is lm-evaluation-harness 0.4's, so scores compare with it token for tok
 Backends call :func:`encode_pair` (or :func:`encode_choices` for the choices of one question,
 which share their context) with an ``encode(text, add_special_tokens)`` function;
 :func:`tokenizer_encoder` makes one from a Hugging Face tokenizer.
+
+A whole text scored for perplexity (a ``loglikelihood_rolling`` request) is encoded once
+(``encode(text, None)``) and cut by :func:`rolling_windows` into windows of at most
+``max_seq_len`` scored tokens, lm-eval 0.4.13's rolling windows with one token of context.
 """
 from __future__ import annotations
 
@@ -104,6 +108,36 @@ def encode_choices(context: str, continuations: Sequence[str], encode: Encode,
         return ctx, conts
     pairs = [encode_pair(context, c, encode, prefix_token_id) for c in continuations]
     return pairs[0].context if pairs else [], [p.continuation for p in pairs]  # each context is [prefix]
+
+
+def rolling_windows(tokens: Sequence[int], prefix_token_id: int | None, max_seq_len: int) -> list[TokenPair]:
+    """A text's tokens as the windows that score each of them exactly once (lm-eval's
+    ``get_rolling_token_windows`` with ``context_len=1``, made disjoint).
+
+    The first window scores the first ``max_seq_len`` tokens after the prefix token; each
+    later one scores the next ``max_seq_len`` tokens after the one token before them; the
+    last, shorter one is given as many tokens before it as fill ``max_seq_len`` inputs. Every
+    window is at most ``max_seq_len + 1`` tokens, its last one only predicted. The summed
+    log-probabilities of the windows' continuations are the text's log-likelihood.
+    """
+    if max_seq_len < 1:
+        raise ValueError(f"a rolling window needs max_seq_len >= 1, not {max_seq_len}")
+    tokens = list(tokens)
+    if not tokens:
+        return []
+    if prefix_token_id is None:
+        raise ValueError("a rolling log-likelihood starts from the model's BOS or EOS token, and this tokenizer "
+                         "has neither")
+    first = min(max_seq_len, len(tokens))
+    windows = [TokenPair([prefix_token_id], tokens[:first])]
+    done = first
+    while done < len(tokens):
+        n = min(len(tokens) - done, max_seq_len)
+        end = done + n
+        start = max(end - max_seq_len - 1, 0)
+        windows.append(TokenPair(tokens[start:done], tokens[done:end]))
+        done = end
+    return windows
 
 
 def prefix_token_id(tokenizer: Any) -> int | None:

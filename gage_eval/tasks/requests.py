@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from gage_eval.api.backend import GENERATE, LOGLIKELIHOOD, Request
+from gage_eval.api.backend import GENERATE, LOGLIKELIHOOD, LOGLIKELIHOOD_ROLLING, Request
 from gage_eval.config.defaults import DEFAULT_SEED
 from gage_eval.api.errors import GageError
 from gage_eval.tasks.fewshot import DEFAULT_DELIMITER, FewShotConfig, FewShotSampler, load_pool
@@ -69,6 +69,9 @@ class RequestBuilder:
         self.kind: str = req["kind"]
         forced = getattr(options, "apply_chat_template", None)
         self.chat: bool = bool(req.get("chat", False)) if forced is None else bool(forced)
+        if self.kind == LOGLIKELIHOOD_ROLLING:
+            _check_rolling(spec, options, where)
+            self.chat = False  # a text scored whole has no prompt to format (lm-eval ignores the flag too)
         self.prompt = Template.from_file(spec.folder / req["prompt"]) if req.get("prompt") else None
         self.choice = Template(req.get("choice", "{{ option.content }}"), f"{where}.choice")
         # the description keeps its trailing newlines, as lm-eval's templates do (Jinja drops one: give it one more)
@@ -169,6 +172,10 @@ class RequestBuilder:
         variables = self.variables(sample, messages)
         rendered = self.prompt.render_dict(variables) if self.prompt else None
         sid = str(sample["id"])
+        if self.kind == LOGLIKELIHOOD_ROLLING:  # the text alone: no system prompt, examples nor description
+            text = rendered if rendered is not None else messages_text(messages)
+            return (Request(kind=LOGLIKELIHOOD_ROLLING, sample_id=sid, continuations=(text,)),
+                    {"continuations": [text]})
         if self.kind == LOGLIKELIHOOD:
             choices = self.choices(sample, variables)
             unconditioned = unconditioned_context(sample) if self.unconditioned else None
@@ -278,6 +285,16 @@ class RequestBuilder:
         return system + rest
 
 
+def _check_rolling(spec: TaskSpec, options: Any, where: str) -> None:
+    """A perplexity task scores its text whole: refuse what would change the text (as lm-eval does)."""
+    if spec.request.get("chat"):
+        raise GageError(f"{where}.chat: a loglikelihood_rolling request scores its text as it is, "
+                        f"not through a chat template")
+    if getattr(options, "num_fewshot", None):
+        raise GageError(f"--num-fewshot {options.num_fewshot}: task {spec.name!r} is a perplexity task "
+                        f"(loglikelihood_rolling), which takes no few-shot examples")
+
+
 def unconditioned_context(sample: Mapping[str, Any]) -> str:
     """The context for a sample's unconditioned scores: its ``unconditioned_input`` (a string, or
     messages as their text), else the empty context lm-eval uses for acc_mutual_info."""
@@ -347,4 +364,4 @@ def _replace_last_user_text(messages: list[dict], text: str) -> list[dict]:
     return out + [{"role": "user", "content": [text_segment(text)]}]
 
 
-__all__ = ["RequestBuilder", "GENERATE", "LOGLIKELIHOOD", "normalized_gen"]
+__all__ = ["RequestBuilder", "GENERATE", "LOGLIKELIHOOD", "LOGLIKELIHOOD_ROLLING", "normalized_gen"]

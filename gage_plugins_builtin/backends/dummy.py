@@ -9,7 +9,8 @@ import hashlib
 import time
 from typing import Iterator, Sequence
 
-from gage_eval.api import GENERATE, LOGLIKELIHOOD, Backend, GageError, ModelOutput, Request, messages_text
+from gage_eval.api import (GENERATE, LOGLIKELIHOOD, LOGLIKELIHOOD_ROLLING, Backend, GageError, ModelOutput, Request,
+                           messages_text)
 
 from gage_plugins_builtin.backends.args import NO_MINIMUM, as_number
 
@@ -29,7 +30,8 @@ class DummyBackend(Backend):
 
     name = "dummy"
     transport_args = ("batch_size",)
-    capabilities = frozenset({GENERATE, LOGLIKELIHOOD, "chat", "vision", "audio", "video", "file"})
+    capabilities = frozenset({GENERATE, LOGLIKELIHOOD, LOGLIKELIHOOD_ROLLING, "chat", "vision", "audio", "video",
+                              "file"})
 
     def __init__(self, seed: int = 1234, response: str = "letter", text: str = "", batch_size: int | str = 64,
                  fail_every: int = 0, vision: bool = True, delay_ms: float = 0.0, **unused):
@@ -44,7 +46,7 @@ class DummyBackend(Backend):
         self.fail_every = as_number(fail_every, "fail_every", "dummy backend", int, NO_MINIMUM)
         self.delay_s = as_number(delay_ms, "delay_ms", "dummy backend", float, NO_MINIMUM) / 1000
         if not vision:
-            self.capabilities = frozenset({GENERATE, LOGLIKELIHOOD, "chat"})
+            self.capabilities = frozenset({GENERATE, LOGLIKELIHOOD, LOGLIKELIHOOD_ROLLING, "chat"})
         self.model_id = "gage-eval/dummy"
         self._count = 0
 
@@ -70,6 +72,11 @@ class DummyBackend(Backend):
         if self.fail_every and self._count % self.fail_every == 0:
             return ModelOutput(error="dummy backend: injected failure")
         prompt = req.prompt if req.prompt is not None else messages_text(req.messages or ())
+        if req.kind == LOGLIKELIHOOD_ROLLING:  # about one nat a character, varied by the text
+            text = req.continuations[0] if req.continuations else ""
+            return ModelOutput(loglikelihoods=[-len(text) * (0.5 + _unit(self.seed, req.sample_id, text))],
+                               is_greedy=[False], input_tokens=len(text.split()),
+                               latency_ms=(time.perf_counter() - t0) * 1000)
         if req.kind == LOGLIKELIHOOD:
             lls = [-(1 + len(c)) * (0.5 + _unit(self.seed, req.sample_id, prompt, c)) for c in req.continuations]
             best = max(range(len(lls)), key=lls.__getitem__) if lls else 0

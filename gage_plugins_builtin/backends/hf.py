@@ -4,7 +4,8 @@ Log-likelihoods follow lm-evaluation-harness 0.4.13's ``hf`` model exactly where
 matters for the numbers: pairs are split into tokens by the rule every backend shares
 (:mod:`gage_eval.api.loglikelihood`: trailing whitespace moves to the continuation, the whole
 is encoded and split at the context's token count, an empty context is the prefix token),
-and the input is truncated from the left to ``max_length + 1`` tokens. Unlike lm-eval, the
+and the input is truncated from the left to ``max_length + 1`` tokens. Whole texts scored for
+perplexity go through lm-eval's rolling windows (``hf_rolling``). Unlike lm-eval, the
 context of a multiple-choice question is run once and every choice attends to its keys and
 values (one packed pass, see ``_score_packed``), and the output projection is applied only
 at the positions that are scored. Generation batches continuously (``hf_decode``) where the model allows it.
@@ -20,8 +21,8 @@ import time
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
-from gage_eval.api import (GENERATE, LOGLIKELIHOOD, Backend, GageError, ModelOutput, Request, cut_at_stop,
-                           loglikelihood, messages_text, text_chat)
+from gage_eval.api import (GENERATE, LOGLIKELIHOOD, LOGLIKELIHOOD_ROLLING, Backend, GageError, ModelOutput, Request,
+                           cut_at_stop, loglikelihood, messages_text, text_chat)
 from gage_plugins_builtin.backends import hf_decode
 from gage_plugins_builtin.backends.hf_decode import generate_kwargs, generation_settings
 from gage_plugins_builtin.backends.args import as_bool, as_number, check_device
@@ -195,7 +196,7 @@ class TransformersBackend(Backend):
         # a GGUF is converted once into the user's cache (gguf_cache.py); the folder loaded from, once open
         self.gguf_cache = _bool(gguf_cache, "gguf_cache")
         self.cached_folder: str | None = None
-        caps = {GENERATE, LOGLIKELIHOOD}
+        caps = {GENERATE, LOGLIKELIHOOD, LOGLIKELIHOOD_ROLLING}
         if self._has_chat_template():
             caps.add("chat")
         self.capabilities = frozenset(caps)
@@ -448,7 +449,7 @@ class TransformersBackend(Backend):
         while the model runs, never while the caller holds an output."""
         if self.model is None:
             self.open()
-        ll_idx, gen_idx = [], []
+        ll_idx, gen_idx, rolling_idx = [], [], []
         for i, req in enumerate(requests):
             extra = set(req.modalities) - {"text"}
             if extra:
@@ -456,6 +457,8 @@ class TransformersBackend(Backend):
                                            f"this request has {', '.join(sorted(extra))} segments")
             elif req.kind == LOGLIKELIHOOD:
                 ll_idx.append(i)
+            elif req.kind == LOGLIKELIHOOD_ROLLING:
+                rolling_idx.append(i)
             elif req.kind == GENERATE:
                 gen_idx.append(i)
             else:
@@ -463,6 +466,11 @@ class TransformersBackend(Backend):
         if ll_idx:
             for k, out in self._loglikelihood([requests[i] for i in ll_idx]):
                 yield ll_idx[k], out
+        if rolling_idx:
+            from gage_plugins_builtin.backends import hf_rolling
+
+            for k, out in hf_rolling.rolling(self, [requests[i] for i in rolling_idx]):
+                yield rolling_idx[k], out
         if gen_idx:
             for k, out in self._generate([requests[i] for i in gen_idx]):
                 yield gen_idx[k], out

@@ -17,12 +17,16 @@
   whitespace belongs to the continuation; located with ``text_offset``). A server without
   echoed logprobs gives every such row a clear error; ``loglikelihood=false`` refuses
   those tasks before any request.
+- loglikelihood_rolling (perplexity; only with ``tokenizer=``): the text's tokens in lm-eval's
+  rolling windows of ``max_length - 2`` (``max_length``, the model's context length, default
+  2048 as lm-eval's API models), each window sent as token ids as above and the sums added.
 
 Arguments (``--model-args k=v,...``): ``base_url`` (one, or several: below), ``model`` (default: the only model
 ``GET {base_url}/models`` lists), ``tokenizer`` (the model's tokenizer, a folder or hub id:
 log-likelihood pairs go as token ids split by the shared rule), ``api_key_env`` (the variable holding the key, default
 OPENAI_API_KEY; unset is fine for local servers), ``concurrency`` (requests in flight,
-default $GAGE_EVAL_CONCURRENCY, else 32), ``max_tokens`` (when the task sets no max_new_tokens, default 256), ``stream``
+default $GAGE_EVAL_CONCURRENCY, else 32), ``max_tokens`` (when the task sets no max_new_tokens, default 256), ``max_length``
+(the model's context length for perplexity windows, default 2048), ``stream``
 (true: stream replies and record time to first token), ``vision`` (with ``min_pixels``, ``max_pixels``,
 ``image_factor``: local and data images resized by Qwen2.5-VL's rule; ``default_prompt``: the text an
 image-only user turn gets), ``endpoint`` (auto or
@@ -82,8 +86,8 @@ import urllib.parse
 import urllib.request
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
-from gage_eval.api import (GENERATE, LOGLIKELIHOOD, Backend, FatalBackendError, GageError, ModelOutput, Request,
-                           loglikelihood, secrets)
+from gage_eval.api import (GENERATE, LOGLIKELIHOOD, LOGLIKELIHOOD_ROLLING, Backend, FatalBackendError, GageError,
+                           ModelOutput, Request, loglikelihood, secrets)
 from gage_plugins_builtin.backends import openai_payload as payload
 from gage_plugins_builtin.backends.args import NO_MINIMUM, as_bool, as_number, image_args
 from gage_plugins_builtin.backends.openai_endpoints import SEPARATOR, Endpoint, Router, sent_url, split_urls
@@ -252,7 +256,7 @@ class OpenAIBackend(Backend):
                  endpoint: str = "auto", loglikelihood: Any = True, batch_size: Any = None,
                  headers: Mapping[str, Any] | None = None, seed: int | None = None,
                  tokenizer: str | None = None, endpoint_backoff: float = 2.0, endpoint_backoff_max: float = 60.0,
-                 default_prompt: str | None = None, **extra: Any):
+                 default_prompt: str | None = None, max_length: Any = 2048, **extra: Any):
         self.aiohttp = _import_aiohttp()
         if "api_key" in extra:
             raise GageError("openai backend: do not put the key in --model-args (it would sit in your shell "
@@ -297,7 +301,10 @@ class OpenAIBackend(Backend):
         if self.endpoint not in ENDPOINTS:
             raise GageError(f"openai backend: endpoint must be one of {', '.join(ENDPOINTS)}, not {endpoint!r}")
         self.loglikelihood = _flag("loglikelihood", loglikelihood)
+        # the model's context length: a text scored whole goes in windows of max_length - 2 tokens (lm-eval's API models)
+        self.max_length = _number("max_length", max_length, int, 3)
         caps = {GENERATE, "chat"} | ({LOGLIKELIHOOD} if self.loglikelihood else set()) | \
+            ({LOGLIKELIHOOD_ROLLING} if self.loglikelihood and tokenizer else set()) | \
             ({"vision"} if self.vision else set())
         self.capabilities = frozenset(caps)
         if batch_size in (None, "", "auto"):
@@ -456,7 +463,7 @@ class OpenAIBackend(Backend):
                 "max_consecutive_failures": p.breaker.limit, "breaker_seconds": p.breaker.min_seconds,
                 "default_generation_length": self.max_tokens, "stream": self.stream_replies, "vision": self.vision,
                 "endpoint": self.endpoint, "batch_size": self.max_batch, "seed": self.seed,
-                "tokenizer": self.tokenizer,
+                "tokenizer": self.tokenizer, "max_length": self.max_length,
                 "extra_headers": self.header_names, "proxy": any(e.proxy for e in self.router.endpoints),
                 **several, **self.image_settings}
 
@@ -636,6 +643,8 @@ class OpenAIBackend(Backend):
         try:
             if req.kind == LOGLIKELIHOOD:
                 return await self._loglikelihood(slots, req)
+            if req.kind == LOGLIKELIHOOD_ROLLING:
+                return await self._rolling(slots, req)
             if req.kind == GENERATE:
                 return await self._generate(slots, req)
             return ModelOutput(error=f"openai backend: unknown request kind {req.kind!r}")
@@ -702,6 +711,49 @@ class OpenAIBackend(Backend):
         return ModelOutput(loglikelihoods=lls, is_greedy=None if None in greedy else greedy,
                            input_tokens=sum(tokens) if None not in tokens else None, latency_ms=latency,
                            raw={"attempts": attempts} if attempts > len(parts) else None)
+
+    async def _rolling(self, slots: Slots, req: Request) -> ModelOutput:
+        """A whole text in lm-eval's rolling windows of ``max_length - 2`` scored tokens (one token of
+        context, one the server generates), each sent as token ids; its log-likelihood is their sum."""
+        if self._no_echo:
+            return ModelOutput(error=self._no_echo)
+        encode, prefix = self._pair_encoder()
+        try:
+            windows = loglikelihood.rolling_windows(encode(req.continuations[0], None), prefix, self.max_length - 2)
+        except ValueError as exc:
+            return ModelOutput(error=f"openai backend: cannot score: {exc}")
+        if not windows:
+            return ModelOutput(error="openai backend: the text encodes to no tokens")
+        t0 = time.perf_counter()
+        parts = await asyncio.gather(*(self._score_tokens(slots, w) for w in windows), return_exceptions=True)
+        for part in parts:
+            if isinstance(part, BaseException):
+                raise part
+        greedy = [p[1] for p in parts]
+        attempts = sum(p[3] for p in parts)
+        return ModelOutput(loglikelihoods=[sum(p[0] for p in parts)],
+                           is_greedy=None if None in greedy else [all(greedy)],
+                           input_tokens=sum(len(w.tokens) for w in windows),
+                           latency_ms=(time.perf_counter() - t0) * 1000,
+                           raw={"windows": len(windows), **({"attempts": attempts} if attempts > len(parts) else {})})
+
+    async def _score_tokens(self, slots: Slots, pair: Any) -> tuple[float, bool | None, int | None, int]:
+        """One window (a TokenPair) sent as token ids: its continuation's echoed log-probabilities summed."""
+        body = {"model": self.model, "prompt": pair.tokens, "echo": True, "logprobs": 1, "max_tokens": 1,
+                "temperature": 0.0}
+        if self.seed is not None:
+            body["seed"] = self.seed
+
+        def parse(data: Any) -> tuple[float, bool | None, int | None]:
+            return (*payload.token_logprob(data, len(pair.tokens), pair.scored), payload.usage(data)[0])
+
+        try:
+            reply = await self.poster.post(slots, self.completions_url, body, parse, gate=lambda: self._no_echo)
+        except ServerUnsupported as exc:
+            self._no_echo = f"{exc} (this server cannot score log-likelihood tasks; run generate tasks " \
+                            f"on it, or set loglikelihood=false to refuse them up front)"
+            raise RequestFailed(self._no_echo) from None
+        return (*reply.value, reply.attempts)
 
     async def _score(self, slots: Slots, context: str,
                      continuation: str) -> tuple[float, bool | None, int | None, int]:

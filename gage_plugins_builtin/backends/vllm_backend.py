@@ -32,7 +32,7 @@ import sys
 import time
 from typing import Any, Iterator, Mapping, Sequence
 
-from gage_eval.api import (GENERATE, LOGLIKELIHOOD, Backend, GageError, ModelOutput, Request, loglikelihood,
+from gage_eval.api import (GENERATE, LOGLIKELIHOOD, LOGLIKELIHOOD_ROLLING, Backend, GageError, ModelOutput, Request, loglikelihood,
                            text_chat)
 
 from gage_plugins_builtin.backends.hf_vision import TEXT_AND_IMAGES, to_processor_messages
@@ -144,7 +144,7 @@ class VLLMBackend(Backend):
         if vision is None:
             vision = self._looks_multimodal()
         self.vision = str(vision).lower() in ("1", "true", "yes")
-        caps = {GENERATE, LOGLIKELIHOOD, "chat"} | ({"vision"} if self.vision else set())
+        caps = {GENERATE, LOGLIKELIHOOD, LOGLIKELIHOOD_ROLLING, "chat"} | ({"vision"} if self.vision else set())
         self.capabilities = frozenset(caps)
         self.llm = None
         self.loaded_memory_utilization: float | None = None  # the value the engine loaded with (None: vLLM's)
@@ -284,7 +284,7 @@ class VLLMBackend(Backend):
             if not set(req.modalities) <= allowed:
                 extra = ", ".join(sorted(set(req.modalities) - allowed))
                 yield i, ModelOutput(error=f"vllm model {self.model_id} cannot take {extra}")
-            elif req.kind == LOGLIKELIHOOD:
+            elif req.kind in (LOGLIKELIHOOD, LOGLIKELIHOOD_ROLLING):
                 ll_items.append(i)
             else:
                 try:
@@ -331,7 +331,10 @@ class VLLMBackend(Backend):
             left[i] -= 1
             if not left[i]:
                 del left[i]
-                yield i, self._scored(sorted(parts.pop(i).items()), spans, latency)
+                out = self._scored(sorted(parts.pop(i).items()), spans, latency)
+                if requests[i].kind == LOGLIKELIHOOD_ROLLING:  # one text: its windows' sum
+                    out.loglikelihoods, out.is_greedy = [sum(out.loglikelihoods)], [all(out.is_greedy)]
+                yield i, out
 
     def _loglikelihood_prompts(self, requests: Sequence[Request], indices: list[int], prompts: list,
                                spans: list, owner: list) -> Iterator[tuple[int, ModelOutput]]:
@@ -342,6 +345,9 @@ class VLLMBackend(Backend):
         limit = self._max_tokens()
         for i in indices:
             req = requests[i]
+            if req.kind == LOGLIKELIHOOD_ROLLING:
+                yield from self._rolling_prompts(i, req, encode, prefix, limit, prompts, spans, owner)
+                continue
             if not req.continuations:
                 yield i, ModelOutput(error="vllm backend: log-likelihood request without continuations")
                 continue
@@ -356,6 +362,27 @@ class VLLMBackend(Backend):
                 prompts.append({"prompt_token_ids": tokens})
                 spans.append(start)
                 owner.append(i)
+
+    @staticmethod
+    def _rolling_prompts(i: int, req: Request, encode: Any, prefix: int | None, limit: int | None, prompts: list,
+                         spans: list, owner: list) -> Iterator[tuple[int, ModelOutput]]:
+        """A whole text's windows, as lm-eval's vllm model cuts them (max_model_len - 2 tokens scored a
+        window: one for the context, one vLLM keeps for the token it generates)."""
+        if limit is None:
+            yield i, ModelOutput(error="vllm backend: the engine does not say its max_model_len, which a "
+                                       "loglikelihood_rolling request needs")
+            return
+        try:
+            windows = loglikelihood.rolling_windows(encode(req.continuations[0], None), prefix, limit - 1)
+        except Exception as exc:  # noqa: BLE001 - a tokenizer failure belongs to this request
+            yield i, ModelOutput(error=f"vllm backend: cannot score: {exc}")
+            return
+        if not windows:
+            yield i, ModelOutput(error="vllm backend: the text encodes to no tokens")
+        for window in windows:
+            prompts.append({"prompt_token_ids": window.tokens})
+            spans.append(len(window.context))
+            owner.append(i)
 
     @staticmethod
     def _scored(results: list[tuple[int, Any]], spans: list[int], latency: float) -> ModelOutput:

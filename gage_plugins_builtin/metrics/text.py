@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 import re
 import string
+from typing import Sequence
 
 from gage_eval.api import Metric, MetricContext
 from gage_plugins_builtin.metrics.fields import DEFAULT_PREDICTION, DEFAULT_REFERENCE, pick, prediction, references
@@ -15,12 +16,17 @@ from gage_plugins_builtin.metrics.fields import DEFAULT_PREDICTION, DEFAULT_REFE
 _PUNCT = str.maketrans("", "", string.punctuation)
 
 
-def normalize(text: str, ignore_case: bool, ignore_punctuation: bool, strip: bool = True) -> str:
+def normalize(text: str, ignore_case: bool, ignore_punctuation: bool, strip: bool | str = True,
+              regexes: Sequence[re.Pattern] = ()) -> str:
+    """lm-eval's order: the regexes removed, then case, then punctuation; ``strip`` True then collapses
+    whitespace (``"prediction"`` and False leave it: the prediction's ends are trimmed before)."""
+    for pattern in regexes:
+        text = pattern.sub("", text)
     if ignore_case:
         text = text.lower()
     if ignore_punctuation:
         text = text.translate(_PUNCT)
-    return " ".join(text.split()) if strip else text
+    return " ".join(text.split()) if strip is True else text
 
 
 class _Comparison(Metric):
@@ -29,7 +35,8 @@ class _Comparison(Metric):
     value_key = "score"
 
     def __init__(self, prediction: str | None = None, reference: str | None = None,
-                 ignore_case: bool | None = None, ignore_punctuation: bool = False, strip: bool = True,
+                 ignore_case: bool | None = None, ignore_punctuation: bool = False, strip: bool | str = True,
+                 regexes_to_ignore: Sequence[str] | None = None,
                  prediction_field: str | None = None, label_field: str | None = None,
                  case_sensitive: bool | None = None):
         self.prediction_path = pick(self.name, {"prediction": prediction, "prediction_field": prediction_field},
@@ -38,13 +45,26 @@ class _Comparison(Metric):
                                    DEFAULT_REFERENCE)
         sensitive = pick(self.name, {"ignore_case": None if ignore_case is None else not ignore_case,
                                      "case_sensitive": case_sensitive}, False)
-        self.opts = dict(ignore_case=not sensitive, ignore_punctuation=ignore_punctuation, strip=strip)
+        if strip not in (True, False, "prediction"):
+            raise ValueError(f"{self.name}: strip is true, false or 'prediction', not {strip!r}")
+        if isinstance(regexes_to_ignore, str) or not all(isinstance(r, str) for r in regexes_to_ignore or ()):
+            raise ValueError(f"{self.name}: regexes_to_ignore is a list of regular expressions")
+        try:
+            regexes = tuple(re.compile(r) for r in regexes_to_ignore or ())
+        except re.error as exc:
+            raise ValueError(f"{self.name}: regexes_to_ignore: {exc}") from None
+        # "prediction": lm-eval's remove_whitespace filter (the answer's ends trimmed, the references untouched)
+        self.trim = strip == "prediction"
+        self.opts = dict(ignore_case=not sensitive, ignore_punctuation=ignore_punctuation, strip=strip,
+                         regexes=regexes)
 
     def match(self, pred: str, ref: str) -> bool:
         raise NotImplementedError
 
     def compute(self, ctx: MetricContext) -> dict:
         pred = prediction(ctx, self.prediction_path)
+        if self.trim:
+            pred = pred.strip()
         refs = references(ctx, self.reference_path)
         p = normalize(pred, **self.opts)
         hit = any(self.match(p, normalize(r, **self.opts)) for r in refs)
