@@ -47,6 +47,9 @@ What is here, by what a plugin does with it:
   can succeed) and :class:`RowError` (one row's problem).
 - writers: :class:`Writer`, the contract of an output format a plugin adds with
   ``gage_register_writers`` (fed each finished record and the run's end).
+- sandboxes: :class:`Sandbox` (the contract of ``gage_register_sandboxes``), :class:`Job`,
+  :class:`Limits`, :class:`JobResult` (its ``status`` one of :class:`Status`), :func:`open_sandbox`
+  (a registered sandbox, checked: how a metric runs code).
 - events: :class:`RunStart`, :class:`SampleDone`, :class:`TaskDone`, :class:`RunEnd`, the
   frozen objects the event hooks receive.
 - secrets: :func:`redact` (a settings mapping with secret values masked),
@@ -65,6 +68,7 @@ if TYPE_CHECKING:  # what static tools see; at run time __getattr__ below loads 
     from gage_eval.api.backend import (GENERATE, LOGLIKELIHOOD, Backend, ModelOutput, Request, cut_at_stop)
     from gage_eval.api.errors import (FatalBackendError, GageError, OutputError, RowError)
     from gage_eval.api.events import (RunEnd, RunStart, SampleDone, TaskDone)
+    from gage_eval.api.execution import (Job, JobResult, Limits, Sandbox, Status, open_sandbox)
     from gage_eval.api.hookspecs import hookimpl
     from gage_eval.api.jsonio import (InputError, check_data_file, iter_json_rows, json_type)
     from gage_eval.api.judge import (Judge, Verdict)
@@ -107,6 +111,8 @@ __all__ = [
     "GageError", "InputError", "OutputError", "FatalBackendError", "RowError",
     # writers
     "Writer",
+    # sandboxes: where generated code runs
+    "Sandbox", "Job", "JobResult", "Limits", "Status", "open_sandbox",
     # events
     "RunStart", "SampleDone", "TaskDone", "RunEnd",
     # secrets
@@ -119,6 +125,7 @@ _NAMES = {
     "backend": "GENERATE LOGLIKELIHOOD Backend ModelOutput Request cut_at_stop",
     "errors": "FatalBackendError GageError OutputError RowError",
     "events": "RunEnd RunStart SampleDone TaskDone",
+    "execution": "Job JobResult Limits Sandbox Status open_sandbox",
     "hookspecs": "hookimpl",
     "jsonio": "InputError check_data_file iter_json_rows json_type",
     "judge": "Judge Verdict",

@@ -13,7 +13,7 @@ from __future__ import annotations
 import sys
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, ClassVar, Mapping
 
 from gage_eval.api.errors import GageError
 
@@ -24,6 +24,12 @@ PYTHON = "python"  # a Job's command[0] naming the sandbox's own Python interpre
 # how a job ended: the command exited (any status), ran past the wall time, printed past the
 # output limit, or could not be run at all (the sandbox's own failure: a setup that failed, ...)
 EXITED, TIMEOUT, OUTPUT_LIMIT, ERROR = "exited", "timeout", "output_limit", "error"
+
+
+class Status:
+    """A :class:`JobResult`'s ``status`` values, by name."""
+
+    EXITED, TIMEOUT, OUTPUT_LIMIT, ERROR = EXITED, TIMEOUT, OUTPUT_LIMIT, ERROR
 
 
 @dataclass(frozen=True)
@@ -51,6 +57,7 @@ class Job:
     """One command to run in a fresh working folder holding ``files`` (relative path -> text).
     ``command[0] == "python"`` is the sandbox's Python interpreter."""
 
+    PYTHON: ClassVar[str] = PYTHON
     command: tuple[str, ...]
     files: Mapping[str, str] = field(default_factory=dict)
     stdin: str = ""

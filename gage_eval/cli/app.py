@@ -246,6 +246,9 @@ def _interrupted(interrupt: KeyboardInterrupt) -> None:
               help="A folder that paths in data rows (images, attachments) may point into, besides the "
                    "data file's own folder; repeatable.")
 @click.option("--allow-urls", is_flag=True, help="Let the harness fetch http(s) URLs found in data rows.")
+@click.option("--allow-unsandboxed-code", is_flag=True,
+              help="Where no code sandbox can run (bubblewrap), run generated code on this machine as you, "
+                   "unisolated (code tasks: humaneval, code_exec).")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar and no per-row error lines.")
 @click.option("--debug", is_flag=True, help="Show tracebacks for errors.")
 @click.version_option(__version__, prog_name="gage-eval")

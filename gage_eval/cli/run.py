@@ -22,7 +22,8 @@ from gage_eval.runfolder.runfiles import RUN_ID
 from gage_eval.tasks.spec import parse_data_overrides
 
 CONFIG_KEYS = {"models", "tasks", "limit", "batch_size", "seed", "output_dir", "fail_fast", "include_paths", "data",
-               "max_error_rate", "allow_paths", "allow_urls", "system_prompt", "gen_kwargs", "num_fewshot",
+               "max_error_rate", "allow_paths", "allow_urls", "allow_unsandboxed_code", "system_prompt", "gen_kwargs",
+               "num_fewshot",
                "fewshot_as_multiturn", "apply_chat_template", "strip_reasoning", "writers", "cache", "eee_version",
                "report", "shard", "executor", "ray_address", "max_samples", "shuffle", "shuffle_seed"}
 ROLE_KEYS = {"backend", "args"}
@@ -113,7 +114,8 @@ def _check_values(p: Path, data: dict) -> None:
     paths = data.get("allow_paths")
     if paths is not None and not (isinstance(paths, list) and all(isinstance(x, str) for x in paths)):
         raise GageError(f"{p}: key 'allow_paths': expected a list of folders")
-    for key in ("allow_urls", "fail_fast", "fewshot_as_multiturn", "apply_chat_template", "strip_reasoning", "report"):
+    for key in ("allow_urls", "allow_unsandboxed_code", "fail_fast", "fewshot_as_multiturn",
+                "apply_chat_template", "strip_reasoning", "report"):
         if data.get(key) is not None and not isinstance(data[key], bool):
             raise GageError(f"{p}: key '{key}': expected true or false, got {data[key]!r}")
     if data.get("cache") is not None and not (isinstance(data["cache"], str) and data["cache"]):
@@ -167,12 +169,11 @@ def _check_override(p: Path, where: str, task: dict) -> None:
 def build_options(*, quiet, command, tasks=None, model=None, model_args=None, judge_model=None, judge_args=None,
                   batch_size=None, limit=None, output_dir=None, run_id=None, include_paths=(), data=(),
                   config_file=None, seed=None, fail_fast=False, max_error_rate=None, allow_paths=(),
-                  allow_urls=False, device=None, system_prompt=None, gen_kwargs=None, num_fewshot=None,
-                  fewshot_as_multiturn=None, apply_chat_template=None, strip_reasoning=False, writers=(), cache=None,
-                  eee_version=None, report=None, shard=None, executor=None, ray_address=None, max_samples=None,
-                  shuffle=None, shuffle_seed=None) -> RunOptions:
-    """The run's settings: the command line's flags over the run config file's keys over the
-    environment variables (:mod:`gage_eval.config.defaults`) over the defaults (a default here: not given)."""
+                  allow_urls=False, allow_unsandboxed_code=False, device=None, system_prompt=None,
+                  gen_kwargs=None, num_fewshot=None, fewshot_as_multiturn=None, apply_chat_template=None,
+                  strip_reasoning=False, writers=(), cache=None, eee_version=None, report=None, shard=None,
+                  executor=None, ray_address=None, max_samples=None, shuffle=None, shuffle_seed=None) -> RunOptions:
+    """The run's settings: flags > run config > environment (:mod:`gage_eval.config.defaults`) > defaults."""
     check_environment()
     cfg = read_run_config(config_file) if config_file else {}
     limit = _cli_limit(limit, max_samples)
@@ -205,6 +206,7 @@ def build_options(*, quiet, command, tasks=None, model=None, model_args=None, ju
         max_error_rate=max_error_rate if max_error_rate is not None else float(cfg.get("max_error_rate") or 0.0),
         allow_paths=[_absolute(p) for p in allow_paths] + [_config_folder(config_file, p) for p in cfg.get("allow_paths") or []],
         allow_urls=allow_urls or bool(cfg.get("allow_urls")),
+        allow_unsandboxed_code=allow_unsandboxed_code or bool(cfg.get("allow_unsandboxed_code")),
         system_prompt=system_prompt if system_prompt is not None else cfg.get("system_prompt"),
         gen_kwargs={**(cfg.get("gen_kwargs") or {}), **parse_gen_kwargs(gen_kwargs)},
         num_fewshot=num_fewshot if num_fewshot is not None else cfg.get("num_fewshot"),
@@ -469,7 +471,8 @@ RESUME_CHECKED = ("tasks", "model", "model_args", "judge_model", "judge_args", "
                   "include_paths", "data", "allow_paths", "allow_urls", "system_prompt", "gen_kwargs", "num_fewshot",
                   "fewshot_as_multiturn", "apply_chat_template", "strip_reasoning")
 # how to treat errors, where responses are cached, and the outputs rebuilt on resume may change on resume
-RESUME_FREE = ("fail_fast", "max_error_rate", "cache", "eee_version", "report", "executor", "ray_address")
+RESUME_FREE = ("fail_fast", "max_error_rate", "allow_unsandboxed_code", "cache", "eee_version", "report", "executor",
+               "ray_address")
 # writers named on resume join the stored ones: each writer is rebuilt whole from the kept records
 
 

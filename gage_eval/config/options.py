@@ -34,6 +34,7 @@ class RunOptions:
     max_error_rate: float = 0.0
     allow_paths: list[str] = field(default_factory=list)
     allow_urls: bool = False
+    allow_unsandboxed_code: bool = False  # generated code may run on the host where no sandbox can
     # prompt controls (issue 12): None / empty means "as the task file says"
     system_prompt: str | None = None
     gen_kwargs: dict = field(default_factory=dict)  # merged over each task's request.generation

@@ -18,7 +18,9 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from gage_eval import __version__
+from gage_eval.api import execution
 from gage_eval.api.backend import Backend
+from gage_eval.engine.background import Background
 from gage_eval.engine.cache import CacheError, ModelCache, ResponseCache
 from gage_eval.api.errors import FailFast, GageError, OutputError
 from gage_eval.api.events import RunEnd, RunStart, SampleDone, TaskDone
@@ -79,6 +81,7 @@ class Engine:
     def run(self) -> dict:
         wall0 = time.perf_counter()
         opts = self.options
+        execution.allow_unsandboxed(opts.allow_unsandboxed_code)  # before the code tasks' metrics open a sandbox
         runs = [TaskRun(spec, self.registry, opts, failure) for spec, failure in resolve_tasks(opts, self.registry)]
         ready = [tr for tr in runs if not tr.failure]
         backend, judge_backend = make_backends(self.registry, opts, ready)
@@ -181,6 +184,9 @@ class Engine:
             self.model_cache = self.cache.bind(backend, opts.model, opts.seed, self.secrets)
         infer = Inference(backend, self.stops, opts.strip_reasoning, self.model_cache, self.secrets)
         write = lambda it: self._write(tr, it, log, progress)  # noqa: E731
+        background = Background(tr.metrics, write)
+        if background.metrics:  # code run in a sandbox: it runs while the model answers the next rows
+            write = background.add
         if self.cache is not None and tr.judge is not None and self.judge_cache is None:
             self.judge_cache = (self.model_cache if judge_backend is backend else
                                 self.cache.bind(judge_backend, opts.judge_model or opts.model, opts.seed, self.secrets))
@@ -201,11 +207,14 @@ class Engine:
                     t_load = time.perf_counter()
             tr.timings["dataset_materialization_s"] += time.perf_counter() - t_load
             self._process(tr, window, infer, judging, write)
+            background.flush()
         except (OutputError, FailFast, CacheError):  # (the cache: unreadable mid-run stops the run, exit 2)
             raise
         except GageError as exc:  # the data stopped being readable part way: this task fails, others go on
+            background.flush()
             tr.failure = self._clean(str(exc))
         except OSError as exc:
+            background.flush()
             tr.failure = f"reading the data: {exc.filename or ''}: {exc.strerror or exc}"
         finally:
             progress.close()

@@ -22,8 +22,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Mapping
 
-from gage_eval.api import Metric, MetricContext
-from gage_eval.api.execution import EXITED, OUTPUT_LIMIT, PYTHON, TIMEOUT, Job, JobResult, Limits, open_sandbox
+from gage_eval.api import Job, JobResult, Limits, Metric, MetricContext, Status, open_sandbox
 
 HARNESS = (Path(__file__).with_name("harness.py")).read_text(encoding="utf-8")
 FENCE = re.compile(r"```[ \t]*(?:python3?|py)?[ \t]*\n(.*?)(?:```|\Z)", re.DOTALL | re.IGNORECASE)
@@ -79,13 +78,13 @@ class CodeExec(Metric):
         return future.result() if future is not None else self._score(ctx)
 
     def _score(self, ctx: MetricContext) -> dict:
-        execution = ctx.get("sample.metadata.execution")
-        if not isinstance(execution, Mapping):
+        row_exec = ctx.get("sample.metadata.execution")
+        if not isinstance(row_exec, Mapping):
             raise ValueError("sample.metadata.execution must be an object (type: code_exec)")
         code = extract_code(str(ctx.get("model_output.text", "") or ""), self.extract)
         if self.prefix:
             code = str(ctx.get(self.prefix)) + code
-        job, nonce, n_tests = self._job(ctx, execution, code)
+        job, nonce, n_tests = self._job(ctx, row_exec, code)
         result = self.sandbox.run(job)
         tests = _verdicts(result, nonce, n_tests)
         passed = sum(t["status"] == "pass" for t in tests)
@@ -93,15 +92,15 @@ class CodeExec(Metric):
                 "total_tests": len(tests), "tests": tests, "sandbox": self.sandbox.name,
                 "wall_s": round(result.wall_s, 3)}
 
-    def _job(self, ctx: MetricContext, execution: Mapping[str, Any], code: str) -> tuple[Job, str, int]:
+    def _job(self, ctx: MetricContext, row_exec: Mapping[str, Any], code: str) -> tuple[Job, str, int]:
         timeout = self.timeout_s if self.timeout_s is not None else (
-            float(execution["timeout_ms"]) / 1000 if execution.get("timeout_ms") is not None else 3.0)
-        entry = execution.get("entry_point")
-        tests = execution.get("test_cases")
-        if execution.get("test") is not None:
+            float(row_exec["timeout_ms"]) / 1000 if row_exec.get("timeout_ms") is not None else 3.0)
+        entry = row_exec.get("entry_point")
+        tests = row_exec.get("test_cases")
+        if row_exec.get("test") is not None:
             if not entry:
                 raise ValueError("sample.metadata.execution: a 'test' program needs its 'entry_point'")
-            mode, program, tests = "check", f"{code}\n{execution['test']}\ncheck({entry})", [{}]
+            mode, program, tests = "check", f"{code}\n{row_exec['test']}\ncheck({entry})", [{}]
         elif isinstance(tests, list) and tests:
             for i, t in enumerate(tests):
                 if not isinstance(t, Mapping) or not isinstance(t.get("input"), str) or not isinstance(
@@ -120,7 +119,7 @@ class CodeExec(Metric):
                  "program.py": program, "harness.py": HARNESS, "job.json": json.dumps(spec)}
         limits = self.limits.replace(wall_s=STARTUP_S + timeout * (len(tests) + 1),
                                      cpu_s=max(self.limits.cpu_s, timeout * (len(tests) + 1)))
-        job = Job(command=(PYTHON, "harness.py"), files=files, setup=box.get("setup"),
+        job = Job(command=(Job.PYTHON, "harness.py"), files=files, setup=box.get("setup"),
                   env={str(k): str(v) for k, v in (box.get("env") or {}).items()}, image=box.get("image"),
                   limits=limits)
         return job, nonce, len(tests)
@@ -133,15 +132,15 @@ def _key(ctx: MetricContext) -> tuple:
 def _verdicts(result: JobResult, nonce: str, n_tests: int) -> list[dict]:
     """Each test's verdict from the harness's line; when the job never printed one, every test gets
     the job's fate (timed out, too much output, killed, the sandbox's own error)."""
-    if result.status == EXITED:
+    if result.status == Status.EXITED:
         for line in reversed(result.stdout.splitlines()):
             if line.startswith(nonce + " "):
                 return json.loads(line[len(nonce) + 1:])
-    if result.status == TIMEOUT:
+    if result.status == Status.TIMEOUT:
         fate = {"status": "timeout", "reason": result.reason}
-    elif result.status == OUTPUT_LIMIT:
+    elif result.status == Status.OUTPUT_LIMIT:
         fate = {"status": "error", "reason": result.reason}
-    elif result.status == EXITED:
+    elif result.status == Status.EXITED:
         tail = (result.stderr.strip().splitlines() or [""])[-1][:200]
         how = (f"killed by signal {-result.exit_code}" if (result.exit_code or 0) < 0 else
                f"exit status {result.exit_code}")

@@ -9,7 +9,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from gage_eval.api.execution import ERROR, PYTHON, Job, JobResult, Sandbox
+from gage_eval.api import Job, JobResult, Sandbox, Status
 from gage_plugins_builtin.sandbox.local import IMAGE_REFUSED, _write_files
 from gage_plugins_builtin.sandbox.process import prlimit_args, run_limited
 
@@ -23,21 +23,21 @@ class HostSandbox(Sandbox):
 
     def run(self, job: Job) -> JobResult:
         if job.image:
-            return JobResult(ERROR, reason=IMAGE_REFUSED.format(image=job.image))
+            return JobResult(Status.ERROR, reason=IMAGE_REFUSED.format(image=job.image))
         work = tempfile.mkdtemp(prefix="gage-unsandboxed-")
         try:
             bad = _write_files(Path(work), job.files)
             if bad:
-                return JobResult(ERROR, reason=bad)
+                return JobResult(Status.ERROR, reason=bad)
             env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": work, "TMPDIR": work,
                    "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1", **job.env}
             limits = prlimit_args(job.limits) if shutil.which("prlimit") else []
             if job.setup:
                 done = run_limited(limits + ["/bin/sh", "-c", job.setup], "", job.limits, env, cwd=work)
                 if done.status != "exited" or done.exit_code != 0:
-                    return JobResult(ERROR, done.exit_code, done.stdout, done.stderr,
+                    return JobResult(Status.ERROR, done.exit_code, done.stdout, done.stderr,
                                      f"sandbox.setup failed (exit {done.exit_code}): {done.stderr.strip()[-300:]}")
-            command = [self.python if c == PYTHON and i == 0 else c for i, c in enumerate(job.command)]
+            command = [self.python if c == Job.PYTHON and i == 0 else c for i, c in enumerate(job.command)]
             return run_limited(limits + command, job.stdin, job.limits, env, cwd=work)
         finally:
             shutil.rmtree(work, ignore_errors=True)

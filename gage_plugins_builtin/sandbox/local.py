@@ -16,8 +16,7 @@ import sys
 import tempfile
 from pathlib import Path, PurePosixPath
 
-from gage_eval.api.errors import GageError
-from gage_eval.api.execution import ERROR, PYTHON, Job, JobResult, Limits, Sandbox
+from gage_eval.api import GageError, Job, JobResult, Limits, Sandbox, Status
 from gage_plugins_builtin.sandbox.process import prlimit_args, run_limited
 
 INSTALL = ("the local code sandbox needs bubblewrap and prlimit: apt-get install bubblewrap util-linux "
@@ -84,7 +83,7 @@ class LocalSandbox(Sandbox):
                 "--ro-bind", stage, "/in", "--chdir", "/work", "--clearenv"]
         for key, value in env.items():
             args += ["--setenv", str(key), str(value)]
-        command = [self.python if c == PYTHON and i == 0 else c for i, c in enumerate(job.command)]
+        command = [self.python if c == Job.PYTHON and i == 0 else c for i, c in enumerate(job.command)]
         return prlimit_args(job.limits) + args + ["/bin/sh", "-c", LAUNCHER, "sh", job.setup or "", *command]
 
     def check(self) -> None:
@@ -93,7 +92,7 @@ class LocalSandbox(Sandbox):
         for tool in ("bwrap", "prlimit"):
             if shutil.which(tool) is None:
                 raise GageError(f"{tool} is not installed; {INSTALL}")
-        probe = self.run(Job(command=(PYTHON, "-c", "print(6 * 7)"), limits=Limits(wall_s=30.0, cpu_s=10.0)))
+        probe = self.run(Job(command=(Job.PYTHON, "-c", "print(6 * 7)"), limits=Limits(wall_s=30.0, cpu_s=10.0)))
         if probe.status != "exited" or probe.exit_code != 0 or probe.stdout.strip() != "42":
             said = (probe.reason or probe.stderr.strip() or probe.stdout.strip())[-300:]
             raise GageError(f"the local code sandbox (bubblewrap) cannot run {self.python} here: {said} (user "
@@ -103,13 +102,13 @@ class LocalSandbox(Sandbox):
 
     def run(self, job: Job) -> JobResult:
         if job.image:
-            return JobResult(ERROR, reason=IMAGE_REFUSED.format(image=job.image))
+            return JobResult(Status.ERROR, reason=IMAGE_REFUSED.format(image=job.image))
         stage = tempfile.mkdtemp(prefix="gage-sandbox-")
         try:
             os.chmod(stage, 0o755)
             bad = _write_files(Path(stage), job.files)
             if bad:
-                return JobResult(ERROR, reason=bad)
+                return JobResult(Status.ERROR, reason=bad)
             result = run_limited(self.argv(job, stage), job.stdin, job.limits, env={"PATH": os.environ.get(
                 "PATH", "/usr/bin:/bin")}, user=self.user)
         finally:
@@ -117,7 +116,7 @@ class LocalSandbox(Sandbox):
         if SETUP_FAILED in result.stderr:
             said, _, log = result.stderr.split(SETUP_FAILED, 1)[1].strip().partition("\n")
             reason = f"sandbox.setup failed {said}" + (f": {log.strip()[-300:]}" if log.strip() else "")
-            return JobResult(ERROR, result.exit_code, result.stdout, result.stderr, reason,
+            return JobResult(Status.ERROR, result.exit_code, result.stdout, result.stderr, reason,
                              result.wall_s)
         return result
 

@@ -11,7 +11,7 @@ import threading
 import time
 from typing import Any, Sequence
 
-from gage_eval.api.execution import EXITED, OUTPUT_LIMIT, TIMEOUT, JobResult, Limits
+from gage_eval.api import JobResult, Limits, Status
 
 CHUNK = 1 << 16
 
@@ -74,14 +74,14 @@ def run_limited(argv: Sequence[str], stdin: str, limits: Limits, env: dict[str, 
     for r in readers:
         r.start()
     threading.Thread(target=_feed, args=(proc.stdin, stdin.encode("utf-8")), daemon=True).start()
-    status, reason = EXITED, ""
+    status, reason = Status.EXITED, ""
     deadline = t0 + limits.wall_s
     while proc.poll() is None:
         if over.is_set():
-            status, reason = OUTPUT_LIMIT, f"output past {limits.output_bytes} bytes; killed"
+            status, reason = Status.OUTPUT_LIMIT, f"output past {limits.output_bytes} bytes; killed"
             break
         if time.perf_counter() >= deadline:
-            status, reason = TIMEOUT, f"ran past {limits.wall_s:g} s wall time; killed"
+            status, reason = Status.TIMEOUT, f"ran past {limits.wall_s:g} s wall time; killed"
             break
         over.wait(0.01)
     _kill_group(proc)  # what the job left behind in its group goes too
@@ -90,9 +90,9 @@ def run_limited(argv: Sequence[str], stdin: str, limits: Limits, env: dict[str, 
         r.join(timeout=2.0)
     for pipe in (proc.stdout, proc.stderr):
         pipe.close()
-    if status == EXITED and over.is_set():
-        status, reason = OUTPUT_LIMIT, f"output past {limits.output_bytes} bytes; cut"
-    return JobResult(status, code if status == EXITED else None, readers[0].text(), readers[1].text(), reason,
+    if status == Status.EXITED and over.is_set():
+        status, reason = Status.OUTPUT_LIMIT, f"output past {limits.output_bytes} bytes; cut"
+    return JobResult(status, code if status == Status.EXITED else None, readers[0].text(), readers[1].text(), reason,
                      time.perf_counter() - t0)
 
 
