@@ -4,16 +4,20 @@ No network and no other namespace shared (``--unshare-all``); the system's ``/us
 Python interpreter read-only; nothing else of the host (no home folder, no ``/etc``, no run
 folder); a fresh tmpfs working folder ``/work`` holding the job's files, and a tmpfs ``/tmp``;
 a new PID namespace, so every process the job started dies with it. Limits are rlimits
-(``prlimit``) and the caller's wall time and output caps. Run as root, the job runs as ``nobody``
-(root is exempt from the process limit).
+(``prlimit``) and the caller's wall time and output caps. The process limit counts every process
+of a uid on the machine (and root is exempt), so run as root each job runs as a uid of its own,
+unused elsewhere; run as a user, the limit is the user's processes now plus the job's.
 """
 from __future__ import annotations
 
+import itertools
 import os
 import shutil
 import stat
 import sys
 import tempfile
+import threading
+from dataclasses import replace
 from pathlib import Path, PurePosixPath
 
 from gage_eval.api import GageError, Job, JobResult, Limits, Sandbox, Status
@@ -21,7 +25,7 @@ from gage_plugins_builtin.sandbox.process import prlimit_args, run_limited
 
 INSTALL = ("the local code sandbox needs bubblewrap and prlimit: apt-get install bubblewrap util-linux "
            "(Debian, Ubuntu), dnf install bubblewrap util-linux (Fedora)")
-NOBODY = 65534
+UID_BASE = 1_000_000  # run as root, each job runs as its own unused uid: the process limit counts per uid
 SETUP_FAILED = "\x1egage-sandbox: setup failed"
 # copy the files in, run the row's setup, then the command; "$1" is the setup script
 LAUNCHER = ('cp -R /in/. /work/ || exit 125; cd /work; s="$1"; shift; '
@@ -49,13 +53,22 @@ class LocalSandbox(Sandbox):
     name = "local"
 
     def __init__(self, python: str | None = None):
-        self.user = NOBODY if os.geteuid() == 0 else None
+        self.root = os.geteuid() == 0
         self.python = str(Path(python or self._default_python()).resolve())
         self._checked = False
+        self._uids = itertools.cycle(range(UID_BASE + (os.getpid() % 4000) * 1000,
+                                           UID_BASE + (os.getpid() % 4000) * 1000 + 1000))
+        self._lock = threading.Lock()
+
+    def _user(self) -> int | None:
+        if not self.root:
+            return None
+        with self._lock:
+            return next(self._uids)
 
     def _default_python(self) -> str:
         own = Path(sys.executable).resolve()
-        if self.user is None or _world_usable(own):
+        if not self.root or _world_usable(own):
             return str(own)
         return shutil.which("python3", path="/usr/bin:/bin") or str(own)
 
@@ -109,8 +122,9 @@ class LocalSandbox(Sandbox):
             bad = _write_files(Path(stage), job.files)
             if bad:
                 return JobResult(Status.ERROR, reason=bad)
-            result = run_limited(self.argv(job, stage), job.stdin, job.limits, env={"PATH": os.environ.get(
-                "PATH", "/usr/bin:/bin")}, user=self.user)
+            limits = job.limits if self.root else job.limits.replace(processes=job.limits.processes + _own_processes())
+            result = run_limited(self.argv(replace(job, limits=limits), stage), job.stdin, job.limits,
+                                 env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")}, user=self._user())
         finally:
             shutil.rmtree(stage, ignore_errors=True)
         if SETUP_FAILED in result.stderr:
@@ -119,6 +133,18 @@ class LocalSandbox(Sandbox):
             return JobResult(Status.ERROR, result.exit_code, result.stdout, result.stderr, reason,
                              result.wall_s)
         return result
+
+
+def _own_processes() -> int:
+    """How many processes (threads included) this user runs now: the process limit counts them too."""
+    uid, n = os.getuid(), 0
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if os.stat(f"/proc/{pid}").st_uid == uid:
+                n += len(os.listdir(f"/proc/{pid}/task"))
+        except OSError:
+            continue
+    return n
 
 
 def _write_files(stage: Path, files: dict) -> str:
