@@ -57,8 +57,11 @@ def compare(name: str, problems: dict, completions: dict, workers: int) -> dict:
     mine, t_mine = ours(problems, completions, workers)
     ref, t_ref = reference(problems, completions, workers)
     differ = [tid for tid in completions if (mine[tid]["value"] == 1.0) != ref[tid]["passed"]]
+    kind = {"pass": "passed", "timeout": "timed out", "fail": "failed", "error": "failed"}
+    other_kind = [tid for tid in completions  # passed / timed out / failed, per problem
+                  if kind[mine[tid]["tests"][0]["status"]] != ref[tid]["result"].split(":")[0]]
     row = {"set": name, "n": len(completions), "gage_passed": sum(r["value"] == 1.0 for r in mine.values()),
-           "reference_passed": sum(r["passed"] for r in ref.values()), "disagree": differ,
+           "reference_passed": sum(r["passed"] for r in ref.values()), "disagree": differ, "outcome_differs": other_kind,
            "gage_wall_s": round(t_mine, 2), "reference_wall_s": round(t_ref, 2)}
     for tid in differ[:5]:
         row.setdefault("examples", []).append({"task": tid, "gage": mine[tid]["tests"], "reference": ref[tid]["result"]})
