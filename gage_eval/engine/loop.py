@@ -21,6 +21,7 @@ from gage_eval.api.backend import Backend
 from gage_eval.api.errors import FailFast, GageError, OutputError
 from gage_eval.api.events import RunEnd, RunStart, SampleDone, TaskDone
 from gage_eval.api.running import BackendUse, Tally
+from gage_eval.engine.background import background_stage
 from gage_eval.engine.idset import IdSet
 from gage_eval.engine.infer import Inference, Stops
 from gage_eval.engine.interrupts import Interrupted, held, interrupt_of, stop_reason
@@ -192,7 +193,7 @@ class Engine:
         log = RowLog(events, self.stops, opts.quiet)
         self.tally.task = tr.name
         infer = Inference(staged["model"], self.stops, opts.strip_reasoning, self.secrets)
-        write = lambda it: self._write(tr, it, log, progress)  # noqa: E731
+        write, finish = background_stage(tr.metrics, lambda it: self._write(tr, it, log, progress))
         judging = Judging(staged["judge"], self.stops, write, self.secrets) if tr.judge is not None else None
         seen, window, shown, shard = IdSet(), [], 0, opts.shard
         t_load = time.perf_counter()
@@ -216,6 +217,7 @@ class Engine:
         except OSError as exc:
             tr.failure = f"reading the data: {exc.filename or ''}: {exc.strerror or exc}"
         finally:
+            finish()  # the rows whose metrics still run in the background: written, or dropped when the run stops
             progress.close()
             seen.close()
             done.close()

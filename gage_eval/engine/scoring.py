@@ -29,6 +29,13 @@ def written_record(tr: Any, row: Row, clean: Callable[[str], str]) -> dict:
     return record
 
 
+def metric_context(row: Row) -> MetricContext:
+    """What the row's metrics read: its sample, the model's output and the judge's verdict."""
+    verdict = row.judgement.verdict if row.judgement is not None else None
+    return MetricContext(sample=row.sample, model_output=row.answer.model_output if row.answer is not None else {},
+                         judge_output=verdict.to_dict() if verdict is not None else None)
+
+
 def finish_record(tr: Any, row: Row) -> dict:
     """The record of one finished row (an error stub as it is): predict_result, the metrics of
     every task metric (a metric that raises errors the row, never loses it), the overall score."""
@@ -48,8 +55,7 @@ def finish_record(tr: Any, row: Row) -> dict:
         result["error"] = row.error
         record["eval_result"] = result
         return record
-    ctx = MetricContext(sample=row.sample, model_output=model_output,
-                        judge_output=verdict.to_dict() if verdict is not None else None)
+    ctx = metric_context(row)
     metrics: dict[str, Any] = {}
     counters: dict[str, bool] = {}
     values: dict[str, float | None] = {}

@@ -12,6 +12,7 @@ from gage_eval.engine.executor import make_backend, model_backend
 from gage_eval.engine.idset import IdSet
 from gage_eval.engine.row import Row
 from gage_eval.api.metric import MISSING_FIELD_POLICIES, MissingFieldPolicy, TaskAggregate, metric_value
+from gage_eval.api.options import use_run_values
 from gage_eval.config.options import RunOptions, shuffled_pick
 from gage_eval.plugins import Registry
 from gage_eval.tasks.requests import RequestBuilder
@@ -76,6 +77,7 @@ class TaskRun:
         self.judge = None
         self.primary = spec.primary_metric
         if failure is None:
+            use_run_values(options.plugin_options)  # (a component may read them while built: api.options.run_value)
             try:
                 self._build(registry)
             except GageError as exc:
