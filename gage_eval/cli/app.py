@@ -218,7 +218,7 @@ def _interrupted(interrupt: KeyboardInterrupt) -> None:
               help="Backend name (default: the one a plugin declares the default; `gage-eval plugins` lists them).")
 @click.option("--model-args", "-a", default=None, help="Backend arguments: k=v,k2=v2 (e.g. pretrained=DIR,dtype=float32).")
 @click.option("--device", default=None,
-              help="cpu, cuda, cuda:N, mps, auto: sets the device= model argument (backends that run the model here).")
+              help="cpu, cuda, cuda:N, auto: sets the device= model argument (backends that run the model here).")
 @click.option("--judge-model", default=None, help="Backend for the judge role (default: the --model backend).")
 @click.option("--judge-args", default=None, help="Judge backend arguments: k=v,k2=v2.")
 @click.option("--batch-size", "-b", default=None, help="Batch size: a number or 'auto'.")

@@ -18,6 +18,24 @@ def as_bool(value: Any, key: str, backend: str) -> bool:
     raise GageError(f"{backend}: {key} must be true or false, not {value!r}")
 
 
+DEVICES = ("cpu", "cuda", "auto")  # and cuda:N
+
+
+def check_device(device: Any, where: str) -> str:
+    """``device`` checked when the backend is built, before any model loads: a CUDA device torch
+    cannot see is refused then, not after the weights are read."""
+    text = str(device)
+    if not (text in DEVICES or text.startswith("cuda:")):
+        raise GageError(f"{where}: device must be one of {', '.join(DEVICES)} or cuda:N, not {device!r}")
+    if text.startswith("cuda"):
+        import torch
+
+        if not torch.cuda.is_available():
+            raise GageError(f"{where}: device={text} but torch sees no CUDA device; use --device cpu "
+                            f"(or --device auto: CUDA when there is one)")
+    return text
+
+
 NO_MINIMUM = float("-inf")  # as_number's minimum for a value with no lower bound (a seed)
 
 

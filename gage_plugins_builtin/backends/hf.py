@@ -24,11 +24,10 @@ from gage_eval.api import (GENERATE, LOGLIKELIHOOD, Backend, GageError, ModelOut
                            loglikelihood, messages_text, text_chat)
 from gage_plugins_builtin.backends import hf_decode
 from gage_plugins_builtin.backends.hf_decode import generate_kwargs, generation_settings
-from gage_plugins_builtin.backends.args import as_bool, as_number
+from gage_plugins_builtin.backends.args import as_bool, as_number, check_device
 
 EXTRA = "pip install 'gage-eval[transformers]'"
 DTYPES = ("float32", "bfloat16", "float16", "auto")
-DEVICES = ("cpu", "cuda", "auto")
 # tokens per forward pass when batch_size is "auto" (CPU); GPUs get more
 AUTO_TOKENS_CPU = 1024
 AUTO_TOKENS_GPU = 65536
@@ -176,10 +175,7 @@ class TransformersBackend(Backend):
         self.dtype = str(dtype)
         if self.dtype not in DTYPES:
             raise GageError(f"transformers backend: dtype must be one of {', '.join(DTYPES)}, not {dtype!r}")
-        self.device_arg = str(device)
-        if not (self.device_arg in DEVICES or self.device_arg.startswith("cuda:")):
-            raise GageError(f"transformers backend: device must be one of {', '.join(DEVICES)} or cuda:N, "
-                            f"not {device!r}")
+        self.device_arg = check_device(device, "transformers backend")
         if str(batch_size) == "auto":
             self.batch_size: int | None = None
         else:
@@ -349,8 +345,6 @@ class TransformersBackend(Backend):
             self.device = "cuda" if torch.cuda.is_available() else "cpu"
         else:
             self.device = self.device_arg
-            if self.device.startswith("cuda") and not torch.cuda.is_available():
-                raise GageError("transformers backend: device=cuda but torch sees no CUDA device")
         if self.dtype == "auto":
             torch_dtype: Any = "auto" if self.device.startswith("cuda") else torch.float32
         else:

@@ -17,7 +17,7 @@ from typing import Any, Iterator, Mapping, Sequence
 from gage_eval.api import (GENERATE, Backend, GageError, ModelOutput, Request, cut_at_stop, text_segment,
                            user_message)
 
-from gage_plugins_builtin.backends.args import NO_MINIMUM, as_number, image_args
+from gage_plugins_builtin.backends.args import NO_MINIMUM, as_number, check_device, image_args
 from gage_plugins_builtin.backends.hf_decode import generate_kwargs, generation_settings
 
 from gage_plugins_builtin.multimodal.media import ImageResize, load_image, segment_url, with_default_prompt
@@ -79,6 +79,8 @@ class VisionTransformersBackend(Backend):
             raise GageError(f"transformers vision backend: unknown argument(s) {', '.join(sorted(unused))}")
         self.pretrained = str(pretrained)
         self.dtype = str(dtype)
+        if device is not None and str(device).startswith("cuda"):
+            check_device(device, "transformers vision backend")
         self.device = device
         self.max_batch = int(batch_size) if str(batch_size).isdigit() else 8
         where = "transformers vision backend"

@@ -8,25 +8,12 @@ import re
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
-from gage_eval.api import GageError, RunFolder, metric_value, read_yaml, stats
+from gage_eval.api import GageError, RunFolder, metric_value, stats
 
 from gage_plugins_builtin.compare import CONFIDENCE, DEFAULT_SAMPLES, DEFAULT_SEED, DOWN, UP
+from gage_plugins_builtin.report.runsettings import ABSENT, settings_of
 
 _DIGITS = re.compile(r"(\d+)")
-
-# run.settings keys left out of the settings diff: where the run was written and how it was
-# shown (they never change a number), and the model keys shown under model.* already.
-_SETTINGS_NOISE = frozenset({"output_dir", "run_id", "command", "quiet", "report", "config_file", "writers",
-                             "cache", "eee_version", "model", "model_args", "judge_model", "judge_args"})
-
-
-class _Absent:
-    def __repr__(self) -> str:
-        return "(absent)"
-
-
-ABSENT = _Absent()
-
 
 # ---------------------------------------------------------------- statistics
 
@@ -229,80 +216,14 @@ def compare_task(run_a: StoredRun, run_b: StoredRun, task: str, *, resamples: in
     }
 
 
-def _flatten(prefix: str, value: Any, out: dict[str, Any]) -> None:
-    """Leaf values under dotted keys; an empty object has no leaf (``{}`` and absent read the same)."""
-    if isinstance(value, dict):
-        for key in sorted(value):
-            _flatten(f"{prefix}.{key}", value[key], out)
-    else:
-        out[prefix] = value
-
-
 def _natural_key(sid: str) -> tuple:
     """piqa-2 before piqa-10: digit runs compare as numbers (text and digits alternate in step)."""
     return tuple(int(part) if i % 2 else part for i, part in enumerate(_DIGITS.split(sid))), sid
 
 
-def _task_version(run: StoredRun, task: str) -> Any:
-    """The task's version as recorded (summary task entry or reproducibility); runs that did not
-    record it: the ``version`` of the task.yaml in the run's task folder as it is now (its
-    folder hash, beside it in the diff, says whether the folder changed since), else ABSENT."""
-    entry = run.tasks.get(task) or {}
-    if "version" in entry:
-        return entry["version"]
-    repro = run.run.get("reproducibility")
-    if isinstance(repro, dict):
-        tasks = repro.get("tasks")
-        if isinstance(tasks, dict) and isinstance(tasks.get(task), dict) and "version" in tasks[task]:
-            return tasks[task]["version"]
-    folder = (entry.get("source") or {}).get("folder")
-    if isinstance(folder, str) and (Path(folder) / "task.yaml").is_file():
-        try:
-            spec = read_yaml(Path(folder) / "task.yaml")
-        except GageError:
-            return ABSENT
-        if isinstance(spec, dict) and "version" in spec:
-            return spec["version"]
-    return ABSENT
-
-
-def _settings_side(run: StoredRun, tasks: list[str]) -> dict[str, Any]:
-    flat: dict[str, Any] = {}
-    model = run.run.get("model") or {}
-    if not model and run.config:
-        model = {"name": run.config.get("model"), "args": run.config.get("model_args")}
-    judge = run.run.get("judge")
-    for role, entry in (("model", model), ("judge", judge or {})):
-        for key in ("name", "model_id", "args", "settings"):
-            if key in entry:
-                _flatten(f"{role}.{key}", entry[key], flat)
-    if not judge:
-        flat["judge"] = None
-    settings = run.run.get("settings") or run.config
-    for key in sorted(settings):
-        if key not in _SETTINGS_NOISE:
-            _flatten(f"settings.{key}", settings[key], flat)
-    for task in tasks:
-        flat[f"task.{task}.version"] = _task_version(run, task)
-        inputs = run.inputs.get(task) or {}
-        folder = inputs.get("task_folder") or {}
-        flat[f"task.{task}.folder_sha256"] = folder.get("sha256", ABSENT)
-        data = inputs.get("data")
-        flat[f"task.{task}.data_sha256"] = sorted(data.values()) if isinstance(data, dict) else ABSENT
-        flat[f"task.{task}.data_files"] = sorted(data) if isinstance(data, dict) else ABSENT
-    _flatten("versions", run.run.get("versions") or {}, flat)
-    repro = run.run.get("reproducibility")
-    if isinstance(repro, dict):
-        repro = dict(repro)
-        if isinstance(repro.get("tasks"), dict):  # only the compared tasks
-            repro["tasks"] = {t: v for t, v in repro["tasks"].items() if t in tasks}
-        _flatten("reproducibility", repro, flat)
-    return flat
-
-
 def settings_diff(run_a: StoredRun, run_b: StoredRun, tasks: list[str]) -> list[dict[str, Any]]:
     """One row per setting of either run: key, a, b (None when absent), in_a, in_b, same."""
-    a, b = _settings_side(run_a, tasks), _settings_side(run_b, tasks)
+    a, b = settings_of(run_a, tasks), settings_of(run_b, tasks)
     # a run from before run.reproducibility existed: one row says so, not one per missing leaf
     for mine, other, run in ((a, b, run_a), (b, a, run_b)):
         if not isinstance(run.run.get("reproducibility"), dict):

@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 import json
-from typing import Any, Mapping
+from pathlib import Path
+from typing import Any, Callable, Mapping
 
 from gage_eval.api import pages
 
@@ -87,68 +88,100 @@ def render_console(result: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
-_HTML = """<!doctype html>
-<html lang="en"><head><meta charset="utf-8">
-{{ generator | safe }}
-<title>gage-eval compare: {{ r.run_a.id }} vs {{ r.run_b.id }}</title>
-<style>
-body{font-family:system-ui,sans-serif;margin:2em;color:#222;max-width:1100px}
-table{border-collapse:collapse;margin:.6em 0 1.2em}
-th,td{border:1px solid #ccc;padding:.25em .6em;text-align:right;font-variant-numeric:tabular-nums}
-th:first-child,td:first-child{text-align:left}
-th{background:#f2f2f2}
-td.same{color:#888}
-tr.differ td{background:#fff5e0}
-code{font-size:90%}
-.ids{font-family:monospace;font-size:90%;word-break:break-all}
-.note{color:#555}
-</style></head><body>
-<h1>gage-eval compare</h1>
-<p>A: <code>{{ r.run_a.path }}</code> (run {{ r.run_a.id }})<br>
-B: <code>{{ r.run_b.path }}</code> (run {{ r.run_b.id }})<br>
-<span class="note">Paired bootstrap: {{ r.bootstrap_samples }} resamples, seed {{ r.seed }};
-McNemar's exact test on binary metrics.</span></p>
-{% if r.tasks_only_in_a %}<p class="note">Tasks only in A (not compared): {{ r.tasks_only_in_a|join(", ") }}</p>{% endif %}
-{% if r.tasks_only_in_b %}<p class="note">Tasks only in B (not compared): {{ r.tasks_only_in_b|join(", ") }}</p>{% endif %}
-{% for task, t in r.tasks.items() %}
-<h2 id="task-{{ task }}">{{ task }}</h2>
-<p>{{ t.ids.common }} sample ids in both (A {{ t.ids.a }}, B {{ t.ids.b }});
-errored rows: A {{ t.errored.a }}, B {{ t.errored.b }} ({{ t.errored.left_out }} common ids left out);
-{{ t.paired }} paired.</p>
-{% if t.metrics_only_in_a %}<p class="note">Metrics only in A (not compared): {{ t.metrics_only_in_a|join(", ") }}</p>{% endif %}
-{% if t.metrics_only_in_b %}<p class="note">Metrics only in B (not compared): {{ t.metrics_only_in_b|join(", ") }}</p>{% endif %}
-{% set rows = tables[task] %}
-<table class="metrics"><thead><tr>{% for c in rows[0] %}<th>{{ c }}</th>{% endfor %}</tr></thead>
-<tbody>{% for row in rows[1:] %}<tr>{% for c in row %}<td>{{ c }}</td>{% endfor %}</tr>{% endfor %}</tbody></table>
-{% for name, m in t.metrics.items() %}{% if m.flips %}{% for way, ids in m.flips.items() %}{% if ids %}
-<details><summary>{{ name }} {{ way }}: {{ ids|length }} sample(s)</summary>
-<p class="ids">{{ ids|join(", ") }}</p></details>
-{% endif %}{% endfor %}{% endif %}{% endfor %}
-{% endfor %}
-<h2>Settings</h2>
-<p>{{ differ }} differ, {{ r.settings|length - differ }} the same.</p>
-<table class="settings"><thead><tr><th>setting</th><th>A</th><th>B</th></tr></thead><tbody>
-{% for s in settings %}<tr class="{{ 'same' if s.same else 'differ' }}"><td>{{ s.key }}</td>
-<td class="{{ 'same' if s.same else '' }}">{{ show(s.a, s.in_a) }}</td>
-<td class="{{ 'same' if s.same else '' }}">{{ show(s.b, s.in_b) }}</td></tr>
-{% endfor %}</tbody></table>
-</body></html>
-"""
+MAX_SIDE_BY_SIDE = 200  # flipped ids of one metric and direction opened side by side on the page
+MAX_SIDE_TEXT = 4_000  # characters of a prompt or answer shown there (the samples files have all)
 
 
-def render_html(result: Mapping[str, Any]) -> str:
-    """A self-contained page (inline CSS, no script, no network) with the tables and the flipped ids."""
-    import jinja2
+def _score_rows(record: Mapping[str, Any]) -> list[tuple[str, str]]:
+    result = record.get("eval_result") or {}
+    rows = []
+    for name, m in (result.get("metrics") or {}).items():
+        value = m.get("value") if isinstance(m, dict) else m
+        extracted = m.get("extracted") if isinstance(m, dict) else None
+        shown = "-" if value is None else f"{value:.4f}" if isinstance(value, float) else str(value)
+        rows.append((str(name), shown + (f" (answer: {extracted})" if extracted not in (None, "") else "")))
+    return rows
 
-    env = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined)
+
+def side_view(record: Mapping[str, Any]) -> dict:
+    """One run's record of a flipped sample as the page shows it: prompt, answer (or the scored
+    choices of a log-likelihood row), references, error, metric values; text clipped."""
+    from gage_plugins_builtin.report.samples import clip, content_text, loglikelihood_view
+
+    view: dict[str, Any] = {"prompt": None, "ll": None, "norm": False, "answer": None, "error": None}
+    predicted = record.get("predict_result") or []
+    first = predicted[0] if predicted and isinstance(predicted[0], dict) else {}
+    ll = loglikelihood_view(first, record, MAX_SIDE_TEXT) if first else None
+    if ll is not None:
+        view.update(ll=ll, norm=any(c[3] is not None for c in ll["ch"]))
+    else:
+        messages = [m for m in record.get("messages") or [] if isinstance(m, dict)]
+        prompt = first.get("prompt") if isinstance(first.get("prompt"), str) else "\n\n".join(
+            f"{m.get('role', '')}: {content_text(m.get('content'))}" for m in messages)
+        view["prompt"] = clip(prompt, MAX_SIDE_TEXT)
+        if first:
+            text = content_text((first.get("message") or {}).get("content")) or first.get("raw_text") or ""
+            view["answer"] = clip(text, MAX_SIDE_TEXT)
+    error = (record.get("eval_result") or {}).get("error")
+    if isinstance(error, dict):
+        view["error"] = clip(f"[{error.get('stage')}] {error.get('message')}", MAX_SIDE_TEXT)
+    view["refs"] = [clip(content_text(r.get("answer")) if isinstance(r, dict) else r, MAX_SIDE_TEXT)
+                    for r in record.get("references") or []]
+    view["scores"] = _score_rows(record)
+    return view
+
+
+def flip_views(result: Mapping[str, Any], warn: Callable[[str], None] | None = None) -> dict[str, dict[str, dict]]:
+    """{task: {sample id: {"a": view, "b": view, "a_value", "b_value"}}} of the flipped ids the page
+    opens (at most MAX_SIDE_BY_SIDE per metric and direction), read again from both runs."""
+    from gage_plugins_builtin.compare.paired import StoredRun
+
+    warn = warn or (lambda msg: None)
+    runs = StoredRun(Path(result["run_a"]["path"])), StoredRun(Path(result["run_b"]["path"]))
+    out: dict[str, dict[str, dict]] = {}
+    for task, t in result["tasks"].items():
+        wanted: dict[str, str] = {}
+        for name, m in t["metrics"].items():
+            for ids in (m.get("flips") or {}).values():
+                for sid in ids[:MAX_SIDE_BY_SIDE]:
+                    wanted.setdefault(sid, name)
+        if not wanted:
+            continue
+        records = [run.samples(task, warn) for run in runs]
+        views = out[task] = {}
+        for sid, name in wanted.items():
+            a, b = records[0].get(sid), records[1].get(sid)
+            views[sid] = {"a": side_view(a) if a else None, "b": side_view(b) if b else None,
+                          "a_value": _metric_shown(a, name), "b_value": _metric_shown(b, name)}
+    return out
+
+
+def _metric_shown(record: Mapping[str, Any] | None, name: str) -> str:
+    result = (record or {}).get("eval_result") or {}
+    if name == "overall.passed":
+        value = (result.get("overall") or {}).get("passed")
+        return "-" if value is None else str(int(bool(value)))
+    m = (result.get("metrics") or {}).get(name)
+    value = m.get("value") if isinstance(m, dict) else m
+    return "-" if value is None else f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def render_html(result: Mapping[str, Any], views: Mapping[str, Mapping[str, dict]] | None = None) -> str:
+    """A self-contained page in the report's style (its stylesheet; inline CSS, no script, no
+    network): the tables, the flipped ids, each opening both runs' answers side by side
+    (``views``: :func:`flip_views`; read here when not given), and the settings diff."""
+    from gage_plugins_builtin.report.page import template_env
 
     def show(value: Any, present: bool) -> str:
         if not present:
             return "(absent)"
         return value if isinstance(value, str) else json.dumps(value, sort_keys=True)
 
+    if views is None:
+        views = flip_views(result)
     tables = {task: metric_rows(t) for task, t in result["tasks"].items()}
     settings = [s for s in result["settings"] if not s["same"]] + [s for s in result["settings"] if s["same"]]
     differ = sum(1 for s in result["settings"] if not s["same"])
-    return env.from_string(_HTML).render(r=result, tables=tables, differ=differ, show=show, settings=settings,
-                                             generator=pages.PAGE_GENERATOR)
+    return template_env().get_template("compare.html.jinja").render(
+        r=result, tables=tables, differ=differ, show=show, settings=settings, views=views, up=UP,
+        max_side=MAX_SIDE_BY_SIDE, generator=pages.PAGE_GENERATOR)

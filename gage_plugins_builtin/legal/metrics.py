@@ -70,6 +70,7 @@ class ChoiceSetMatch(Metric):
     """
 
     name = "choice_set_match"
+    counter_descriptions = {"no_choice": "answers named no choice; each was scored 0"}  # (report.html's words)
 
     def __init__(self, field: str = "model_output.text", correct_field: str = "sample.metadata.correct_choice_ids"):
         self.field = field
@@ -103,6 +104,7 @@ class JudgeScore(Metric):
     """
 
     name = "judge_score"
+    counter_descriptions = ChoiceSetMatch.counter_descriptions  # (its mcq rows are ChoiceSetMatch's)
 
     def __init__(self, field: str = "judge_output.score", programmatic_task_types: Sequence[str] = (),
                  pass_threshold: float | None = None):

@@ -96,6 +96,7 @@ class MultiChoiceAccuracy(Metric):
     """
 
     name = "multi_choice_accuracy"
+    counter_descriptions = {"invalid_format": "answers named no option; each was scored 0"}  # (report.html's words)
     value_key = "acc"
 
     def __init__(self, prediction_field: str = "model_output.answer",

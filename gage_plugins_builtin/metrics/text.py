@@ -123,6 +123,7 @@ class NumericMatch(Metric):
 
     name = "numeric_match"
     value_key = "score"
+    counter_descriptions = {"invalid_format": "answers held no number; each was scored 0"}  # (report.html's words)
 
     def __init__(self, prediction: str | None = None, reference: str | None = None,
                  tolerance: float = 0.0, rel_tolerance: float = 0.0, which: str = "last",

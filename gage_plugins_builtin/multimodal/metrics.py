@@ -150,6 +150,8 @@ class MMMUAccuracy(Metric):
     """Accuracy with MMMU's answer parsing; ``seed`` fixes the fallback letters."""
 
     name = "mmmu_acc"
+    # what the report says after a counter's count (report.html's counters in words)
+    counter_descriptions = {"fallback": "answers could not be parsed; a random choice was scored"}
 
     def __init__(self, seed: int = 0, field: str = "model_output.text"):
         self.seed = int(seed)

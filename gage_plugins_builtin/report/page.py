@@ -2,364 +2,221 @@
 
 :func:`render_report` reads run folders (``summary.json``, ``samples/<task>.jsonl``,
 ``config.json``) and writes a single HTML file from the package template
-``templates/report.html.jinja`` (beside this module): per task the metrics with their stderr and 95% interval
-(value +/- 1.96 stderr, summary.json's ci95.normal) as a table and an inline SVG plot, the slices by ``data_tag``, the
-counts, the row errors grouped by message with their locators, timings, settings (already
-masked in the summary) and versions; then a sample browser (search, filters, pages of 50)
-drawn by a little plain JavaScript from a compact JSON blob embedded in the page. No network:
-styles, script and images are inline, so the file works from ``file://`` and offline.
-
-Images: the samples file keeps a long ``data:`` URL only as a placeholder with its sha256
-(:func:`gage_eval.api.sample.elide_inline_media`), so the report reads the task's rows again through
-its loader and preprocessor (the run's ``config.json``; :func:`gage_eval.api.reread_samples`), finds the URLs with those hashes and
-embeds small JPEG thumbnails (at most :data:`MAX_IMAGES` per report); a local image path is
-referenced relative to the report instead. A row that cannot be read again shows a placeholder.
+``templates/report.html.jinja`` (beside this module; its stylesheet ``style.css`` is shared with
+``compare --html``): per task the metrics with their stderr and a 95% interval that stays in the
+metric's range (:mod:`.intervals`: summary.json's bootstrap interval, or Wilson's for a
+proportion), values over few rows marked, as a table and an inline SVG plot; the slices by
+``data_tag`` with a plot per tag; the counts, the counters in words and the row errors grouped
+by their masked message (:mod:`.wording`); timings; settings, model and versions as tables.
+Several runs: a combined table and plot, and what differs between the runs (n-shot, model,
+settings). Then a sample browser (search, filters, pages of 50) drawn by a little plain
+JavaScript from a compact JSON blob embedded in the page (:mod:`.samples`), the samples of a
+task in the order of their rows in the data (:mod:`.reread`). No network: styles, script and
+images are inline, so the file works from ``file://`` and offline.
 
 The writer that writes it at the end of a run is :mod:`.writer`; ``gage-eval report`` is :mod:`.command`.
 """
 from __future__ import annotations
 
-import base64
-import hashlib
-import io
 import json
-import os
+import re
 import sys
 import tempfile
 from collections import OrderedDict
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, NamedTuple, Sequence
 
-from gage_eval.api import GageError, RunFolder, pages, reread_samples, stats
+from gage_eval.api import GageError, RunFolder, metric_value, pages
+
+from gage_plugins_builtin.report.intervals import SMALL_N, RowRange, interval
+from gage_plugins_builtin.report.plots import bar_plot
+from gage_plugins_builtin.report.reread import Reread
+from gage_plugins_builtin.report.runsettings import ABSENT, settings_of, task_version
+from gage_plugins_builtin.report.samples import compact
+from gage_plugins_builtin.report.wording import ErrorGroups, describe_counters
 
 PAGE_SIZE = 50  # samples per page of the browser
-MAX_TEXT = 20_000  # characters kept of one text field of a sample (the samples file has all)
-MAX_IMAGES = 2_000  # thumbnails embedded per report
-THUMB_PX = 320  # a thumbnail's longer side
-MAX_LOCATORS = 20  # locators listed per error message
+MAX_VALUE = 2_000  # characters of one setting's value shown in a table
+MAX_DIFFER = 60  # differing settings listed at the top of a page of several runs
 TEMPLATE = "report.html.jinja"
 
-__all__ = ["render_report", "report_data"]
+__all__ = ["render_report", "report_data", "print_warning", "template_env"]
 
 
-# -- reading a run folder ------------------------------------------------------
-def _read_summary(run_dir: Path) -> dict:
-    summary = RunFolder(run_dir).summary()
-    return summary
+# -- settings as tables ---------------------------------------------------------
+def _flat(prefix: str, value: Any, out: list[tuple[str, Any]]) -> None:
+    if isinstance(value, dict) and value:
+        for key, v in value.items():
+            _flat(f"{prefix}.{key}" if prefix else str(key), v, out)
+    else:
+        out.append((prefix, value))
 
 
-def _clip(text: Any) -> str:
-    text = "" if text is None else text if isinstance(text, str) else json.dumps(text, ensure_ascii=False)
-    if len(text) > MAX_TEXT:
-        return text[:MAX_TEXT] + f"\n... [{len(text) - MAX_TEXT} more characters in the samples file]"
-    return text
+def shown_value(value: Any) -> str:
+    """A setting's value as a table cell shows it."""
+    if value is None:
+        return "–"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, str):
+        text = value
+    elif isinstance(value, list) and all(isinstance(v, (str, int, float)) and not isinstance(v, bool) for v in value):
+        text = ", ".join(map(str, value)) if value else "(none)"
+    elif value == {}:
+        text = "(none)"
+    else:
+        text = json.dumps(value, ensure_ascii=False, default=str)
+    return text if len(text) <= MAX_VALUE else text[:MAX_VALUE] + " …"
 
 
-def _content_text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "".join(_content_text(p.get("text")) if isinstance(p, dict) else _content_text(p) for p in content)
-    return "" if content is None else str(content)
+def setting_rows(value: Any) -> list[tuple[str, str]]:
+    """A nested mapping as (dotted key, value shown) rows."""
+    out: list[tuple[str, Any]] = []
+    _flat("", value if isinstance(value, dict) else {"value": value}, out)
+    return [(k, shown_value(v)) for k, v in out]
 
 
-def _elided_hash(url: str) -> str | None:
-    """The sha256 in an elided data URL's placeholder (``data:<mime>;elided,sha256=<hex>;...``)."""
-    if url.startswith("data:") and ";elided,sha256=" in url[:80]:
-        return url.split("sha256=", 1)[1].split(";", 1)[0]
-    return None
-
-
-def _url_digest(url: str) -> str:
-    """The sha256 an elided data URL's placeholder names (:func:`gage_eval.api.sample.elide_inline_media`)."""
-    return hashlib.sha256(url.encode("ascii", "replace")).hexdigest()
-
-
-class _Images:
-    """The images of the report: thumbnails by key, shared by the samples that show them."""
-
-    def __init__(self, out_dir: Path):
-        self.out_dir = out_dir
-        self.embedded: dict[str, str] = {}  # key -> data URL (a thumbnail)
-        self.wanted: dict[tuple[int, str], set[str]] = {}  # (run, task) -> elided hashes to recover
-
-    def ref(self, url: str, run: int, task: str, run_dir: Path) -> dict:
-        """The image part of a message segment: {"k": key} for an embedded thumbnail, {"src": ...}
-        for a file beside the report, {"ph": why} when it cannot be shown."""
-        digest = _elided_hash(url)
-        if digest is not None:
-            self.wanted.setdefault((run, task), set()).add(digest)
-            return {"k": digest}
-        if url.startswith("data:"):  # short enough to be kept in the record
-            digest = _url_digest(url)
-            self.embedded.setdefault(digest, url)
-            return {"k": digest}
-        if url.startswith(("http://", "https://")):
-            return {"ph": "remote image (not loaded): " + url[:200]}
-        path = url[7:] if url.startswith("file://") else url
-        p = Path(path)
-        if not p.is_absolute():
-            p = run_dir / p
-        try:
-            rel = os.path.relpath(p, self.out_dir)
-        except ValueError:  # another drive
-            rel = p.as_uri()
-        return {"src": Path(rel).as_posix()}
-
-    def recover(self, run_dirs: Sequence[Path], warn: Callable[[str], None]) -> None:
-        """Read the rows of the tasks with elided images again and embed their thumbnails."""
-        budget = MAX_IMAGES - len(self.embedded)
-        for (run, task), hashes in self.wanted.items():
-            if budget <= 0:
-                break
-            try:
-                budget -= self._recover_task(run_dirs[run], task, hashes, budget)
-            except Exception as exc:  # a report shows what it can: the rows may have moved
-                warn(f"report: the images of task {task!r} could not be read again ({type(exc).__name__}: {exc}); "
-                     f"placeholders are shown")
-
-    def _recover_task(self, run_dir: Path, task: str, hashes: set[str], budget: int) -> int:
-        found = 0
-        todo = set(hashes)
-        for sample in reread_samples(run_dir, task):
-            for url in _data_urls(sample.get("messages")):
-                digest = _url_digest(url)
-                if digest in todo:
-                    todo.discard(digest)
-                    thumb = _thumbnail(url)
-                    if thumb:
-                        self.embedded[digest] = thumb
-                        found += 1
-            if not todo or found >= budget:
-                return found
-        return found
-
-
-def _data_urls(value: Any) -> Iterable[str]:
-    if isinstance(value, dict):
-        for k, v in value.items():
-            if k == "url" and isinstance(v, str) and v.startswith("data:"):
-                yield v
-            elif isinstance(v, (dict, list)):
-                yield from _data_urls(v)
-    elif isinstance(value, list):
-        for v in value:
-            yield from _data_urls(v)
-
-
-def _thumbnail(url: str) -> str | None:
-    """A small JPEG data URL of the image (the image itself when Pillow is missing and it is small)."""
-    try:
-        head, payload = url.split(",", 1)
-        raw = base64.b64decode(payload) if head.endswith(";base64") else payload.encode()
-    except ValueError:
-        return None
-    try:
-        from PIL import Image
-    except ImportError:
-        return url if len(url) <= 200_000 else None
-    try:
-        with Image.open(io.BytesIO(raw)) as img:
-            img.thumbnail((THUMB_PX, THUMB_PX))
-            if img.mode not in ("RGB", "L"):
-                rgba = img.convert("RGBA")
-                img = Image.new("RGB", rgba.size, (255, 255, 255))
-                img.paste(rgba, mask=rgba.getchannel("A"))
-            buf = io.BytesIO()
-            img.save(buf, "JPEG", quality=75)
-    except Exception:  # not an image Pillow reads
-        return None
-    return "data:image/jpeg;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
-
-
-# -- one sample, compact ------------------------------------------------------
-def _status(result: Mapping[str, Any]) -> str:
-    """c: correct, w: wrong, e: errored, u: not scored."""
-    if result.get("error"):
-        return "e"
-    overall = result.get("overall") or {}
-    passed = overall.get("passed")
-    if isinstance(passed, bool):
-        return "c" if passed else "w"
-    score = overall.get("score")
-    if isinstance(score, (int, float)) and not isinstance(score, bool):
-        return "c" if score >= 1 else "w"
-    return "u"
-
-
-def _tags(data_tag: Any) -> list[str]:
-    out = []
-    if isinstance(data_tag, dict):
-        for k, v in data_tag.items():
-            for item in (v if isinstance(v, list) else [v]):
-                if item is not None and not isinstance(item, (dict, list)):
-                    out.append(f"{k}={item}")
-    return out
-
-
-def _compact_messages(record: Mapping[str, Any], run: int, task: str, run_dir: Path, images: _Images) -> list:
-    """The sample's messages as [role, parts]: text clipped, images as thumbnail references."""
-    messages = []
-    for m in record.get("messages") or []:
-        if not isinstance(m, dict):
-            continue
-        parts: list[Any] = []
-        content = m.get("content")
-        for seg in (content if isinstance(content, list) else [content]):
-            if isinstance(seg, dict) and isinstance(seg.get("type"), str) and seg["type"] != "text":
-                media = seg.get(seg.get("type")) if isinstance(seg.get(seg.get("type")), dict) else seg
-                url = media.get("url") if isinstance(media, dict) else None
-                if isinstance(url, str) and seg.get("type") == "image_url":
-                    parts.append(images.ref(url, run, task, run_dir))
-                else:
-                    parts.append({"ph": f"[{seg.get('type')}]"})
-            else:
-                text = seg.get("text", "") if isinstance(seg, dict) else seg
-                if text:
-                    parts.append(_clip(text))
-        messages.append([m.get("role", ""), parts])
-    return messages
-
-
-def _compact(record: Mapping[str, Any], run: int, task: str, run_dir: Path, images: _Images) -> dict:
-    result = record.get("eval_result") or {}
-    out: dict[str, Any] = {"r": run, "t": task, "id": str(record.get("id", "")), "s": _status(result)}
-    tags = _tags(record.get("data_tag"))
-    if tags:
-        out["g"] = tags
-    messages = _compact_messages(record, run, task, run_dir, images)
-    if messages:
-        out["m"] = messages
-    options = record.get("options")
-    if isinstance(options, list) and options:
-        out["opt"] = [[str(o.get("id", "")), _clip(o.get("content"))] for o in options if isinstance(o, dict)]
-    predicted = record.get("predict_result") or []
-    if predicted and isinstance(predicted[0], dict):
-        first = predicted[0]
-        text = _content_text((first.get("message") or {}).get("content"))
-        if not text and first.get("raw_text"):
-            text = first["raw_text"]
-        if text:
-            out["o"] = _clip(text)
-    refs = []
-    for ref in record.get("references") or []:
-        if isinstance(ref, dict):
-            refs.append(_clip(_content_text(ref.get("answer"))))
-        else:
-            refs.append(_clip(ref))
-    if refs:
-        out["ref"] = refs
-    overall = result.get("overall") or {}
-    if overall.get("extracted") is not None:
-        out["x"] = _clip(overall.get("extracted"))
-    values = {}
-    for name, m in (result.get("metrics") or {}).items():  # a result dict, or a bare number
-        values[name] = m.get("value") if isinstance(m, dict) else m
-    if values:
-        out["v"] = values
-    error = result.get("error")
-    if isinstance(error, dict):
-        out["e"] = {"stage": error.get("stage"), "message": _clip(error.get("message")),
-                    "locator": error.get("locator")}
-    judge = result.get("judge")
-    if judge:
-        out["j"] = judge
-    return out
+def _n_shot(run: Mapping[str, Any]) -> str:
+    k = (run.get("settings") or {}).get("num_fewshot")
+    return str(k) if isinstance(k, int) and not isinstance(k, bool) else "as the task sets it"
 
 
 # -- the page's data ----------------------------------------------------------
-def _interval(metric: Mapping[str, Any]) -> dict:
-    value, stderr = metric.get("value"), metric.get("stderr")
-    row = {"value": value, "stderr": stderr, "n": metric.get("n"), "lo": None, "hi": None,
-           "higher_is_better": metric.get("higher_is_better")}
-    if isinstance(value, (int, float)) and isinstance(stderr, (int, float)):
-        row["lo"], row["hi"] = value - stats.Z95 * stderr, value + stats.Z95 * stderr
-    return row
+def _read_summary(run_dir: Path) -> dict:
+    return RunFolder(run_dir).summary()
 
 
-def _plot(rows: list[dict]) -> dict | None:
-    """The bar plot's geometry: one group per metric, one bar per run, whiskers for the interval."""
-    vals = [x for r in rows for x in (r["value"], r["lo"], r["hi"]) if isinstance(x, (int, float))]
-    if not vals:
-        return None
-    points = [r["value"] for r in rows if isinstance(r["value"], (int, float))] or vals
-    lo, hi = min(0.0, min(vals)), max(vals)
-    if 0 <= min(points) and max(points) <= 1:  # a rate: the axis is [0, 1], whiskers clipped to it
-        lo, hi = 0.0, 1.0
-    span = (hi - lo) or 1.0
-    label_w, width, bar_h, gap = 170, 640, 16, 10
-    plot_w = width - label_w - 70
+class _Spool:
+    """The samples' compact JSON, one after another in a binary file, each with its place in the page's order."""
 
-    def x(v: float) -> float:
-        return round(label_w + (min(max(v, lo), hi) - lo) / span * plot_w, 2)
+    def __init__(self, fh: Any):
+        self.fh = fh
+        self.entries: list[tuple[int, int, int, str, int, int]] = []  # run, task no., file index, id, offset, length
 
-    groups = OrderedDict()
-    for r in rows:
-        groups.setdefault(r["metric"], []).append(r)
-    bars, labels, y = [], [], 8
-    for metric, items in groups.items():
-        labels.append({"y": y + bar_h * len(items) / 2 + 4, "text": metric})
-        for r in items:
-            if isinstance(r["value"], (int, float)):
-                x0, x1 = sorted((x(0.0 if lo <= 0 <= hi else lo), x(r["value"])))
-                bar = {"x": x0, "w": max(round(x1 - x0, 2), 1), "y": y, "h": bar_h - 3, "run": r["run"],
-                       "value": r["value"], "tx": x(max(r["value"], r["hi"] or r["value"])) + 4}
-                if r["lo"] is not None:
-                    bar.update(lo=x(r["lo"]), hi=x(r["hi"]), cy=y + (bar_h - 3) / 2)
-                bars.append(bar)
-            y += bar_h
-        y += gap
-    ticks = [{"x": x(lo + span * i / 4), "text": f"{lo + span * i / 4:.3g}"} for i in range(5)]
-    return {"width": width, "height": y + 18, "bars": bars, "labels": labels, "ticks": ticks, "axis_y": y,
-            "x0": label_w, "x1": label_w + plot_w}
+    def add(self, run: int, task_no: int, text: str, sid: str) -> None:
+        data = text.encode("utf-8")
+        offset = self.fh.tell()
+        self.fh.write(data)
+        self.entries.append((run, task_no, len(self.entries), sid, offset, len(data)))
+
+
+def _row_position(sid: str, task: str, positions: Mapping[str, int] | None) -> int | None:
+    if positions is not None and sid in positions:
+        return positions[sid]
+    m = re.fullmatch(re.escape(task) + r"-row-(\d+)", sid)  # a row that never became a sample (the core's stub id)
+    return int(m.group(1)) if m else None
 
 
 def report_data(run_dirs: Sequence[Path | str], out_dir: Path, summaries: Mapping[Path, Mapping[str, Any]] | None,
                 warn: Callable[[str], None] | None, spool: Any) -> dict:
     """Everything the page shows, from the run folders (the first is the reference column),
-    except the samples: each sample's compact JSON goes to ``spool`` (a text file), one per
-    line, so memory stays flat however many samples the runs hold."""
+    except the samples: each sample's compact JSON goes to ``spool`` (a binary file), so memory
+    stays flat however many samples the runs hold; ``data["order"]`` lists where each one is,
+    in the order the page lists them (per run and task, by the row's position in the data)."""
     warn = warn or print_warning
     dirs = [Path(d) for d in run_dirs]
-    images = _Images(out_dir)
-    runs = []
+    reread = Reread(out_dir)
+    store = _Spool(spool)
+    runs, task_names, stored = [], [], []
     for i, run_dir in enumerate(dirs):
         summary = (summaries or {}).get(run_dir) or _read_summary(run_dir)
         run = _run_view(summary["run"])
+        stored.append(_Stored.of(run_dir, summary))
         tasks = []
         for name, t in (summary.get("tasks") or {}).items():
-            errors: dict[tuple, dict] = OrderedDict()
+            task_names.append((i, name))
+            errors = ErrorGroups()
+            ranges: dict[str, RowRange] = {}
             n_samples = 0
             for _, record in RunFolder(run_dir).records(name):
-                compact = _compact(record, i, name, run_dir, images)
-                spool.write(_json_for_script(compact) + "\n")
+                view = compact(record, i, name, run_dir, reread)
+                store.add(i, len(task_names) - 1, _json_for_script(view), view["id"])
                 n_samples += 1
-                e = compact.get("e")
+                for metric, value in (view.get("v") or {}).items():
+                    try:
+                        ranges.setdefault(metric, RowRange()).add(metric_value(value))
+                    except GageError:  # a value the summary did not count either
+                        pass
+                e = view.get("e")
                 if e:
-                    group = errors.setdefault((e["stage"], e["message"]), {"stage": e["stage"], "message": e["message"],
-                                                                          "count": 0, "locators": []})
-                    group["count"] += 1
-                    if len(group["locators"]) < MAX_LOCATORS:
-                        group["locators"].append(e.get("locator") or compact["id"])
-            metrics = [{"metric": m, "run": i, **_interval(v)} for m, v in (t.get("metrics") or {}).items()
-                       if isinstance(v, dict)]
-            slices = []
-            for key, values in (t.get("slices") or {}).items():
-                for value, ms in values.items():
-                    for m, v in ms.items():
-                        slices.append({"key": key, "tag": value, "metric": m, **_interval(v)})
-            tasks.append({"name": name, "status": t.get("status"), "failure": t.get("failure"),
-                          "primary": t.get("primary_metric"), "metrics": metrics, "slices": slices,
-                          "counts": t.get("counts") or {}, "errors_by_stage": t.get("errors_by_stage") or {},
-                          "errors": sorted(errors.values(), key=lambda g: -g["count"]),
-                          "timings": t.get("timings") or {}, "source": t.get("source") or {},
-                          "plot": _plot(metrics), "samples": n_samples})
-        runs.append({"index": i, "id": run["id"] or run_dir.name, "dir": str(run_dir), "run": run,
-                     "tasks": tasks, "summary": summary})
-    if images.wanted:
-        images.recover(dirs, warn)
-    return {"runs": runs, "images": images.embedded, "compare": _compare(runs),
-            "n_samples": sum(t["samples"] for r in runs for t in r["tasks"])}
+                    errors.add(e["stage"], e["message"], view["id"])
+            version = task_version(stored[-1], name)
+            tasks.append(_task_view(i, name, t, ranges, errors, n_samples, None if version is ABSENT else version))
+        runs.append({"index": i, "id": run["id"] or run_dir.name, "dir": str(run_dir), "run": run, "tasks": tasks,
+                     "summary": summary, "n_shot": _n_shot(run),
+                     "tables": {"model": setting_rows({"model": run["model"], "judge": run["judge"]}),
+                                "settings": setting_rows(run["settings"] or {}),
+                                "versions": setting_rows(run["versions"] or {})}})
+    reread.recover(dirs, task_names, warn)
+    for run in runs:
+        for task in run["tasks"]:
+            where = reread.positions.get((run["index"], task["name"]))
+            task["errors"] = task["errors"].sorted(lambda sid, t=task["name"], w=where: _key(_row_position(sid, t, w)))
+    order = sorted(store.entries, key=lambda e: (e[0], e[1], _sort_position(e, task_names, reread), e[2]))
+    positions = [_row_position(e[3], task_names[e[1]][1], reread.positions.get(task_names[e[1]])) for e in order]
+    data_order = {f"{r}/{t}": (r, t) in reread.positions for r, t in task_names}
+    table = _compare(runs)
+    return {"runs": runs, "images": reread.embedded, "compare": table, "order": order,
+            "positions": positions, "data_order": data_order, "differ": _differences(stored, runs),
+            "combined": bar_plot([dict(c, label=f"{row['task']} · {row['metric']}") for row in table
+                                  for c in row["cells"] if c], label="label") if len(runs) > 1 else None,
+            "n_samples": len(order)}
+
+
+def _key(position: int | None) -> float:
+    return float("inf") if position is None else position
+
+
+def _sort_position(entry: tuple, task_names: list[tuple[int, str]], reread: Reread) -> float:
+    run_task = task_names[entry[1]]
+    return _key(_row_position(entry[3], run_task[1], reread.positions.get(run_task)))
+
+
+def _task_view(run: int, name: str, t: Mapping[str, Any], ranges: Mapping[str, RowRange], errors: ErrorGroups,
+               n_samples: int, version: Any) -> dict:
+    metrics = [{"metric": m, "run": run, **interval(v, ranges.get(m))} for m, v in (t.get("metrics") or {}).items()
+               if isinstance(v, dict)]
+    primary = t.get("primary_metric")
+    slices, slice_plots = [], []
+    for key, values in (t.get("slices") or {}).items():
+        rows = []
+        for value, ms in values.items():
+            for m, v in ms.items():
+                if isinstance(v, dict):
+                    rows.append({"key": key, "tag": value, "metric": m, "run": run, **interval(v, ranges.get(m))})
+        slices += rows
+        shown = primary if any(r["metric"] == primary for r in rows) else (rows[0]["metric"] if rows else None)
+        plot = bar_plot([r for r in rows if r["metric"] == shown], label="tag")
+        if plot:
+            slice_plots.append({"key": key, "metric": shown, "plot": plot})
+    counts = t.get("counts") or {}
+    source = t.get("source") or {}
+    return {"name": name, "status": t.get("status"), "failure": t.get("failure"), "primary": primary,
+            "metrics": metrics, "slices": slices, "slice_plots": slice_plots,
+            "counts": {k: v for k, v in counts.items() if not isinstance(v, (dict, list))},
+            "counters": describe_counters(counts.get("by_counter") or {}, source.get("folder"))
+            if isinstance(counts.get("by_counter"), dict) else [],
+            "errors_by_stage": t.get("errors_by_stage") or {}, "errors": errors,  # sorted once the data order is known
+            "timings": t.get("timings") or {}, "source": source, "version": version,
+            "plot": bar_plot(metrics), "samples": n_samples}
+
+
+class _Stored(NamedTuple):
+    """A run folder as :func:`~.runsettings.settings_of` reads it."""
+
+    run: Mapping[str, Any]
+    tasks: Mapping[str, Any]
+    config: Mapping[str, Any]
+    inputs: Mapping[str, Any]
+
+    @classmethod
+    def of(cls, run_dir: Path, summary: Mapping[str, Any]) -> "_Stored":
+        folder = RunFolder(run_dir)
+        try:
+            config, inputs = folder.config(missing_ok=True) or {}, folder.inputs(missing_ok=True) or {}
+        except GageError:  # the summary alone: what differs is then read from it
+            config, inputs = {}, {}
+        return cls(summary.get("run") or {}, summary.get("tasks") or {}, config, inputs)
 
 
 def _run_view(run: Mapping[str, Any]) -> dict:
@@ -382,6 +239,25 @@ def _compare(runs: list[dict]) -> list[dict]:
                                                                    "cells": [None] * len(runs)})
                 row["cells"][run["index"]] = m
     return list(rows.values())
+
+
+def _differences(stored: list[_Stored], runs: list[dict]) -> list[dict]:
+    """What differs between several runs: n-shot first, then the model, the settings that change
+    results, task versions and data (compare's settings diff, for any number of runs)."""
+    if len(runs) < 2:
+        return []
+    tasks = list(dict.fromkeys(t["name"] for r in runs for t in r["tasks"]))
+    sides = [settings_of(s, tasks) for s in stored]
+    rows = [{"key": "n-shot", "values": [r["n_shot"] for r in runs]}]
+    for key in dict.fromkeys(k for side in sides for k in side):
+        if key.startswith("reproducibility") or key == "settings.num_fewshot":
+            continue
+        values = [side.get(key, ABSENT) for side in sides]
+        if any(v != values[0] for v in values[1:]):
+            rows.append({"key": key, "values": ["(absent)" if v is ABSENT else shown_value(v) for v in values]})
+    rows = [r for r in rows if r["key"] != "n-shot" or len(set(r["values"])) > 1]
+    return rows[:MAX_DIFFER] + ([{"key": f"… {len(rows) - MAX_DIFFER} more", "values": [""] * len(runs)}]
+                                if len(rows) > MAX_DIFFER else [])
 
 
 def _json_for_script(value: Any) -> str:
@@ -408,25 +284,33 @@ def _fmt(value: Any, digits: int = 4) -> str:
     return str(value)
 
 
+def template_env() -> Any:
+    """The Jinja environment of the report and compare pages (autoescaped; both templates folders)."""
+    import jinja2
+
+    env = jinja2.Environment(loader=jinja2.ChoiceLoader([
+        jinja2.PackageLoader("gage_plugins_builtin.report", "templates"),
+        jinja2.PackageLoader("gage_plugins_builtin.compare", "templates")]),
+        autoescape=True, undefined=jinja2.StrictUndefined)
+    env.filters["fmt"] = _fmt
+    env.globals["SMALL_N"] = SMALL_N
+    return env
+
+
 def render_report(run_dirs: Sequence[Path | str], out: Path | str,
                   summaries: Mapping[Path, Mapping[str, Any]] | None = None,
                   warn: Callable[[str], None] | None = None) -> Path:
     """Write the report of ``run_dirs`` to ``out`` (replaced whole); returns its path."""
-    import jinja2
-
     out = Path(out)
-    with tempfile.TemporaryFile("w+", encoding="utf-8") as spool:
+    with tempfile.TemporaryFile("w+b") as spool:
         data = report_data(run_dirs, out.parent.resolve(), summaries, warn, spool=spool)
-        env = jinja2.Environment(loader=jinja2.PackageLoader("gage_plugins_builtin.report", "templates"),
-                                 autoescape=True, undefined=jinja2.StrictUndefined)
-        env.filters["fmt"] = _fmt
-        env.filters["tojson_compact"] = lambda v: json.dumps(v, ensure_ascii=False, sort_keys=False, indent=1,
-                                                             default=str)
         rest = {"images": data["images"], "page": PAGE_SIZE,
                 "runs": [{"id": r["id"], "tasks": [t["name"] for t in r["tasks"]]} for r in data["runs"]],
-                "summaries": [r["summary"] for r in data["runs"]]}
-        html = env.get_template(TEMPLATE).render(runs=data["runs"], compare=data["compare"], z=stats.Z95,
-                                                 n_samples=data["n_samples"], page_size=PAGE_SIZE, generator=pages.PAGE_GENERATOR)
+                "summaries": [r["summary"] for r in data["runs"]], "data_order": data["data_order"]}
+        html = template_env().get_template(TEMPLATE).render(
+            runs=data["runs"], compare=data["compare"], differ=data["differ"], combined=data["combined"],
+            n_samples=data["n_samples"], page_size=PAGE_SIZE, generator=pages.PAGE_GENERATOR,
+            in_data_order=all(data["data_order"].values()))
         # Every value the template shows is HTML-escaped, so this element (rendered empty) can come
         # only from the template itself: the samples' JSON goes between its tags.
         if html.count(_DATA_ELEMENT) != 1:
@@ -434,11 +318,14 @@ def render_report(run_dirs: Sequence[Path | str], out: Path | str,
         head, _, tail = html.partition(_DATA_ELEMENT)
         open_tag = _DATA_ELEMENT[:-len("</script>")]
 
-        def chunks() -> Iterable[str]:  # the samples are copied from the spool, not held
+        def chunks() -> Iterable[str]:  # the samples are copied from the spool in the page's order, not held
             yield head + open_tag + '{"samples":['
-            spool.seek(0)
-            for j, line in enumerate(spool):
-                yield ("," if j else "") + line.rstrip("\n")
+            for j, (entry, position) in enumerate(zip(data["order"], data["positions"])):
+                spool.seek(entry[4])
+                text = spool.read(entry[5]).decode("utf-8")
+                if position is not None:  # the row's position in its data, for the card's heading
+                    text = text[:-1] + f',"p":{position}}}'
+                yield ("," if j else "") + text
             yield "]," + _json_for_script(rest)[1:] + "</script>" + tail
 
         pages.write_page(out, chunks())

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import random
+import re
 import shutil
 from html.parser import HTMLParser
 from pathlib import Path
@@ -314,7 +315,18 @@ def test_html_page(flipped_pair, tmp_path):
     parser.feed(html)
     parser.close()
     text = " ".join(parser.text)
-    assert parser.tags.count("table") == 2 and "style" in parser.tags
+    assert html.count('<table class="metrics">') == 1 and html.count('<table class="settings') == 1
+    assert "style" in parser.tags and ".sbs {" in html  # the report's stylesheet
+    # every flipped id opens both runs' record side by side: s0 went 1->0, s15..s19 0->1
+    flips = re.findall(r'<details class="flip" data-id="([^"]+)">(.*?)</details>', html, re.S)
+    assert sorted(sid for sid, _ in flips) == sorted(["s0", "s15", "s16", "s17", "s18", "s19"])
+    for sid, body in flips:
+        assert body.count('<div class="side side-a">') == 1 and body.count('<div class="side side-b">') == 1
+        want = ("A 1 → B 0" if sid == "s0" else "A 0 → B 1")
+        assert want in body, (sid, body[:300])
+        a_side, b_side = body.split('<div class="side side-b">')
+        assert re.search(r"<td>acc</td><td class=\"num\">" + ("1.0000" if sid == "s0" else "0.0000"), a_side)
+        assert re.search(r"<td>acc</td><td class=\"num\">" + ("0.0000" if sid == "s0" else "1.0000"), b_side)
     assert parser.urls == [] and "script" not in parser.tags  # self-contained: nothing to fetch
     result = invoke(a, b, "--html", tmp_path / "no" / "such" / "cmp.html")
     assert result.exit_code == 4 and "cannot write" in result.stderr

@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from gage_eval.api import stats
 from gage_plugins_builtin.report import writer as report_writer
 from gage_plugins_builtin.report.command import report_command
 
@@ -53,9 +52,8 @@ def test_report_is_written_at_run_end_and_its_numbers_equal_the_summary(run_cli,
     assert len(data["samples"]) == summary["tasks"]["piqa"]["counts"]["total"] == 20
     cells = shown(page)
     for name, m in summary["tasks"]["piqa"]["metrics"].items():
-        for field, want in (("value", m["value"]), ("stderr", m["stderr"]),
-                            ("lo", m["value"] - stats.Z95 * m["stderr"]),
-                            ("hi", m["value"] + stats.Z95 * m["stderr"])):
+        for field, want in (("value", m["value"]), ("stderr", m["stderr"]),  # the interval: summary.json's bootstrap
+                            ("lo", m["ci95"]["bootstrap"][0]), ("hi", m["ci95"]["bootstrap"][1])):
             value, text = cells[f"0/piqa/{name}/{field}"]
             assert float(value) == pytest.approx(want, abs=0, rel=1e-15) and text == f"{want:.4f}"
         assert cells[f"0/piqa/{name}/n"] == (str(m["n"]), str(m["n"]))
@@ -149,7 +147,14 @@ def test_report_command_puts_runs_side_by_side(run_cli, tmp_path):
     assert res.exit_code == 0, res.output
     assert f"wrote {out}" in res.output
     text = out.read_text()
-    assert 'id="compare"' in text and "<th class=\"num\">r</th><th class=\"num\">other</th>" in text
+    assert 'id="compare"' in text and re.search(r'<th class="num">.*?r<br>.*?<th class="num">.*?other<br>', text)
+    # what differs is named: the model's seed (the only setting changed), n-shot not (the same)
+    differ = re.search(r'<div id="differ-line">(.*?)</div>', text, re.S).group(1)
+    assert "model.args.seed" in differ and "model.settings.seed" in differ and "n-shot" not in differ
+    rows = dict(re.findall(r'<tr class="differ"><td><code>([^<]+)</code></td>(.*?)</tr>', text))
+    assert re.findall(r"<td>([^<]*)</td>", rows["model.args.seed"]) == ["(absent)", "7"]
+    assert re.findall(r"<td>([^<]*)</td>", rows["model.settings.seed"]) == ["1234", "7"]
+    assert 'id="combined-plot"' in text and text.count('<rect class="run1') >= 2  # both runs' bars
     cells = shown(out)
     for i, run_dir in enumerate((a, b)):
         summary = json.loads((run_dir / "summary.json").read_text())

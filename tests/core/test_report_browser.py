@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import shutil
 import sys
+import uuid
 from pathlib import Path
 
 import pytest
@@ -176,3 +177,127 @@ def test_the_page_works_offline(driver):
     errors = [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
     assert not errors, errors
     assert driver.execute_script("return navigator.onLine") is False  # it drew everything with the network off
+
+
+# -- issue 28: intervals, data order, grouped errors, compare's side-by-side view -------------------------
+@pytest.fixture(scope="module")
+def edited(run_dir, tmp_path_factory) -> dict:
+    """A copy of the golden run whose samples files are shuffled (as a concurrent run leaves them),
+    whose legal rows all failed at the judge with a request UUID each, and whose piqa rows 0-4
+    flipped; its report and the compare page of the two runs, written outside both folders."""
+    from click.testing import CliRunner
+
+    from gage_eval.cli import cli
+
+    work = tmp_path_factory.mktemp("edited")
+    copy = work / "copy"
+    shutil.copytree(run_dir, copy)
+    for path in (copy / "samples").glob("*.jsonl"):
+        records = [json.loads(line) for line in path.read_text().splitlines()]
+        for r in records:
+            result = r["eval_result"]
+            if path.stem == "legal_eval_v1":
+                r["eval_result"] = {"error": {"stage": "judge", "message": f"judge model: HTTP 500: request "
+                                              f"{uuid.uuid4()} failed", "locator": "legal.jsonl:1"}}
+            elif path.stem == "piqa" and int(r["id"].split("-")[1]) < 5:
+                for m in result["metrics"].values():
+                    m["value"] = 1.0 - m["value"]
+                result["overall"].update(score=1.0 - result["overall"]["score"],
+                                         passed=not result["overall"]["passed"])
+        records.reverse()
+        path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    runner = CliRunner()
+    for args in (["report", str(copy), "-o", str(work / "edited.html")],
+                 ["compare", str(run_dir), str(copy), "--task", "piqa", "--html", str(work / "compare.html")]):
+        result = runner.invoke(cli, args, catch_exceptions=False)
+        assert result.exit_code == 0, result.output
+    return {"copy": copy, "report": work / "edited.html", "compare": work / "compare.html"}
+
+
+def _open(d, page: Path, width: int = 1920) -> None:
+    d.set_window_size(width, 1400)
+    d.get(page.as_uri())
+    _wait(d, lambda: d.execute_script("return document.readyState === 'complete'"))
+
+
+def _fits(d) -> bool:
+    return d.execute_script("return document.documentElement.scrollWidth <= document.documentElement.clientWidth")
+
+
+def test_intervals_of_proportions_stay_in_zero_one(driver, run_dir):
+    from selenium.webdriver.common.by import By
+
+    summary = json.loads((run_dir / "summary.json").read_text())
+    bounds = 0
+    for cell in driver.find_elements(By.CSS_SELECTOR, "td[data-key$='/lo'], td[data-key$='/hi']"):
+        _, task, metric, field = cell.get_attribute("data-key").split("/", 3)
+        value = summary["tasks"][task]["metrics"][metric]["value"]
+        x = float(cell.get_attribute("data-value"))
+        assert 0.0 <= x <= 1.0 and (x <= value if field == "lo" else x >= value), (task, metric, field, x)
+        bounds += 1
+    assert bounds == 2 * sum(len(t["metrics"]) for t in summary["tasks"].values())
+    slices = driver.execute_script("return Array.from(document.querySelectorAll('td[data-interval]'))"
+                                   ".map(e => e.getAttribute('data-interval'))")
+    assert len(slices) > 20  # mmmu's subjects, subfields, question types; docvqa's and legal's tags
+    for pair in slices:
+        lo, hi = map(float, pair.split(","))
+        assert 0.0 <= lo <= hi <= 1.0, pair
+    marks = driver.find_elements(By.CSS_SELECTOR, "table.metrics .smalln")
+    assert len(marks) == sum(1 for t in summary["tasks"].values() for m in t["metrics"].values() if m["n"] < 30)
+
+
+def test_samples_are_listed_in_data_order(driver, edited):
+    from selenium.webdriver.common.by import By
+
+    _open(driver, edited["report"])
+    _wait(driver, lambda: driver.execute_script("return document.body.dataset.ready === '1'"))
+    for task, want in (("piqa", [f"piqa-{i}" for i in range(20)]), ("legal_eval_v1", list(golden_legal_ids()))):
+        _set(driver, "f-task", task)
+        _wait(driver, lambda: _matches(driver) == len(want))
+        ids = [e.get_attribute("data-id") for e in driver.find_elements(By.CSS_SELECTOR, "#list details.sample")]
+        assert ids == want, task  # the samples files list them reversed
+    _reset(driver)
+
+
+def golden_legal_ids() -> tuple:
+    sys.path.insert(0, str(ROOT / "tests" / "golden"))
+    import golden
+
+    return golden.LEGAL_IDS
+
+
+def test_judge_errors_with_a_uuid_each_are_one_group(driver, edited):
+    from selenium.webdriver.common.by import By
+
+    _open(driver, edited["report"])
+    section = driver.find_element(By.CSS_SELECTOR, "section[id='task-0-legal_eval_v1']")
+    groups = section.find_elements(By.CSS_SELECTOR, "tr.error-group")
+    assert len(groups) == 1
+    cells = groups[0].find_elements(By.TAG_NAME, "td")
+    assert cells[0].text == "13" and cells[1].text == "judge"
+    assert cells[2].text.startswith("judge model: HTTP ‹n›: request ‹uuid› failed")
+    assert cells[3].text.split(", ") == list(golden_legal_ids())  # every id, in data order
+    assert _fits(driver)
+
+
+def test_compare_opens_each_flipped_id_side_by_side_in_a_1920_window(driver, edited):
+    from selenium.webdriver.common.by import By
+
+    _open(driver, edited["compare"])
+    assert _fits(driver)
+    flips = driver.find_elements(By.CSS_SELECTOR, "details.flip")
+    assert sorted(f.get_attribute("data-id") for f in flips) == sorted(
+        [f"piqa-{i}" for i in range(5)] * 2)  # acc and acc_norm
+    outer = flips[0].find_element(By.XPATH, "..")
+    outer.find_element(By.TAG_NAME, "summary").click()
+    flips[0].find_element(By.TAG_NAME, "summary").click()
+    a, b = flips[0].find_elements(By.CSS_SELECTOR, ".sbs > div")
+    assert a.is_displayed() and b.is_displayed()
+    ra, rb = a.rect, b.rect
+    assert abs(ra["y"] - rb["y"]) < 2 and ra["x"] + ra["width"] <= rb["x"]  # side by side, not stacked
+    for side in (a, b):
+        assert "SCORED CONTEXT" in side.text.upper() and "Question:" in side.text
+        assert "LOG-LIKELIHOOD" in side.text.upper()
+    assert _fits(driver)
+    css = driver.execute_script("return getComputedStyle(document.querySelector('section.card')).borderRadius")
+    assert css == "8px"  # the report's stylesheet
