@@ -246,6 +246,9 @@ def _interrupted(interrupt: KeyboardInterrupt) -> None:
                    "seed, do_sample, stop (stop=TEXT or stop=[\"A\",\"B\"]).")
 @click.option("--num-fewshot", type=click.IntRange(min=0), default=None,
               help="Few-shot examples per prompt, drawn (seeded) from the task's few-shot source.")
+@click.option("--repeats", type=click.IntRange(min=1), default=None,
+              help="Answers drawn per row, each with its own seed (default: the task's repeats, else 1); "
+                   "adds pass@k and maj@k.")
 @click.option("--fewshot-as-multiturn/--no-fewshot-as-multiturn", default=None,
               help="Few-shot examples as chat turns, or all in one user turn (default: chat turns whenever "
                    "the chat template is on, as lm-eval does).")

@@ -7,16 +7,20 @@ import sys
 from concurrent.futures import Future
 from typing import Any, Callable
 
+from gage_eval.engine.repeats import gathered
 from gage_eval.engine.row import Row
 from gage_eval.engine.scoring import metric_context
 
 MAX_PENDING = 256  # rows waiting for their results before the loop waits for the oldest
 
 
-def background_stage(metrics: list, write: Callable[[Row], None]) -> tuple[Callable[[Row], None], Callable[[], None]]:
-    """The task's write stage and what ends it: ``write`` itself and a no-op when no metric
-    submits, else rows go through :class:`Background` and the end writes those still running."""
-    background = Background(metrics, write)
+def write_stage(tr: Any, write: Callable[[Row], None]) -> tuple[Callable[[Row], None], Callable[[], None]]:
+    """What a task's answered rows go through before ``write``, and what ends it: the rows of a
+    repeated task wait for all their answers (:func:`~gage_eval.engine.repeats.gathered`); with a
+    metric that submits, each answer's scoring starts in the :class:`Background` first and the end
+    writes the rows still running (without one, the end does nothing)."""
+    write = gathered(tr.repeats.n, write)
+    background = Background(tr.metrics, write)
     if not background.metrics:
         return write, lambda: None
     return background.add, background.finish

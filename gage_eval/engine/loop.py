@@ -21,7 +21,7 @@ from gage_eval.api.backend import Backend
 from gage_eval.api.errors import FailFast, GageError, OutputError
 from gage_eval.api.events import RunEnd, RunStart, SampleDone, TaskDone
 from gage_eval.api.running import BackendUse, Tally
-from gage_eval.engine.background import background_stage
+from gage_eval.engine.background import write_stage
 from gage_eval.engine.idset import IdSet
 from gage_eval.engine.infer import Inference, Stops
 from gage_eval.engine.interrupts import Interrupted, held, interrupt_of, stop_reason
@@ -193,7 +193,7 @@ class Engine:
         log = RowLog(events, self.stops, opts.quiet)
         self.tally.task = tr.name
         infer = Inference(staged["model"], self.stops, opts.strip_reasoning, self.secrets)
-        write, finish = background_stage(tr.metrics, lambda it: self._write(tr, it, log, progress))
+        write, finish = write_stage(tr, lambda it: self._write(tr, it, log, progress))
         judging = Judging(staged["judge"], self.stops, write, self.secrets) if tr.judge is not None else None
         seen, window, shown, shard = IdSet(), [], 0, opts.shard
         t_load = time.perf_counter()

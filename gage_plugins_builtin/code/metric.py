@@ -59,7 +59,7 @@ class CodeExec(Metric):
         self.limits = execution.Limits().replace(**dict(limits or {}))
         self.pool = ThreadPoolExecutor(max_workers=int(workers or os.cpu_count() or 1),
                                        thread_name_prefix="gage-code-exec")
-        self.pending: dict[tuple, Future] = {}
+        self.pending: dict[tuple, list] = {}  # key -> [its future, the computes still to come]
         self.lock = threading.Lock()
 
     def submit(self, ctx: MetricContext) -> Future:
@@ -67,15 +67,21 @@ class CodeExec(Metric):
         returns their result."""
         key = _key(ctx)
         with self.lock:
-            future = self.pending.get(key)
-            if future is None:
-                future = self.pending[key] = self.pool.submit(self._score, ctx)
-        return future
+            entry = self.pending.get(key)
+            if entry is None:  # (a row's repeats that gave the same answer run it once)
+                entry = self.pending[key] = [self.pool.submit(self._score, ctx), 0]
+            entry[1] += 1
+        return entry[0]
 
     def compute(self, ctx: MetricContext) -> dict:
+        key = _key(ctx)
         with self.lock:
-            future = self.pending.pop(_key(ctx), None)
-        return future.result() if future is not None else self._score(ctx)
+            entry = self.pending.get(key)
+            if entry is not None:
+                entry[1] -= 1
+                if not entry[1]:
+                    del self.pending[key]
+        return entry[0].result() if entry is not None else self._score(ctx)
 
     def _score(self, ctx: MetricContext) -> dict:
         row_exec = ctx.get("sample.metadata.execution")

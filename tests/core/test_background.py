@@ -7,7 +7,10 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 import pytest
 
-from gage_eval.engine.background import background_stage
+from types import SimpleNamespace
+
+from gage_eval.engine.background import write_stage
+from gage_eval.engine.repeats import Repeats
 from gage_eval.engine.row import Answer, Row
 
 
@@ -22,18 +25,22 @@ class Slow:
         return self.pool.submit(self.gate.wait)
 
 
+def task(metrics, n=None):
+    return SimpleNamespace(metrics=metrics, repeats=Repeats({}, n, 1234))
+
+
 def rows(n):
     return [Row(i, f"f:{i}", {"id": str(i)}, answer=Answer(None, model_output={"text": "x"})) for i in range(n)]
 
 
 def test_no_submitting_metric_leaves_the_write_stage_alone():
     write = [].append
-    assert background_stage([("m", object())], write)[0] is write
+    assert write_stage(task([("m", object())]), write)[0] is write
 
 
 def test_rows_wait_for_their_results_and_the_end_writes_the_rest():
     metric, written = Slow(), []
-    write, finish = background_stage([("m", metric)], lambda row: written.append(row.sample["id"]))
+    write, finish = write_stage(task([("m", metric)]), lambda row: written.append(row.sample["id"]))
     for row in rows(3):
         write(row)
     write(Row(3, "f:3", {"id": "3"}, error={"stage": "inference", "message": "x", "locator": "f:3"}))
@@ -45,7 +52,7 @@ def test_rows_wait_for_their_results_and_the_end_writes_the_rest():
 
 def test_a_task_stopped_by_an_exception_drops_the_rows_still_running():
     metric, written = Slow(), []
-    write, finish = background_stage([("m", metric)], lambda row: written.append(row.sample["id"]))
+    write, finish = write_stage(task([("m", metric)]), lambda row: written.append(row.sample["id"]))
     for row in rows(2):
         write(row)
     with pytest.raises(KeyboardInterrupt):
