@@ -87,7 +87,8 @@ def _check_values(p: Path, data: dict) -> None:
     for key, least in (("seed", 0), ("num_fewshot", 0), ("repeats", 1)):
         value = data.get(key)
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < least):
-            raise GageError(f"{p}: key '{key}': expected a whole number{' (1 or more)' if least else ''}, got {value!r}")
+            more = " (1 or more)" if least else ""
+            raise GageError(f"{p}: key '{key}': expected a whole number{more}, got {value!r}")
     _check_sampling(p, "", data)
     if data.get("gen_kwargs") is not None:
         data["gen_kwargs"] = check_gen_kwargs(data["gen_kwargs"], f"{p}: key 'gen_kwargs'")

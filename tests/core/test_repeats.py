@@ -160,3 +160,19 @@ def test_task_repeats_and_bad_values(run_cli, tmp_path):
     assert {"pass@2", "maj@3"} <= set(summary["tasks"]["letters"]["metrics"])
     bad = run_cli("--tasks", "letters", "--include-path", root, "--model", "dummy", "--repeats", "0", "-q")
     assert bad.exit_code == 2 and "--repeats" in bad.output
+
+
+def test_compare_pairs_repeated_runs_by_row_and_the_report_shows_every_answer(run_cli, tmp_path):
+    from gage_plugins_builtin.compare.paired import compare_runs
+
+    root = _task(tmp_path, SAMPLED)
+    a = _run(run_cli, root, "a", "--repeats", "4")
+    b = _run(run_cli, root, "b", "--repeats", "4", "--seed", "7")
+    compared = compare_runs(root / "runs" / "a", root / "runs" / "b")["tasks"]["letters"]
+    em = compared["metrics"]["exact_match"]
+    assert compared["paired"] == len(QUESTIONS) and em["n"] == len(QUESTIONS)
+    assert em["diff"] == pytest.approx(b["tasks"]["letters"]["metrics"]["exact_match"]["value"]
+                                       - a["tasks"]["letters"]["metrics"]["exact_match"]["value"])
+    assert {"pass@4", "maj@4"} <= set(compared["metrics"])
+    page = (root / "runs" / "a" / "report.html").read_text()
+    assert "answer 4 of 4, seed 1237" in page
