@@ -149,6 +149,7 @@ def shoot(d, page: Path, png: Path, prepare: str = "", element: str | None = Non
 
 
 OPEN_FIRST_SAMPLE = "var c = document.querySelector('#list details.sample'); c.open = true;"
+OPEN_RUN_TABLES = "document.querySelectorAll('section.run details').forEach(d => { d.open = true; });"
 OPEN_A_FLIP = "var f = document.querySelector('details.flip'); f.parentElement.open = true; f.open = true;"
 
 
@@ -167,6 +168,7 @@ def main() -> None:
     shots = [  # name, page, JavaScript run first, the element shot (None: the page's top)
         ("piqa", runs["piqa"] / "report.html", "", None),
         ("piqa_sample", runs["piqa"] / "report.html", OPEN_FIRST_SAMPLE, "#list details.sample"),
+        ("piqa_settings", runs["piqa"] / "report.html", OPEN_RUN_TABLES, "section.run"),
         ("mmmu", runs["mmmu"] / "report.html", "", None),
         ("mmmu_sample", runs["mmmu"] / "report.html", OPEN_FIRST_SAMPLE, "#list details.sample"),
         ("legal", runs["legal"] / "report.html", "", None),

@@ -266,8 +266,6 @@ def _interrupted(interrupt: KeyboardInterrupt) -> None:
 @click.option("--drop-writer", "drop_writers", multiple=True, metavar="NAME",
               help="Leave out a writer the run names (the run config's, or on --resume the stored run's): for a "
                    "plugin writer that fails on every resume. Repeatable; kept out of later resumes.")
-@click.option("--cache", "cache", default=None, metavar="DIR",
-              help="Reuse model responses stored in DIR (one SQLite file) and store new ones there.")
 @click.option("--shard", default=None, metavar="I/N",
               help="Run only shard I of N (0-based): the rows whose sample id hashes there. Each shard is an "
                    "ordinary run; `gage-eval merge` joins them.")
@@ -275,9 +273,6 @@ def _interrupted(interrupt: KeyboardInterrupt) -> None:
               help="Where the model runs: in this process (local, the default) or through an executor a plugin "
                    "registers (`gage-eval plugins` lists them; the builtin ray runs replicas on a Ray cluster: "
                    "--model-args replicas=N,num_cpus=C,num_gpus=G each).")
-@click.option("--ray-address", default=None, metavar="ADDR",
-              help="With --executor ray: the Ray cluster to join (e.g. ray://head:10001 or auto); without it a "
-                   "local Ray instance starts.")
 @click.option("--seed", type=int, default=None, help="Seed for sampling and for deterministic fallbacks.")
 @click.option("--resume", type=click.Path(file_okay=False), default=None,
               help="Continue an interrupted run in this run folder (its settings are reused).")
@@ -297,9 +292,9 @@ def cli(ctx, tasks, debug, **flags):
 
     \b
     Examples:
-      gage-eval --tasks piqa --limit 20            # the bundled SmolLM2 on 20 real PIQA rows
-      gage-eval --tasks piqa --model dummy
-      gage-eval --tasks piqa --data piqa=validation.jsonl --model transformers --model-args pretrained=DIR
+      gage-eval --tasks piqa --limit 20            # the default model on 20 real PIQA rows
+      gage-eval --tasks piqa --model NAME --model-args KEY=VALUE,...   # a backend `gage-eval plugins` lists
+      gage-eval --tasks piqa --data piqa=validation.jsonl              # your own copy of the rows
       gage-eval --tasks piqa --dry-run             # the prompts, without loading the model
       gage-eval tasks | plugins | validate FILE --schema sample
 
@@ -311,7 +306,10 @@ def cli(ctx, tasks, debug, **flags):
     from gage_eval.cli.run import run_from_cli
 
     if not tasks and not flags["resume"] and not flags["config_file"]:
-        click.echo(ctx.get_help())
+        if any(v is not None and v is not False and v != () for v in flags.values()):
+            raise GageError("no task to run: name them with --tasks (see `gage-eval tasks`), "
+                            "or continue a run with --resume RUN_DIR")
+        click.echo(ctx.get_help())  # a bare `gage-eval`
         return
     # each option under its run_from_cli / build_options name; repeatable ones as lists
     run_from_cli(tasks=",".join(tasks) or None,

@@ -31,8 +31,8 @@ RESUME_CHECKED = ("tasks", "model", "model_args", "judge_model", "judge_args", "
                   "shuffle_seed", "seed", "shard",
                   "include_paths", "data", "allow_paths", "allow_urls", "system_prompt", "gen_kwargs", "num_fewshot",
                   "repeats", "fewshot_as_multiturn", "apply_chat_template", "strip_reasoning")
-# how to treat errors, where responses are cached, and the outputs rebuilt on resume may change on resume
-RESUME_FREE = ("fail_fast", "max_error_rate", "cache", "executor", "ray_address")
+# how to treat errors and where the model runs may change on resume (the plugins' options say for themselves)
+RESUME_FREE = ("fail_fast", "max_error_rate", "executor")
 # writers named on resume join the stored ones: each writer is rebuilt whole from the kept records
 
 

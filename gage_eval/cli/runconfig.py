@@ -13,7 +13,7 @@ from gage_eval.cli.conventions import check_gen_kwargs, parse_limit
 
 CONFIG_KEYS = {"models", "tasks", "limit", "batch_size", "seed", "output_dir", "fail_fast", "include_paths", "data",
                "max_error_rate", "allow_paths", "allow_urls", "system_prompt", "gen_kwargs", "num_fewshot", "repeats",
-               "fewshot_as_multiturn", "apply_chat_template", "strip_reasoning", "writers", "cache", "shard", "executor", "ray_address", "max_samples", "shuffle", "shuffle_seed"}
+               "fewshot_as_multiturn", "apply_chat_template", "strip_reasoning", "writers", "shard", "executor", "max_samples", "shuffle", "shuffle_seed"}
 ROLE_KEYS = {"backend", "args"}
 TASK_OVERRIDE_KEYS = {"name", "limit", "max_samples", "shuffle", "shuffle_seed", "metrics", "generation", "data"}
 
@@ -107,8 +107,6 @@ def _check_values(p: Path, data: dict) -> None:
     for key in ("allow_urls", "fail_fast", "fewshot_as_multiturn", "apply_chat_template", "strip_reasoning"):
         if data.get(key) is not None and not isinstance(data[key], bool):
             raise GageError(f"{p}: key '{key}': expected true or false, got {data[key]!r}")
-    if data.get("cache") is not None and not (isinstance(data["cache"], str) and data["cache"]):
-        raise GageError(f"{p}: key 'cache': expected a folder path")
     if data.get("data") is not None and not isinstance(data["data"], dict):
         raise GageError(f"{p}: key 'data': expected a mapping TASK: PATH")
     writers = data.get("writers")

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping
 
 from gage_eval.api.backend import Backend
-from gage_eval.api.errors import GageError
+from gage_eval.api.errors import GageError, did_you_mean
 from gage_eval.engine.executor import make_backend, model_backend
 from gage_eval.engine.idset import IdSet
 from gage_eval.engine.repeats import Repeats
@@ -322,12 +322,14 @@ def resolve_tasks(options: RunOptions, registry: Registry) -> list[tuple[TaskSpe
     from gage_eval.tasks.groups import discover_groups, expand
 
     found = discover(registry.task_paths, options.include_paths)
-    names = options.tasks
+    names, groups = options.tasks, {}
     if any(t not in found for t in names):  # a group or tag: its tasks
-        names = expand(names, found, discover_groups(found))
+        groups = discover_groups(found)
+        names = expand(names, found, groups)
     unknown = [t for t in names if t not in found]
     if unknown:
-        raise GageError(f"unknown task(s): {', '.join(unknown)}; available: {', '.join(sorted(found)) or 'none'} "
+        named = ", ".join(t + did_you_mean(t, [*found, *groups]) for t in unknown)
+        raise GageError(f"unknown task(s): {named}; available: {', '.join(sorted(found)) or 'none'} "
                         f"(see `gage-eval tasks`)")
     extra = set(options.data) - set(names)
     if extra:
@@ -339,7 +341,7 @@ def resolve_tasks(options: RunOptions, registry: Registry) -> list[tuple[TaskSpe
             spec = read_task_file(src.folder, src.origin, src.params)
             if name in options.data:
                 split = (spec.dataset.get("args") or {}).get("split")
-                spec = with_dataset(spec, dataset_for_path(options.data[name], split))
+                spec = with_dataset(spec, dataset_for_path(options.data[name], split, registry))
             if options.task_overrides.get(name):
                 spec = _with_overrides(spec, options.task_overrides[name], options.config_file)
         except GageError as exc:

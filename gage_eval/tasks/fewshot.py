@@ -126,7 +126,7 @@ def load_pool(spec: TaskSpec, config: FewShotConfig, registry: Any) -> tuple[lis
         if not path.exists():
             raise GageError(f"{where}.path: {config.path!r} does not exist (looked for {path})")
         try:
-            dataset = dataset_for_path(str(path))
+            dataset = dataset_for_path(str(path), None, registry)
         except GageError as exc:
             raise GageError(f"{where}.path: {exc}") from None
         described = f"the few-shot file {path}"
