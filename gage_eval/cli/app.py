@@ -91,10 +91,9 @@ class PluginGroup(click.Group):
     _lm_eval: dict[str, str] = {}
 
     def _plugin_options(self) -> None:
-        """The loaded plugins' run options as options of the run (again when the plugins changed)."""
-        from dataclasses import fields
-
-        from gage_eval.config.options import RunOptions
+        """The loaded plugins' run options as options of the run (again when the plugins changed).
+        Checked here against the core's flags; against the core's settings without a flag when a
+        command is invoked (:meth:`invoke`), so --help does not import the settings."""
         from gage_eval.plugins import load_plugins
 
         declared = tuple(reg for reg in load_plugins()[1].options.values() if reg.option.flags)
@@ -102,13 +101,8 @@ class PluginGroup(click.Group):
             return
         self.params = [p for p in self.params if p.name not in {reg.option.key for reg in self._added}]
         own = {name for p in self.params for name in (*p.opts, *p.secondary_opts, p.name)}
-        own |= {f.name for f in fields(RunOptions)} - {"plugin_options"}
         at = next(i for i, p in enumerate(self.params) if p.name == "seed")
-        for reg in declared:
-            clash = sorted({reg.option.key, *reg.option.spellings()} & own)
-            if clash:
-                raise GageError(f"plugin {reg.plugin!r} declares run option {clash[0]!r}, which is gage-eval's "
-                                f"own; disable it with GAGE_EVAL_DISABLE_PLUGINS={reg.plugin}")
+        _refuse_clashes(declared, own)
         self.params[at:at] = [click_option(reg.option) for reg in declared]
         self._added = declared
         self._lm_eval = {name: reg.option.flags[0] for reg in declared for name in reg.option.lm_eval}
@@ -142,9 +136,13 @@ class PluginGroup(click.Group):
     def invoke(self, ctx):
         # Ctrl-C raises while a command runs (a stopped run writes its summary); before that (parsing,
         # --help) the entry point's handler (gage_eval.cli) ends the process with the same line
+        from dataclasses import fields
+
         from gage_eval.api.runfolder import use_reread
+        from gage_eval.config.options import RunOptions
         from gage_eval.engine.interrupts import ctrl_c_interrupts
 
+        _refuse_clashes(self._added, {f.name for f in fields(RunOptions)} - {"plugin_options"})
         use_reread(_reread_samples)  # a plugin's command (report) may read a stored run's rows again
         with ctrl_c_interrupts():
             return super().invoke(ctx)
@@ -189,6 +187,14 @@ class PluginGroup(click.Group):
             if not interrupt_of(exc):  # SystemExit among them
                 raise
             _interrupted(interrupt_of(exc))
+
+
+def _refuse_clashes(declared, own: set[str]) -> None:
+    for reg in declared:
+        clash = sorted({reg.option.key, *reg.option.spellings()} & own)
+        if clash:
+            raise GageError(f"plugin {reg.plugin!r} declares run option {clash[0]!r}, which is gage-eval's "
+                            f"own; disable it with GAGE_EVAL_DISABLE_PLUGINS={reg.plugin}")
 
 
 def _reread_samples(run_dir, task):
@@ -249,6 +255,9 @@ def _interrupted(interrupt: KeyboardInterrupt) -> None:
 @click.option("--repeats", type=click.IntRange(min=1), default=None,
               help="Answers drawn per row, each with its own seed (default: the task's repeats, else 1); "
                    "adds pass@k and maj@k.")
+@click.option("--fewshot-data", "fewshot_data", multiple=True, metavar="TASK=PATH",
+              help="Draw TASK's --num-fewshot examples from a local file or folder of solved rows (read like "
+                   "--data) instead of the task's few-shot source; repeatable.")
 @click.option("--fewshot-as-multiturn/--no-fewshot-as-multiturn", default=None,
               help="Few-shot examples as chat turns, or all in one user turn (default: chat turns whenever "
                    "the chat template is on, as lm-eval does).")

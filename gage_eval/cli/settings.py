@@ -20,7 +20,7 @@ from gage_eval.tasks.spec import parse_data_overrides
 
 
 def build_options(*, quiet, command, tasks=None, model=None, model_args=None, judge_model=None, judge_args=None,
-                  batch_size=None, limit=None, output_dir=None, run_id=None, include_paths=(), data=(),
+                  batch_size=None, limit=None, output_dir=None, run_id=None, include_paths=(), data=(), fewshot_data=(),
                   config_file=None, seed=None, fail_fast=False, max_error_rate=None, allow_paths=(),
                   allow_urls=False, device=None, system_prompt=None, gen_kwargs=None, num_fewshot=None, repeats=None,
                   fewshot_as_multiturn=None, apply_chat_template=None, strip_reasoning=False, writers=(), shard=None, executor=None, max_samples=None,
@@ -50,13 +50,13 @@ def build_options(*, quiet, command, tasks=None, model=None, model_args=None, ju
         tasks=task_names, model=model_name, model_args=model_kwargs, judge_model=judge_name, judge_args=judge_kwargs,
         batch_size=_batch_size(batch_size) if batch_size is not None else cfg.get("batch_size"),
         limit=limit if limit is not None else cfg["limit"] if cfg.get("limit") is not None else env_setting("limit"),
-        shuffle=shuffle,
-        shuffle_seed=shuffle_seed,
+        shuffle=shuffle, shuffle_seed=shuffle_seed,
         output_dir=output_dir or cfg.get("output_dir") or env_setting("output_dir") or DEFAULT_OUTPUT_DIR,
         run_id=run_id,
         seed=seed if seed is not None else cfg.get("seed", DEFAULT_SEED),
         include_paths=_include_paths(include_paths, cfg, config_file),
         data={k: _absolute(v) for k, v in data_map.items()},  # a resume may start in another folder
+        fewshot_data=_fewshot_data(cfg, overrides, task_names, fewshot_data, config_file, quiet, num_fewshot),
         task_overrides=overrides,
         fail_fast=fail_fast or bool(cfg.get("fail_fast")),
         max_error_rate=max_error_rate if max_error_rate is not None else float(cfg.get("max_error_rate") or 0.0),
@@ -230,6 +230,30 @@ def _check_data_paths(data_map: dict, flagged: dict, config_file: str | None) ->
         if not os.path.exists(os.path.expanduser(str(path))):
             where = f"--data {task}={path}" if task in flagged else f"{config_file}: the data of task {task!r}"
             raise GageError(f"{where}: {path} does not exist (no such file or folder)")
+
+
+def _fewshot_data(cfg: dict, overrides: dict, task_names: list[str], given: Any, config_file: str | None,
+                  quiet: bool = True, shots: int | None = None) -> dict:
+    """``--fewshot-data TASK=PATH`` over the run config's ``fewshot_data`` and its tasks' own, each
+    path there now (a usage error naming the flag or the key, before any model loads), absolute.
+    Unless ``quiet``, a warning when the run's --num-fewshot (``shots``, else the file's) draws nothing."""
+    in_file = {**(cfg.get("fewshot_data") or {}),
+               **{k: v["fewshot_data"] for k, v in overrides.items() if v.get("fewshot_data")}}
+    flagged = {}
+    for value in given or ():
+        task, sep, path = str(value).partition("=")
+        if not sep or not task or not path:
+            raise GageError(f"--fewshot-data {value!r}: expected TASK=PATH")
+        flagged[task] = path
+    out = {**{k: v for k, v in in_file.items() if k in task_names}, **flagged}
+    for task, path in out.items():
+        if not os.path.exists(os.path.expanduser(str(path))):
+            where = f"--fewshot-data {task}={path}" if task in flagged else f"{config_file}: the fewshot_data of task {task!r}"
+            raise GageError(f"{where}: {path} does not exist (no such file or folder)")
+    if out and not quiet and not (shots if shots is not None else cfg.get("num_fewshot")):
+        click.echo("gage-eval: warning: --fewshot-data is read only with --num-fewshot K (K > 0); "
+                   "without it no examples are drawn", err=True)
+    return {k: _absolute(v) for k, v in out.items()}
 
 
 def _batch_size(text: str) -> int | str:

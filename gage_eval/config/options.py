@@ -30,6 +30,7 @@ class RunOptions:
     seed: int = DEFAULT_SEED
     include_paths: list[str] = field(default_factory=list)
     data: dict = field(default_factory=dict)
+    fewshot_data: dict = field(default_factory=dict)  # --fewshot-data: task -> the file --num-fewshot draws from
     task_overrides: dict = field(default_factory=dict)
     fail_fast: bool = False
     max_error_rate: float = 0.0

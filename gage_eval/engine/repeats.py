@@ -42,9 +42,11 @@ class Repeats:
             yield row._replace(request=replace(row.request, gen={**gen, "seed": base + r}), repeat=r), \
                 warnings if r == 0 else []
 
-    def add(self, metrics: Mapping[str, Any]) -> None:
-        """Count a written repeated row's per-metric variance (live and on resume)."""
-        for name, value in metrics.items():
+    def add(self, result: Mapping[str, Any]) -> None:
+        """Count a written row's per-metric variance over its answers (live and on resume)."""
+        if "repeats" not in result:
+            return
+        for name, value in (result.get("metrics") or {}).items():
             if isinstance(value, Mapping) and value.get("variance") is not None:
                 total = self.variance.setdefault(name, [0.0, 0])
                 total[0] += value["variance"]

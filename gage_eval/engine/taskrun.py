@@ -133,6 +133,9 @@ class TaskRun:
         and a few-shot file outside the folder; none for a hub dataset."""
         shots = (self.spec.raw.get("fewshot") or {}).get("path") if isinstance(self.spec.raw, Mapping) else None
         extra = [self.spec.folder / shots] if isinstance(shots, str) else []
+        given = self.options.fewshot_data.get(self.name)  # --fewshot-data: a file, or a folder of them
+        if given:
+            extra = [Path(given)] if Path(given).is_file() else sorted(Path(given).rglob("*"))
         return self.dataset_files() + [p for p in extra if p.is_file()]
 
     def data_source(self) -> dict | None:
@@ -145,10 +148,12 @@ class TaskRun:
 
     def data_note(self) -> str | None:
         """:meth:`data_source` in words, for the console (None: nothing to say)."""
+        shots = getattr(getattr(self, "builder", None), "fewshot_note", None)
         if self.name in self.options.data:
-            return f"rows from --data {self.options.data[self.name]}"
-        note = getattr(getattr(self, "loader", None), "source_note", None)
-        return note if isinstance(note, str) and note else None
+            note = f"rows from --data {self.options.data[self.name]}"
+        else:
+            note = getattr(getattr(self, "loader", None), "source_note", None)
+        return "; ".join(n for n in (note, shots) if isinstance(n, str) and n) or None
 
     def available(self) -> int | None:
         """The dataset's row count when the loader knows it cheaply (``total()``), else None."""
@@ -254,8 +259,7 @@ class TaskRun:
             return
         self.counts["scored"] += 1
         self.aggregate.add(values, record.get("data_tag"), record, items)
-        if "repeats" in result:
-            self.repeats.add(result.get("metrics") or {})
+        self.repeats.add(result)
 
     def status(self, max_error_rate: float = 0.0) -> tuple[str, str | None]:
         """``ok``, ``errors`` (rows errored, more than ``max_error_rate`` of them) or ``failed``
@@ -287,15 +291,16 @@ class TaskRun:
             "status": status,
             "failure": reason,
             "source": {"folder": str(self.spec.folder), "origin": self.spec.origin,
-                       **({"dataset": self.data_source()} if self.data_source() else {})},
+                       **({"dataset": self.data_source()} if self.data_source() else {}),
+                       **({"fewshot": self.builder.fewshot_source} if getattr(self, "builder", None) is not None
+                          and self.builder.fewshot_source else {})},
             "primary_metric": self.primary,
             "metrics": agg["metrics"],
             "slices": agg["slices"],
             "counts": dict(self.counts, **({"by_counter": self.extra_counts} if self.extra_counts else {})),
             "errors_by_stage": self.errors_by_stage,
             "timings": {k: round(v, 6) for k, v in t.items()},
-            **{name: dict(part) for name, part in self.sections.items()},
-            **self.repeats.summary(),
+            **{name: dict(part) for name, part in self.sections.items()}, **self.repeats.summary(),
         }
 
 
@@ -331,9 +336,10 @@ def resolve_tasks(options: RunOptions, registry: Registry) -> list[tuple[TaskSpe
         named = ", ".join(t + did_you_mean(t, [*found, *groups]) for t in unknown)
         raise GageError(f"unknown task(s): {named}; available: {', '.join(sorted(found)) or 'none'} "
                         f"(see `gage-eval tasks`)")
-    extra = set(options.data) - set(names)
-    if extra:
-        raise GageError(f"--data names task(s) not in --tasks: {', '.join(sorted(extra))}")
+    for flag, named in (("--data", options.data), ("--fewshot-data", options.fewshot_data)):
+        extra = set(named) - set(names)
+        if extra:
+            raise GageError(f"{flag} names task(s) not in --tasks: {', '.join(sorted(extra))}")
     specs = []
     for name in names:
         src = found[name]

@@ -76,6 +76,15 @@ def test_a_core_flag_is_refused_naming_the_plugin(fresh_plugins, run_cli):
     assert result.exit_code == 2 and "plugin 'p1' declares run option '--seed', which is gage-eval's own" in result.output
 
 
+def test_a_core_setting_without_a_flag_is_refused_when_a_command_runs(fresh_plugins, run_cli):
+    """A key among the core's settings that no flag spells (``command``) is refused as soon as a
+    command runs; --help lists it without importing the settings (tests/core/test_import_cost.py)."""
+    fresh_plugins.register_plugin(Declares(("command", ("--cmdline",), {})), "p1")
+    assert run_cli("--help").exit_code == 0
+    result = run_cli("tasks")
+    assert result.exit_code == 2 and "plugin 'p1' declares run option 'command', which is gage-eval's own" in result.output
+
+
 def test_a_plugin_option_reaches_the_run_config_and_resume(fresh_plugins, run_cli, tmp_path):
     fresh_plugins.register_plugin(Declares(("shade", ("--shade",), {"choices": ("light", "dark"), "default": "light",
                                                                      "resume_checked": True, "lm_eval": ("--shade_of",)})),
