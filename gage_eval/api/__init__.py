@@ -53,6 +53,10 @@ What is here, by what a plugin does with it:
 - how the backends run: :class:`BackendUse`, what ``gage_wrap_backend`` tells a wrapper of a
   run's backend (role, secrets, settings, what may be kept, per-task counts), and
   :class:`Executor`, the contract of an executor ``gage_register_executors`` adds.
+- running generated code, the namespace :mod:`execution`: ``execution.Sandbox`` (the contract
+  of a sandbox ``gage_register_sandboxes`` adds), ``execution.Job``, ``execution.Limits``,
+  ``execution.JobResult`` (its ``status`` one of ``execution.Status``) and
+  ``execution.open_sandbox`` (a registered sandbox, checked: how a metric runs code).
 - events, the namespace :mod:`events`: ``events.RunStart``, ``events.SampleDone``,
   ``events.TaskDone``, ``events.RunEnd``, the frozen objects the event hooks receive.
 - run folders: :class:`RunFolder` (a stored run's layout and its strict readers:
@@ -78,7 +82,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # what static tools see; at run time __getattr__ below loads each name on first use
-    from gage_eval.api import events, loglikelihood, pages, paths, secrets, stats
+    from gage_eval.api import events, execution, loglikelihood, pages, paths, secrets, stats
     from gage_eval.api.backend import (GENERATE, LOGLIKELIHOOD, LOGLIKELIHOOD_ROLLING, Backend, ModelOutput, Request,
                                        cut_at_stop)
     from gage_eval.api.errors import (FatalBackendError, GageError, OutputError, RowError)
@@ -123,6 +127,8 @@ __all__ = [
     "Writer", "RunOption",
     # how the backends run: a backend wrapper's view of its role, executors
     "BackendUse", "Executor",
+    # running generated code, as a namespace: execution.open_sandbox(...), execution.Job, ...
+    "execution",
     # events the observer hooks receive, as a namespace: events.RunStart, ...
     "events",
     # run folders: reading a stored run back; pages written beside runs, as a namespace: pages.write_page(...)
@@ -138,6 +144,7 @@ _NAMES = {
     "backend": "GENERATE LOGLIKELIHOOD LOGLIKELIHOOD_ROLLING Backend ModelOutput Request cut_at_stop",
     "errors": "FatalBackendError GageError OutputError RowError",
     "events": "events",
+    "execution": "execution",
     "hookspecs": "hookimpl",
     "jsonio": "check_data_file iter_json_rows",
     "judge": "Judge Verdict",

@@ -157,6 +157,22 @@ def gage_register_options(register: Callable[..., None]) -> None:
 
 
 @hookspec
+def gage_register_sandboxes(register: Callable[[str, Callable[..., Any]], None]) -> None:
+    """Register sandboxes: where generated code runs (code_exec metrics, humaneval).
+
+    :param register: call ``register(name, factory)``. ``factory(**args)`` receives a metric's
+        ``sandbox_args`` and returns a :class:`gage_eval.api.execution.Sandbox`: ``check()``
+        raises :class:`gage_eval.api.errors.GageError` naming how to install what it lacks
+        (called before any model work), ``run(job)`` runs one
+        :class:`gage_eval.api.execution.Job` under its limits and returns a ``JobResult`` (never
+        raising for what the code did), from several threads at once. The name ``unsandboxed``
+        runs code on the host and is used only when the run's option ``allow_unsandboxed_code`` is on
+        (``--allow-unsandboxed-code``, declared by the plugin that registers ``unsandboxed``).
+    :return: nothing.
+    """
+
+
+@hookspec
 def gage_register_schemas(register: Callable[..., None]) -> None:
     """Register JSON Schemas that rows are checked against (``validate --schema NAME`` and a
     preprocessor's ``input_schema``).

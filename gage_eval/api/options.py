@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 #: what an option's value is; ``switch`` is an on/off flag (``--NAME/--no-NAME``)
 TYPES = ("text", "whole", "number", "folder", "switch")
@@ -58,3 +58,19 @@ class RunOption:
         """Every command-line spelling it takes: its flags, a switch's ``--no-`` forms, lm-eval's."""
         off = tuple("--no-" + f[2:] for f in self.flags) if self.type == "switch" else ()
         return (*self.flags, *off, *self.lm_eval)
+
+
+_run_values: Mapping[str, Any] = {}
+
+
+def use_run_values(values: Mapping[str, Any]) -> None:
+    """Set by the core before it builds a run's components (loaders, metrics, judges): the values
+    of the options plugins declared, as ``RunStart.options`` holds them later."""
+    global _run_values
+    _run_values = dict(values)
+
+
+def run_value(key: str, default: Any = None) -> Any:
+    """The run's value of a declared option, for a component that decides while it is built (a
+    code metric opening its sandbox, before any model work)."""
+    return _run_values.get(key, default)

@@ -263,3 +263,16 @@ class ClusterSums:
         clusters = {("c", k): (c, s) for k, (c, s) in self.sums.items()}
         clusters.update({("r", i): v for i, v in enumerate(self.singles)})
         return {"stderr_clustered": clustered_stderr(clusters), "clusters": len(clusters)}
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """The unbiased estimator of pass@k (Chen et al. 2021) from ``n`` answers of which ``c``
+    passed: 1 - C(n-c, k) / C(n, k), computed as the product OpenAI's reference evaluation uses."""
+    if not (0 < k <= n and 0 <= c <= n):
+        raise ValueError(f"pass@{k} of {c} passed out of {n}: needs 0 < k <= n and 0 <= c <= n")
+    if n - c < k:
+        return 1.0
+    product = 1.0
+    for i in range(n - c + 1, n + 1):
+        product *= 1.0 - k / i
+    return 1.0 - product

@@ -252,6 +252,9 @@ def _interrupted(interrupt: KeyboardInterrupt) -> None:
                    "seed, do_sample, stop (stop=TEXT or stop=[\"A\",\"B\"]).")
 @click.option("--num-fewshot", type=click.IntRange(min=0), default=None,
               help="Few-shot examples per prompt, drawn (seeded) from the task's few-shot source.")
+@click.option("--repeats", type=click.IntRange(min=1), default=None,
+              help="Answers drawn per row, each with its own seed (default: the task's repeats, else 1); "
+                   "adds pass@k and maj@k.")
 @click.option("--fewshot-data", "fewshot_data", multiple=True, metavar="TASK=PATH",
               help="Draw TASK's --num-fewshot examples from a local file or folder of solved rows (read like "
                    "--data) instead of the task's few-shot source; repeatable.")

@@ -12,7 +12,7 @@ from gage_eval.api.errors import GageError
 from gage_eval.cli.conventions import check_gen_kwargs, parse_limit
 
 CONFIG_KEYS = {"models", "tasks", "limit", "batch_size", "seed", "output_dir", "fail_fast", "include_paths", "data",
-               "fewshot_data", "max_error_rate", "allow_paths", "allow_urls", "system_prompt", "gen_kwargs", "num_fewshot",
+               "fewshot_data", "max_error_rate", "allow_paths", "allow_urls", "system_prompt", "gen_kwargs", "num_fewshot", "repeats",
                "fewshot_as_multiturn", "apply_chat_template", "strip_reasoning", "writers", "shard", "executor", "max_samples", "shuffle", "shuffle_seed"}
 ROLE_KEYS = {"backend", "args"}
 TASK_OVERRIDE_KEYS = {"name", "limit", "max_samples", "shuffle", "shuffle_seed", "metrics", "generation", "data",
@@ -85,10 +85,11 @@ def _env_refs(value: Any, where: str) -> Any:
 
 def _check_values(p: Path, data: dict) -> None:
     """The run config's scalar and list keys: their types and ranges (parsed values replace raw ones)."""
-    for key in ("seed", "num_fewshot"):
+    for key, least in (("seed", 0), ("num_fewshot", 0), ("repeats", 1)):
         value = data.get(key)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
-            raise GageError(f"{p}: key '{key}': expected a whole number, got {value!r}")
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < least):
+            more = " (1 or more)" if least else ""
+            raise GageError(f"{p}: key '{key}': expected a whole number{more}, got {value!r}")
     _check_sampling(p, "", data)
     if data.get("gen_kwargs") is not None:
         data["gen_kwargs"] = check_gen_kwargs(data["gen_kwargs"], f"{p}: key 'gen_kwargs'")

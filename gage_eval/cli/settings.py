@@ -22,7 +22,7 @@ from gage_eval.tasks.spec import parse_data_overrides
 def build_options(*, quiet, command, tasks=None, model=None, model_args=None, judge_model=None, judge_args=None,
                   batch_size=None, limit=None, output_dir=None, run_id=None, include_paths=(), data=(), fewshot_data=(),
                   config_file=None, seed=None, fail_fast=False, max_error_rate=None, allow_paths=(),
-                  allow_urls=False, device=None, system_prompt=None, gen_kwargs=None, num_fewshot=None,
+                  allow_urls=False, device=None, system_prompt=None, gen_kwargs=None, num_fewshot=None, repeats=None,
                   fewshot_as_multiturn=None, apply_chat_template=None, strip_reasoning=False, writers=(), shard=None, executor=None, max_samples=None,
                   shuffle=None, shuffle_seed=None, **plugin_flags: Any) -> RunOptions:
     """The run's settings: the command line's flags over the run config file's keys over the
@@ -50,8 +50,7 @@ def build_options(*, quiet, command, tasks=None, model=None, model_args=None, ju
         tasks=task_names, model=model_name, model_args=model_kwargs, judge_model=judge_name, judge_args=judge_kwargs,
         batch_size=_batch_size(batch_size) if batch_size is not None else cfg.get("batch_size"),
         limit=limit if limit is not None else cfg["limit"] if cfg.get("limit") is not None else env_setting("limit"),
-        shuffle=shuffle,
-        shuffle_seed=shuffle_seed,
+        shuffle=shuffle, shuffle_seed=shuffle_seed,
         output_dir=output_dir or cfg.get("output_dir") or env_setting("output_dir") or DEFAULT_OUTPUT_DIR,
         run_id=run_id,
         seed=seed if seed is not None else cfg.get("seed", DEFAULT_SEED),
@@ -66,6 +65,7 @@ def build_options(*, quiet, command, tasks=None, model=None, model_args=None, ju
         system_prompt=system_prompt if system_prompt is not None else cfg.get("system_prompt"),
         gen_kwargs={**(cfg.get("gen_kwargs") or {}), **parse_gen_kwargs(gen_kwargs)},
         num_fewshot=num_fewshot if num_fewshot is not None else cfg.get("num_fewshot"),
+        repeats=repeats if repeats is not None else cfg.get("repeats"),
         fewshot_as_multiturn=(fewshot_as_multiturn if fewshot_as_multiturn is not None
                               else cfg.get("fewshot_as_multiturn")),
         apply_chat_template=(apply_chat_template if apply_chat_template is not None

@@ -40,6 +40,7 @@ class RunOptions:
     system_prompt: str | None = None
     gen_kwargs: dict = field(default_factory=dict)  # merged over each task's request.generation
     num_fewshot: int | None = None
+    repeats: int | None = None  # answers drawn per row (None: as each task's ``repeats`` says)
     fewshot_as_multiturn: bool | None = None  # None: multi-turn whenever the chat template is on (lm-eval)
     apply_chat_template: bool | None = None  # None: the task's request.chat
     strip_reasoning: bool = False  # score the text after the last </think>; the raw text stays in the record

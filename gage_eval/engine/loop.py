@@ -19,6 +19,7 @@ from gage_eval.api.backend import Backend
 from gage_eval.api.errors import FailFast, GageError, OutputError
 from gage_eval.api.events import RunEnd, RunStart, SampleDone, TaskDone
 from gage_eval.api.running import Tally
+from gage_eval.engine.background import write_stage
 from gage_eval.engine.executor import wrap_backends
 from gage_eval.engine.idset import IdSet
 from gage_eval.engine.infer import Inference, Stops
@@ -190,7 +191,7 @@ class Engine:
         progress = Progress(tr.name, total=expected, quiet=self.quiet, start=len(done))
         log = self.row_log(events, self.stops, self.quiet)
         self.tally.task = tr.name
-        write = lambda it: self._write(tr, it, log, progress)  # noqa: E731
+        write, finish = write_stage(tr, lambda it: self._write(tr, it, log, progress))
         infer, judging = self._stages(tr, staged, write)
         seen, window, shown, shard = IdSet(), [], 0, opts.shard
         t_load = time.perf_counter()
@@ -214,6 +215,7 @@ class Engine:
         except OSError as exc:
             tr.failure = f"reading the data: {exc.filename or ''}: {exc.strerror or exc}"
         finally:
+            finish()  # the rows whose metrics still run in the background: written, or dropped when the run stops
             progress.close()
             seen.close()
             done.close()

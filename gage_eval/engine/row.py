@@ -47,6 +47,8 @@ class Row(NamedTuple):
     error: dict | None = None  # {"stage", "message", "locator"}: the row stops being worked on
     answer: Answer | None = None
     judgement: Judgement | None = None
+    repeat: int | None = None  # which of the task's repeated answers this row draws (None: not repeated)
+    repeats: tuple = ()  # a repeated row once every answer is in: its rows, one per repeat, in order
 
 
 def stage_error(row: Row, stage: str, message: str) -> dict:

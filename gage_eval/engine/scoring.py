@@ -2,11 +2,15 @@
 overall verdict (eval_result). The record shape lives here; the engine only calls it."""
 from __future__ import annotations
 
+import json
+import math
+from collections import Counter
 from typing import Any, Callable, Mapping
 
 from gage_eval.api.backend import LOGLIKELIHOOD, ModelOutput
 from gage_eval.api.errors import PLUGIN_FAULTS, fault_text
 from gage_eval.api.metric import MetricContext, metric_value
+from gage_eval.api.stats import pass_at_k
 from gage_eval.engine.reasoning import strip_output
 from gage_eval.api.sample import elide_inline_media
 from gage_eval.engine.row import Row
@@ -19,8 +23,9 @@ def written_record(tr: Any, row: Row, clean: Callable[[str], str]) -> dict:
     record = elide_inline_media(finish_record(tr, row))
     result = record.get("eval_result")
     if isinstance(result, dict):  # how many replies had a secret masked: counted again on resume and rescore
-        if row.answer is not None and row.answer.scrubbed:
-            result["secrets_scrubbed"] = row.answer.scrubbed
+        scrubbed = sum(r.answer.scrubbed for r in row.repeats or (row,) if r.answer is not None)
+        if scrubbed:
+            result["secrets_scrubbed"] = scrubbed
         if row.judgement is not None and row.judgement.scrubbed and isinstance(result.get("judge"), dict):
             result["judge"]["secrets_scrubbed"] = row.judgement.scrubbed
     err = (record.get("eval_result") or {}).get("error")
@@ -29,11 +34,20 @@ def written_record(tr: Any, row: Row, clean: Callable[[str], str]) -> dict:
     return record
 
 
+def metric_context(row: Row) -> MetricContext:
+    """What the row's metrics read: its sample, the model's output and the judge's verdict."""
+    verdict = row.judgement.verdict if row.judgement is not None else None
+    return MetricContext(sample=row.sample, model_output=row.answer.model_output if row.answer is not None else {},
+                         judge_output=verdict.to_dict() if verdict is not None else None)
+
+
 def finish_record(tr: Any, row: Row) -> dict:
     """The record of one finished row (an error stub as it is): predict_result, the metrics of
     every task metric (a metric that raises errors the row, never loses it), the overall score."""
     if "eval_result" in row.sample:  # an error stub
         return row.sample
+    if row.repeats:
+        return repeated_record(tr, row)
     record = dict(row.sample)
     answer, verdict = row.answer, row.judgement.verdict if row.judgement is not None else None
     model_output = answer.model_output if answer is not None else {}
@@ -50,8 +64,7 @@ def finish_record(tr: Any, row: Row) -> dict:
         result["error"] = row.error
         record["eval_result"] = result
         return record
-    ctx = MetricContext(sample=row.sample, model_output=model_output,
-                        judge_output=verdict.to_dict() if verdict is not None else None)
+    ctx = metric_context(row)
     metrics: dict[str, Any] = {}
     counters: dict[str, bool] = {}
     values: dict[str, float | None] = {}
@@ -88,6 +101,64 @@ def finish_record(tr: Any, row: Row) -> dict:
 
 
 
+def repeated_record(tr: Any, row: Row) -> dict:
+    """The record of a row answered ``n`` times: every answer in ``predict_result`` (``index`` r)
+    and its scores in ``eval_result.repeats``; each metric's value is its mean over the answers
+    (with their ``variance``), plus pass@k (Chen et al.'s unbiased estimator over the answers whose
+    primary metric passed) and maj@k (the majority answer among the first k, extracted where the
+    primary metric extracts one). A failed answer fails the row (resume draws all again)."""
+    subs = [finish_record(tr, sub) for sub in row.repeats]
+    for sub in subs:
+        if (sub.get("eval_result") or {}).get("error"):
+            return sub
+    results = [sub["eval_result"] for sub in subs]
+    metrics = {name: results[0]["metrics"][name] if name in tr.aggregate.corpus
+               else _mean_of([r["metrics"][name] for r in results]) for name in results[0]["metrics"]}
+    passed = [bool(r["overall"].get("passed")) for r in results]
+    for k in tr.repeats.pass_at:
+        metrics.setdefault(f"pass@{k}", {"value": pass_at_k(len(passed), sum(passed), k),
+                                         "passed": sum(passed), "n": len(passed)})
+    answers = [r["overall"].get("extracted", (sub.get("predict_result") or [{}])[0].get("message"))
+               for r, sub in zip(results, subs)]
+    for k in tr.repeats.maj_at:
+        metrics.setdefault(f"maj@{k}", _majority(answers[:k], passed[:k]))
+    pv = metrics[tr.primary]["value"] if isinstance(metrics.get(tr.primary), dict) else None
+    record = dict(row.sample)
+    record["predict_result"] = [dict(sub["predict_result"][0], index=r, **_seed(one)) for r, (sub, one)
+                                in enumerate(zip(subs, row.repeats)) if sub.get("predict_result")]
+    result: dict[str, Any] = {"metrics": metrics, "overall": {
+        "score": pv, "metric": tr.primary, "passed": pv is not None and pv >= 1.0 - 1e-9, "method": tr.primary},
+        "repeats": [{k: r[k] for k in ("metrics", "overall", "judge") if k in r} for r in results]}
+    counters = {k: True for r in results for k in r.get("counters") or {}}
+    if counters:
+        result["counters"] = counters
+    record["eval_result"] = result
+    return record
+
+
+def _seed(row: Row) -> dict:
+    """The seed a repeat was drawn with (a rescore's stored answer keeps its own)."""
+    return {"seed": row.request.gen["seed"]} if row.request is not None and "seed" in row.request.gen else {}
+
+
+def _mean_of(results: list) -> dict:
+    """A metric's results over a row's answers as one: their mean, variance (n - 1) and values."""
+    values = [metric_value(v) for v in results]
+    present = [v for v in values if v is not None]
+    mean = math.fsum(present) / len(present) if present else None
+    var = math.fsum((v - mean) ** 2 for v in present) / (len(present) - 1) if len(present) > 1 else None
+    return {"value": mean, "variance": var, "repeats": values}
+
+
+def _majority(answers: list, passed: list[bool]) -> dict:
+    """maj@k: the most frequent answer (ties: the one given first), scored as its first answer was."""
+    keys = [json.dumps(a, sort_keys=True, default=str) for a in answers]
+    counts = Counter(keys)
+    top = max(counts.values())
+    first = next(i for i, key in enumerate(keys) if counts[key] == top)
+    return {"value": float(passed[first]), "votes": top, "repeat": first}
+
+
 def model_output(row: Row, output: ModelOutput | None, aux_output: ModelOutput | None,
                  strip_reasoning: bool = False) -> dict:
     """The backend's output with the row's rendered prompt pieces; for log-likelihood requests the
@@ -109,7 +180,7 @@ def model_output(row: Row, output: ModelOutput | None, aux_output: ModelOutput |
 
 
 _ENTRY_KEYS = ("prompt", "formatted_prompt", "raw_text", "choices", "contexts", "continuations", "loglikelihoods",
-               "unconditioned_loglikelihoods", "is_greedy",
+               "unconditioned_loglikelihoods", "is_greedy", "seed",
                "finish_reason", "latency_ms", "time_to_first_token_ms", "raw")
 
 

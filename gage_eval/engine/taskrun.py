@@ -11,8 +11,10 @@ from gage_eval.api.errors import GageError, did_you_mean
 from gage_eval.engine.executor import make_backend, model_backend
 from gage_eval.engine.hints import chat_template_hint
 from gage_eval.engine.idset import IdSet
+from gage_eval.engine.repeats import Repeats
 from gage_eval.engine.row import Row
 from gage_eval.api.metric import MISSING_FIELD_POLICIES, MissingFieldPolicy, TaskAggregate, metric_value
+from gage_eval.api.options import use_run_values
 from gage_eval.config.options import RunOptions, shuffled_pick
 from gage_eval.plugins import Registry
 from gage_eval.tasks.requests import RequestBuilder
@@ -76,7 +78,9 @@ class TaskRun:
         self.metrics: list = []
         self.judge = None
         self.primary = spec.primary_metric
+        self.repeats = Repeats(spec.repeats, options.repeats, options.seed)
         if failure is None:
+            use_run_values(options.plugin_options)  # (a component may read them while built: api.options.run_value)
             try:
                 self._build(registry)
             except GageError as exc:
@@ -227,7 +231,7 @@ class TaskRun:
                 yield Row(index, locator, row.sample, error={"stage": "template", "message": str(exc),
                                                              "locator": locator}), warnings
                 continue
-            yield Row(index, locator, row.sample, request, rendered), warnings
+            yield from self.repeats.expand(Row(index, locator, row.sample, request, rendered), warnings)
 
     def account(self, record: Mapping[str, Any]) -> None:
         """Count one written record and add its metric values; used live and on resume."""
@@ -256,6 +260,7 @@ class TaskRun:
             return
         self.counts["scored"] += 1
         self.aggregate.add(values, record.get("data_tag"), record, items)
+        self.repeats.add(result)
 
     def status(self, max_error_rate: float = 0.0) -> tuple[str, str | None]:
         """``ok``, ``errors`` (rows errored, more than ``max_error_rate`` of them) or ``failed``
@@ -296,7 +301,7 @@ class TaskRun:
             "counts": dict(self.counts, **({"by_counter": self.extra_counts} if self.extra_counts else {})),
             "errors_by_stage": self.errors_by_stage,
             "timings": {k: round(v, 6) for k, v in t.items()},
-            **{name: dict(part) for name, part in self.sections.items()},
+            **{name: dict(part) for name, part in self.sections.items()}, **self.repeats.summary(),
         }
 
 

@@ -43,6 +43,7 @@ class TaskSpec:
     primary_metric: str | None = None
     cluster_by: str | None = None  # stderr.cluster_by: a sample field whose values cluster the rows
     params: Mapping[str, str] = field(default_factory=dict)  # the variant's parameters (templates: params)
+    repeats: Mapping[str, Any] = field(default_factory=dict)  # task.yaml repeats as {n, pass_at, maj_at, generation}
     raw: dict = field(default_factory=dict, repr=False)
 
     @property
@@ -177,6 +178,7 @@ def read_task_file(folder: Path, origin: str = "", params: Mapping[str, str] | N
         primary_metric=data.get("primary_metric"),
         cluster_by=(data.get("stderr") or {}).get("cluster_by"),
         params=dict(params or {}),
+        repeats={"n": data["repeats"]} if isinstance(data.get("repeats"), int) else dict(data.get("repeats") or {}),
         raw=data,
     )
 

@@ -23,7 +23,8 @@ def _unit(*parts: object) -> float:
 
 
 class DummyBackend(Backend):
-    """Deterministic answers. ``response``: ``letter`` (a letter A-D), ``echo`` (the
+    """Deterministic answers. ``response``: ``letter`` (a letter A-D; a sampled request's depends
+    on its seed too, so repeats differ), ``echo`` (the
     prompt's last line) or ``fixed`` (the ``text`` argument). ``fail_every``: make
     every n-th request fail, to exercise error accounting; ``delay_ms``: sleep this
     long per request, to stand in for a slow model."""
@@ -88,6 +89,7 @@ class DummyBackend(Backend):
         elif self.response == "fixed":
             text = self.text
         else:
-            text = "ABCD"[int(_unit(self.seed, req.sample_id, prompt) * 4)]
+            sampled = (req.gen["seed"],) if req.gen.get("do_sample") and "seed" in req.gen else ()
+            text = "ABCD"[int(_unit(self.seed, req.sample_id, prompt, *sampled) * 4)]  # (sampling: seeded)
         return ModelOutput(text=text, input_tokens=len(prompt.split()), output_tokens=len(text.split()),
                            finish_reason="stop", latency_ms=(time.perf_counter() - t0) * 1000)

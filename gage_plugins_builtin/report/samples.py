@@ -16,6 +16,17 @@ MAX_TEXT = 20_000  # characters kept of one text field of a sample (the samples 
 __all__ = ["MAX_TEXT", "clip", "compact", "content_text", "loglikelihood_view"]
 
 
+def _answers(predicted: list, repeats: list) -> str:
+    """A repeated row's answers one after another, each headed by its number, seed and score."""
+    parts = []
+    for r, entry in enumerate(predicted):
+        scored = repeats[r] if r < len(repeats) and isinstance(repeats[r], dict) else {}
+        score = (scored.get("overall") or {}).get("score")
+        head = f"[answer {r + 1} of {len(predicted)}, seed {entry.get('seed')}, score {score}]"
+        parts.append(f"{head}\n{content_text((entry.get('message') or {}).get('content'))}")
+    return "\n\n".join(parts)
+
+
 def clip(text: Any, limit: int = MAX_TEXT) -> str:
     text = "" if text is None else text if isinstance(text, str) else json.dumps(text, ensure_ascii=False)
     if len(text) > limit:
@@ -141,6 +152,8 @@ def compact(record: Mapping[str, Any], run: int, task: str, run_dir: Path, image
             text = content_text((first.get("message") or {}).get("content"))
             if not text and first.get("raw_text"):
                 text = first["raw_text"]
+            if len(predicted) > 1:  # repeats: every answer, with its seed and its primary score
+                text = _answers(predicted, result.get("repeats") or [])
             if text:
                 out["o"] = clip(text)
     refs = []

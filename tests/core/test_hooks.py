@@ -765,3 +765,40 @@ def test_hook_gage_wrap_backend(fresh_plugins, run_cli, tmp_path):
     assert summary["tasks"]["piqa"]["shout"] == {"sent": 2} and summary["run"]["shout"] == {"role": "model", "sent": 2}
     assert summary["tasks"]["piqa"]["counts"]["scored"] == 2
     assert "shout" not in json.loads((tmp_path / "b" / "summary.json").read_text())["run"]
+
+
+def test_hook_gage_register_sandboxes():
+    """A plugin's sandbox runs the code_exec metric's jobs; a duplicate name is refused naming both plugins."""
+    import types
+
+    from gage_eval.api import MetricContext, execution
+    from gage_eval.api.errors import GageError
+    from gage_eval.plugins import register_plugin, reset_plugins
+
+    seen = []
+
+    class Recording(execution.Sandbox):
+        name = "test/recording"
+
+        def run(self, job):
+            seen.append(job)
+            return execution.JobResult(execution.Status.EXITED, 0, "no verdict here\n", "")
+
+    plugin = types.SimpleNamespace(gage_register_sandboxes=hookimpl(lambda register: register("test/recording", Recording)))
+    clash = types.SimpleNamespace(gage_register_sandboxes=hookimpl(lambda register: register("local", Recording)))
+    reset_plugins()
+    try:
+        register_plugin(plugin, "test-sandbox")
+        from gage_plugins_builtin.code.metric import CodeExec
+
+        metric = CodeExec(sandbox="test/recording")
+        sample = {"id": "s", "sandbox": {"env": {"K": "v"}, "setup": "true"},
+                  "metadata": {"execution": {"type": "code_exec", "entry_point": "f",
+                                             "test_cases": [{"input": "1", "output": "1"}]}}}
+        result = metric.compute(MetricContext(sample=sample, model_output={"text": "def f(x):\n    return x\n"}))
+        assert result["sandbox"] == "test/recording" and result["tests"][0]["status"] == "error"
+        assert seen and seen[0].env == {"K": "v"} and seen[0].setup == "true" and "program.py" in seen[0].files
+        with pytest.raises(GageError, match="registered by both plugin 'builtin' and plugin 'test-clash'"):
+            register_plugin(clash, "test-clash")
+    finally:
+        reset_plugins()

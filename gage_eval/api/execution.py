@@ -1,0 +1,148 @@
+"""Running generated code: the sandbox contract a plugin implements (``gage_register_sandboxes``)
+and the lookup of the registered sandboxes a metric runs code in.
+
+A sandbox runs one :class:`Job` (a command, the files of a fresh working folder, stdin, the row's
+``sandbox.setup`` and ``env``) under :class:`Limits` and returns a :class:`JobResult`; it never
+raises for what the code did (a crash, a timeout, a fork bomb are results). ``run`` is called
+from several threads at once. The name ``unsandboxed`` is reserved for the sandbox that runs code
+on this machine as the user: :func:`open_sandbox` returns it only when the run allows it (the
+run option ``allow_unsandboxed_code``, ``--allow-unsandboxed-code``, which the plugin that
+registers ``unsandboxed`` declares), and says so on every run.
+"""
+from __future__ import annotations
+
+import sys
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Callable, ClassVar, Mapping
+
+from gage_eval.api.errors import GageError
+from gage_eval.api.options import run_value
+
+UNSANDBOXED = "unsandboxed"
+ALLOW_UNSANDBOXED, UNSANDBOXED_FLAG = "allow_unsandboxed_code", "--allow-unsandboxed-code"
+PYTHON = "python"  # a Job's command[0] naming the sandbox's own Python interpreter
+
+# how a job ended: the command exited (any status), ran past the wall time, printed past the
+# output limit, or could not be run at all (the sandbox's own failure: a setup that failed, ...)
+EXITED, TIMEOUT, OUTPUT_LIMIT, ERROR = "exited", "timeout", "output_limit", "error"
+
+
+class Status:
+    """A :class:`JobResult`'s ``status`` values, by name."""
+
+    EXITED, TIMEOUT, OUTPUT_LIMIT, ERROR = EXITED, TIMEOUT, OUTPUT_LIMIT, ERROR
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What a job may use. Every process the job starts is gone when it ends."""
+
+    wall_s: float = 10.0  # the whole job, setup included
+    cpu_s: float = 10.0  # per process (RLIMIT_CPU)
+    memory_mb: int = 1024  # address space per process (RLIMIT_AS)
+    processes: int = 64  # processes and threads alive at once (RLIMIT_NPROC)
+    open_files: int = 64  # per process (RLIMIT_NOFILE)
+    output_bytes: int = 1 << 20  # stdout and stderr together; past it the job is killed
+    disk_mb: int = 64  # the working folder and /tmp
+
+    def replace(self, **changes: Any) -> "Limits":
+        known = set(self.__dataclass_fields__)
+        unknown = sorted(set(changes) - known)
+        if unknown:
+            raise ValueError(f"unknown limit {', '.join(unknown)}; limits: {', '.join(sorted(known))}")
+        return Limits(**{**{k: getattr(self, k) for k in known}, **changes})
+
+
+@dataclass(frozen=True)
+class Job:
+    """One command to run in a fresh working folder holding ``files`` (relative path -> text).
+    ``command[0] == "python"`` is the sandbox's Python interpreter."""
+
+    PYTHON: ClassVar[str] = PYTHON
+    command: tuple[str, ...]
+    files: Mapping[str, str] = field(default_factory=dict)
+    stdin: str = ""
+    setup: str | None = None  # Sample v1 sandbox.setup: a shell script run first, in the same folder
+    env: Mapping[str, str] = field(default_factory=dict)  # Sample v1 sandbox.env
+    image: str | None = None  # Sample v1 sandbox.image: only a sandbox that runs images accepts one
+    limits: Limits = field(default_factory=Limits)
+
+
+@dataclass(frozen=True)
+class JobResult:
+    status: str  # EXITED, TIMEOUT, OUTPUT_LIMIT or ERROR
+    exit_code: int | None = None  # negative: killed by that signal
+    stdout: str = ""
+    stderr: str = ""
+    reason: str = ""  # a short reason when the job did not simply exit
+    wall_s: float = 0.0
+
+
+class Sandbox:
+    """Contract of a sandbox (``gage_register_sandboxes``). ``isolated`` is False only for one that
+    runs code on the host as the user."""
+
+    name: str = "sandbox"
+    isolated: bool = True
+
+    def check(self) -> None:
+        """Raise :class:`GageError` when this sandbox cannot run here, naming how to install what
+        it lacks; called once, before any model work."""
+
+    def run(self, job: Job) -> JobResult:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Release what the sandbox holds (called at exit)."""
+
+
+_lookup: Callable[[], Mapping[str, Any]] | None = None
+_open: dict[tuple, Sandbox] = {}
+_lock = threading.Lock()
+
+
+def use_sandboxes(lookup: Callable[[], Mapping[str, Any]]) -> None:
+    """Set by the plugin manager: ``lookup()`` maps each registered sandbox name to an entry whose
+    ``factory(**args)`` builds it."""
+    global _lookup
+    _lookup = lookup
+
+
+def open_sandbox(name: str = "local", **args: Any) -> Sandbox:
+    """The registered sandbox ``name`` built with ``args`` and checked (one instance per name and
+    arguments). When it cannot run here, the unsandboxed one if the run allows it, else a
+    GageError that names how to install it and the flag."""
+    allowed = bool(run_value(ALLOW_UNSANDBOXED, False))
+    key = (name, tuple(sorted((k, repr(v)) for k, v in args.items())), allowed)
+    with _lock:
+        if key not in _open:
+            _open[key] = _checked(name, args, allowed)
+        return _open[key]
+
+
+def _build(name: str, args: Mapping[str, Any]) -> Sandbox:
+    table = _lookup() if _lookup is not None else {}
+    if name not in table:
+        known = ", ".join(sorted(table)) or "none"
+        raise GageError(f"unknown sandbox {name!r}; registered sandboxes: {known}")
+    return table[name].factory(**args)
+
+
+def _checked(name: str, args: Mapping[str, Any], allowed: bool) -> Sandbox:
+    if name == UNSANDBOXED and not allowed:
+        raise GageError(f"sandbox {UNSANDBOXED!r} runs generated code on this machine as you; "
+                        f"it needs {UNSANDBOXED_FLAG}")
+    sandbox = _build(name, args)
+    try:
+        sandbox.check()
+    except GageError as exc:
+        if not allowed:
+            raise GageError(f"{exc}; or, at your own risk, run the code on this machine without a sandbox: "
+                            f"{UNSANDBOXED_FLAG}") from None
+        sandbox = _build(UNSANDBOXED, {})
+        print(f"gage-eval: warning: sandbox {name!r} cannot run here ({exc})", file=sys.stderr)
+    if not sandbox.isolated:
+        print(f"gage-eval: warning: generated code runs UNSANDBOXED on this machine, as you "
+              f"({UNSANDBOXED_FLAG})", file=sys.stderr)
+    return sandbox
