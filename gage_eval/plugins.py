@@ -10,14 +10,14 @@ from typing import Any, Callable
 
 import pluggy
 
-from gage_eval.api import hookspecs, schemas
+from gage_eval.api import backend, hookspecs, schemas
 from gage_eval.api.errors import GageError
 from gage_eval.api.options import RunOption
 
 ENTRY_POINT_GROUP = "gage_eval"
 BUILTIN = "builtin"
 BUILTIN_MODULE = "gage_plugins_builtin"
-KINDS = ("loaders", "preprocessors", "backends", "judges", "metrics", "writers", "executors")
+KINDS = ("loaders", "preprocessors", "backends", "judges", "metrics", "writers", "executors", "tool_parsers")
 
 
 @dataclass(frozen=True)
@@ -57,6 +57,7 @@ class Registry:
     metrics: dict[str, Registered] = field(default_factory=dict)
     writers: dict[str, Registered] = field(default_factory=dict)
     executors: dict[str, Registered] = field(default_factory=dict)  # --executor NAME (gage_eval.engine.executor)
+    tool_parsers: dict[str, Registered] = field(default_factory=dict)  # --model-args tool_parser=NAME
     schemas: dict[str, RegisteredSchema] = field(default_factory=dict)
     task_paths: list[tuple[str, str]] = field(default_factory=list)
     data_packages: dict[str, Registered] = field(default_factory=dict)  # name -> root (a folder or a function)
@@ -287,3 +288,4 @@ def installed_data_packages() -> list[tuple[str, str]]:
 # the API's schema and data-package lookups read the registry through these (the API imports nothing above it)
 schemas.use_plugin_schemas(lambda: load_plugins()[1].schemas)
 schemas.use_data_packages(installed_data_packages)
+backend.use_tool_parsers(lambda: load_plugins()[1].tool_parsers)

@@ -22,7 +22,8 @@ What is here, by what a plugin does with it:
   request kinds :data:`GENERATE` and :data:`LOGLIKELIHOOD`, :func:`cut_at_stop`, and the
   namespace :mod:`loglikelihood`: the one rule every scoring backend splits a pair into tokens
   by (``loglikelihood.encode_pair``, ``encode_choices``, ``tokenizer_encoder``,
-  ``prefix_token_id``, ``request_context``).
+  ``prefix_token_id``, ``request_context``); :func:`tool_parser`, the tool-call parsers plugins
+  register with ``gage_register_tool_parsers``.
 - judges: :class:`Judge`, :class:`Verdict`, and :class:`Template` (the sandboxed Jinja
   template tasks use; a judge's prompt template renders through it).
 - metrics: :class:`Metric`, :class:`MetricContext` (dotted field paths into the sample, the
@@ -77,7 +78,8 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # what static tools see; at run time __getattr__ below loads each name on first use
     from gage_eval.api import loglikelihood, paths, secrets
-    from gage_eval.api.backend import (GENERATE, LOGLIKELIHOOD, Backend, ModelOutput, Request, cut_at_stop)
+    from gage_eval.api.backend import (GENERATE, LOGLIKELIHOOD, Backend, ModelOutput, Request, cut_at_stop,
+                                       tool_parser)
     from gage_eval.api.errors import (FatalBackendError, GageError, OutputError, RowError)
     from gage_eval.api.events import (RunEnd, RunStart, SampleDone, TaskDone)
     from gage_eval.api.hookspecs import hookimpl
@@ -103,7 +105,7 @@ __all__ = [
     # registering
     "hookimpl",
     # backends
-    "Backend", "Request", "ModelOutput", "GENERATE", "LOGLIKELIHOOD", "cut_at_stop",
+    "Backend", "Request", "ModelOutput", "GENERATE", "LOGLIKELIHOOD", "cut_at_stop", "tool_parser",
     # log-likelihood helpers, as a namespace: loglikelihood.encode_pair(...)
     "loglikelihood",
     # judges and templates
@@ -134,7 +136,7 @@ __all__ = [
 
 # the module of this package each name comes from (a namespace, ``paths``, is the module itself)
 _NAMES = {
-    "backend": "GENERATE LOGLIKELIHOOD Backend ModelOutput Request cut_at_stop",
+    "backend": "GENERATE LOGLIKELIHOOD Backend ModelOutput Request cut_at_stop tool_parser",
     "errors": "FatalBackendError GageError OutputError RowError",
     "events": "RunEnd RunStart SampleDone TaskDone",
     "hookspecs": "hookimpl",

@@ -4,7 +4,7 @@ from __future__ import annotations
 import asyncio
 import math
 from dataclasses import dataclass, field, replace
-from typing import Any, ClassVar, Iterator, Sequence
+from typing import Any, Callable, ClassVar, Iterator, Mapping, Sequence
 
 from gage_eval.api.errors import GageError
 
@@ -31,6 +31,11 @@ class Request:
       after context i instead (lm-eval's multiple-input tasks: winogrande puts each choice
       in the context and scores the shared rest of the sentence); the engine sends each
       pair as a request of its own, so a backend never sees ``contexts``.
+
+    ``tools`` and ``tool_choice`` (generate only) are the sample's, as Sample v1 holds them
+    (OpenAI's tool definitions and choice); a backend that declares the ``tools`` capability
+    sends them natively or describes them in the prompt, and returns the calls the model made
+    as :attr:`ModelOutput.tool_calls`.
     """
 
     kind: str
@@ -49,13 +54,18 @@ class Request:
     # ``unconditioned_loglikelihoods``; backends ignore it.
     unconditioned: str | None = None
     contexts: tuple[str, ...] = ()
+    tools: tuple[dict, ...] | None = None
+    tool_choice: Any = None
 
 
 @dataclass
 class ModelOutput:
     """What a backend returns for one request.
 
-    ``error`` set means the request failed; the sample is written with it.
+    ``error`` set means the request failed; the sample is written with it. ``tool_calls``: the
+    calls the model made, in Sample v1's message shape (``{"id", "type": "function", "function":
+    {"name", "arguments"}}``, ``arguments`` the JSON text as the model wrote it, unchecked: a
+    metric judges a malformed call, so it is a scored failure and never a lost row).
     """
 
     text: str | None = None
@@ -69,9 +79,31 @@ class ModelOutput:
     formatted_prompt: str | None = None
     error: str | None = None
     raw: dict | None = None
+    tool_calls: list[dict] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items() if v is not None}
+
+
+_tool_parsers: Callable[[], Mapping[str, Any]] = dict
+
+
+def use_tool_parsers(source: Callable[[], Mapping[str, Any]]) -> None:
+    """Where :func:`tool_parser` reads the registered parsers from: the plugin manager hands its
+    registry's here (``gage_register_tool_parsers``), so the API imports nothing above it."""
+    global _tool_parsers
+    _tool_parsers = source
+
+
+def tool_parser(name: str | None = None) -> Any:
+    """The tool-call parser a plugin registered as ``name`` (built by its factory), or, with no
+    name, the registered names and factories (to pick one by a chat template's markers)."""
+    table = _tool_parsers()
+    if name is None:
+        return {k: reg.factory for k, reg in table.items()}
+    if name not in table:
+        raise GageError(f"unknown tool parser {name!r}; registered: {', '.join(sorted(table)) or 'none'}")
+    return table[name].factory()
 
 
 def cut_at_stop(text: str, stops: Sequence[str] | None) -> tuple[str, bool]:

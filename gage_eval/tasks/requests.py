@@ -179,11 +179,11 @@ class RequestBuilder:
         if self.chat:
             chat = self._chat_messages(messages, rendered, shots, variables)
             return (Request(kind=GENERATE, sample_id=sid, messages=tuple(chat), chat=True, gen=gen,
-                            modalities=_modalities(chat)),
+                            modalities=_modalities(chat), **_tools(sample)),
                     {"prompt": last_user_text(chat)})
         prompt = self._plain(rendered if rendered is not None else messages_text(messages), shots, variables)
         return (Request(kind=GENERATE, sample_id=sid, prompt=prompt, messages=tuple(messages), gen=gen,
-                        modalities=_modalities(messages)),
+                        modalities=_modalities(messages), **_tools(sample)),
                 {"prompt": prompt})
 
     # -- pieces ------------------------------------------------------------------------------
@@ -294,6 +294,14 @@ def _gold_index(sample: Mapping[str, Any]) -> int | None:
         if answer in contents:
             return contents.index(answer)
     return None
+
+
+def _tools(sample: Mapping[str, Any]) -> dict:
+    """The sample's Sample v1 ``tools`` and ``tool_choice`` for a generate request (none: nothing)."""
+    tools = sample.get("tools")
+    if not tools:
+        return {}
+    return {"tools": tuple(tools), "tool_choice": sample.get("tool_choice")}
 
 
 _TEXT_ONLY = frozenset({"text"})
