@@ -41,6 +41,7 @@ P = "gage_plugins_builtin."
 LOADERS = {
     "jsonl": P + "loaders:JsonlLoader",
     "hf": P + "loaders:HFLoader",
+    "bfcl": P + "tools.bfcl:BFCLLoader",  # the installed bfcl-eval package's rows (tasks/bfcl)
 }
 PREPROCESSORS = {
     "identity": P + "preprocessors:Identity",
@@ -60,6 +61,8 @@ PREPROCESSORS = {
     "winogrande": P + "suite_choice:Winogrande",
     "copa": P + "suite_choice:Copa",
     "fixed_choices": P + "suite_choice:FixedChoices",
+    # -- BFCL's single-turn categories (tasks/bfcl) --
+    "bfcl": P + "tools.bfcl:BFCLRow",
 }
 BACKENDS = {
     "dummy": P + "backends.dummy:DummyBackend",
@@ -109,7 +112,11 @@ METRICS = {
     # -- legal_eval_v1 --
     "choice_set_match": P + "legal.metrics:ChoiceSetMatch",
     "judge_score": P + "legal.metrics:JudgeScore",
+    # -- tool calls checked as BFCL's AST checker does --
+    "bfcl_ast": P + "tools.bfcl:BFCLAst",
 }
+TOOL_PARSERS = {name: f"{P}tools.calls:{cls}" for name, cls in
+                (("hermes", "HermesParser"), ("json", "JsonParser"), ("pythonic", "PythonicParser"))}
 
 
 def _register_all(register: Callable[[str, Callable[..., Any]], None], table: dict[str, str]) -> None:
@@ -145,6 +152,11 @@ def gage_wrap_backend(backend, use):
     from gage_plugins_builtin.cache import CachedBackend  # (imported only for a run with --cache)
 
     return CachedBackend(backend, use)
+
+
+@hookimpl
+def gage_register_tool_parsers(register):
+    _register_all(register, TOOL_PARSERS)
 
 
 @hookimpl
