@@ -765,3 +765,34 @@ def test_hook_gage_wrap_backend(fresh_plugins, run_cli, tmp_path):
     assert summary["tasks"]["piqa"]["shout"] == {"sent": 2} and summary["run"]["shout"] == {"role": "model", "sent": 2}
     assert summary["tasks"]["piqa"]["counts"]["scored"] == 2
     assert "shout" not in json.loads((tmp_path / "b" / "summary.json").read_text())["run"]
+
+
+class _AngleCalls:
+    markers = ("<<call>>",)
+
+    def parse(self, text):
+        name, _, args = text.partition("<<call>>")[2].partition("|")
+        return "", [{"id": "call_0", "type": "function", "function": {"name": name, "arguments": args}}], None
+
+
+class _ParserPlugin:
+    @hookimpl
+    def gage_register_tool_parsers(self, register):
+        register("angle", _AngleCalls)
+
+
+def test_hook_gage_register_tool_parsers():
+    from gage_eval.api import tool_parser
+    from gage_eval.plugins import register_plugin, reset_plugins
+    from gage_plugins_builtin.tools.calls import parser_for_template
+
+    reset_plugins()
+    try:
+        registry = register_plugin(_ParserPlugin(), "angles")
+        assert registry.tool_parsers["angle"].plugin == "angles" and "hermes" in registry.tool_parsers
+        parser = tool_parser("angle")  # what --model-args tool_parser=angle gives a backend
+        assert parser.parse('<<call>>f|{"a": 1}')[1][0]["function"] == {"name": "f", "arguments": '{"a": 1}'}
+        # with no name, a chat template holding the plugin's marker picks it
+        assert isinstance(parser_for_template("{{ '<<call>>' }} {{ tools }}", tool_parser()), _AngleCalls)
+    finally:
+        reset_plugins()
