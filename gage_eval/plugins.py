@@ -10,14 +10,14 @@ from typing import Any, Callable
 
 import pluggy
 
-from gage_eval.api import backend, hookspecs, schemas
+from gage_eval.api import backend, hookspecs, schemas, tools
 from gage_eval.api.errors import GageError
 from gage_eval.api.options import RunOption
 
 ENTRY_POINT_GROUP = "gage_eval"
 BUILTIN = "builtin"
 BUILTIN_MODULE = "gage_plugins_builtin"
-KINDS = ("loaders", "preprocessors", "backends", "judges", "metrics", "writers", "executors", "tool_parsers")
+KINDS = ("loaders", "preprocessors", "backends", "judges", "metrics", "writers", "executors", "tool_parsers", "tools")
 
 
 @dataclass(frozen=True)
@@ -58,6 +58,7 @@ class Registry:
     writers: dict[str, Registered] = field(default_factory=dict)
     executors: dict[str, Registered] = field(default_factory=dict)  # --executor NAME (gage_eval.engine.executor)
     tool_parsers: dict[str, Registered] = field(default_factory=dict)  # --model-args tool_parser=NAME
+    tools: dict[str, Registered] = field(default_factory=dict)  # request.tool_loop.tools of a task
     schemas: dict[str, RegisteredSchema] = field(default_factory=dict)
     task_paths: list[tuple[str, str]] = field(default_factory=list)
     data_packages: dict[str, Registered] = field(default_factory=dict)  # name -> root (a folder or a function)
@@ -289,3 +290,4 @@ def installed_data_packages() -> list[tuple[str, str]]:
 schemas.use_plugin_schemas(lambda: load_plugins()[1].schemas)
 schemas.use_data_packages(installed_data_packages)
 backend.use_tool_parsers(lambda: load_plugins()[1].tool_parsers)
+tools.use_tools(lambda: load_plugins()[1].tools)

@@ -23,7 +23,8 @@ What is here, by what a plugin does with it:
   namespace :mod:`loglikelihood`: the one rule every scoring backend splits a pair into tokens
   by (``loglikelihood.encode_pair``, ``encode_choices``, ``tokenizer_encoder``,
   ``prefix_token_id``, ``request_context``); :func:`tool_parser`, the tool-call parsers plugins
-  register with ``gage_register_tool_parsers``.
+  register with ``gage_register_tool_parsers``; :class:`Tool` and :func:`tool_factory`, the tools
+  of the multi-turn tool loop (``gage_register_tools``).
 - judges: :class:`Judge`, :class:`Verdict`, and :class:`Template` (the sandboxed Jinja
   template tasks use; a judge's prompt template renders through it).
 - metrics: :class:`Metric`, :class:`MetricContext` (dotted field paths into the sample, the
@@ -83,6 +84,7 @@ if TYPE_CHECKING:  # what static tools see; at run time __getattr__ below loads 
     from gage_eval.api.errors import (FatalBackendError, GageError, OutputError, RowError)
     from gage_eval.api.events import (RunEnd, RunStart, SampleDone, TaskDone)
     from gage_eval.api.hookspecs import hookimpl
+    from gage_eval.api.tools import Tool, tool_factory
     from gage_eval.api.jsonio import (check_data_file, iter_json_rows)
     from gage_eval.api.judge import (Judge, Verdict)
     from gage_eval.api.loader import (Loader, Preprocessor, SampleIdentity)
@@ -106,6 +108,8 @@ __all__ = [
     "hookimpl",
     # backends
     "Backend", "Request", "ModelOutput", "GENERATE", "LOGLIKELIHOOD", "cut_at_stop", "tool_parser",
+    # tools of the multi-turn tool loop (gage_register_tools)
+    "Tool", "tool_factory",
     # log-likelihood helpers, as a namespace: loglikelihood.encode_pair(...)
     "loglikelihood",
     # judges and templates
@@ -137,6 +141,7 @@ __all__ = [
 # the module of this package each name comes from (a namespace, ``paths``, is the module itself)
 _NAMES = {
     "backend": "GENERATE LOGLIKELIHOOD Backend ModelOutput Request cut_at_stop tool_parser",
+    "tools": "Tool tool_factory",
     "errors": "FatalBackendError GageError OutputError RowError",
     "events": "RunEnd RunStart SampleDone TaskDone",
     "hookspecs": "hookimpl",

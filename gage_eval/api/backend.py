@@ -35,7 +35,10 @@ class Request:
     ``tools`` and ``tool_choice`` (generate only) are the sample's, as Sample v1 holds them
     (OpenAI's tool definitions and choice); a backend that declares the ``tools`` capability
     sends them natively or describes them in the prompt, and returns the calls the model made
-    as :attr:`ModelOutput.tool_calls`.
+    as :attr:`ModelOutput.tool_calls`. ``tool_loop`` (a task's ``request.tool_loop`` with the
+    ``row`` it is for): the request is a conversation the builtin tool loop carries out (the
+    model's calls run through the registered tools, their results sent back) before one
+    output with the whole ``trajectory`` comes back; a backend never sees it.
     """
 
     kind: str
@@ -56,6 +59,7 @@ class Request:
     contexts: tuple[str, ...] = ()
     tools: tuple[dict, ...] | None = None
     tool_choice: Any = None
+    tool_loop: dict | None = None
 
 
 @dataclass
@@ -66,6 +70,9 @@ class ModelOutput:
     calls the model made, in Sample v1's message shape (``{"id", "type": "function", "function":
     {"name", "arguments"}}``, ``arguments`` the JSON text as the model wrote it, unchecked: a
     metric judges a malformed call, so it is a scored failure and never a lost row).
+    ``trajectory``: a tool loop's messages after the request's own, in Sample v1's shape (the
+    assistant's turns with their ``tool_calls``, the ``tool`` turns with the results, the later
+    user turns), as ``golden_trajectories`` hold them.
     """
 
     text: str | None = None
@@ -80,6 +87,7 @@ class ModelOutput:
     error: str | None = None
     raw: dict | None = None
     tool_calls: list[dict] | None = None
+    trajectory: list[dict] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items() if v is not None}

@@ -111,6 +111,18 @@ def gage_register_tool_parsers(register: Callable[[str, Callable[..., Any]], Non
 
 
 @hookspec
+def gage_register_tools(register: Callable[[str, Callable[..., Any]], None]) -> None:
+    """Register tools: what runs the calls a model makes in a task's tool loop
+    (``request.tool_loop.tools`` names them).
+
+    :param register: call ``register(name, factory)``. ``factory(sample)`` returns one row's
+        :class:`gage_eval.api.Tool` (a fresh instance per row: its state is that row's):
+        ``functions()``, ``call(name, arguments)``, ``definitions()`` and ``state()``.
+    :return: nothing.
+    """
+
+
+@hookspec
 def gage_register_judges(register: Callable[[str, Callable[..., Any]], None]) -> None:
     """Register judges, which score a model's answer with another model.
 

@@ -108,7 +108,7 @@ def model_output(row: Row, output: ModelOutput | None, aux_output: ModelOutput |
 
 _ENTRY_KEYS = ("prompt", "formatted_prompt", "raw_text", "choices", "contexts", "continuations", "loglikelihoods",
                "unconditioned_loglikelihoods", "is_greedy",
-               "finish_reason", "latency_ms", "time_to_first_token_ms", "raw")
+               "finish_reason", "latency_ms", "time_to_first_token_ms", "raw", "trajectory")
 
 
 def predict_entry(model_output: Mapping[str, Any]) -> dict:
