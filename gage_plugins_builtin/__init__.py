@@ -63,6 +63,7 @@ PREPROCESSORS = {
     "fixed_choices": P + "suite_choice:FixedChoices",
     # -- BFCL's single-turn categories (tasks/bfcl) --
     "bfcl": P + "tools.bfcl:BFCLRow",
+    "bfcl_multi_turn": P + "tools.bfcl_multi:BFCLMultiTurnRow",
 }
 BACKENDS = {
     "dummy": P + "backends.dummy:DummyBackend",
@@ -114,6 +115,12 @@ METRICS = {
     "judge_score": P + "legal.metrics:JudgeScore",
     # -- tool calls checked as BFCL's AST checker does --
     "bfcl_ast": P + "tools.bfcl:BFCLAst",
+    # -- tool loops: the calls against golden_trajectories; BFCL's multi-turn check by state and response --
+    "trajectory_match": P + "tools.trajectory:TrajectoryMatch",
+    "bfcl_multi_turn": P + "tools.bfcl_multi:BFCLMultiTurn",
+}
+TOOLS = {
+    "bfcl_multi_turn": P + "tools.bfcl_multi:BFCLTools",  # BFCL's multi-turn API classes (tasks/bfcl_multi_turn)
 }
 TOOL_PARSERS = {name: f"{P}tools.calls:{cls}" for name, cls in
                 (("hermes", "HermesParser"), ("json", "JsonParser"), ("pythonic", "PythonicParser"))}
@@ -147,11 +154,21 @@ def gage_register_executors(register):
 
 @hookimpl
 def gage_wrap_backend(backend, use):
-    if not use.options.get("cache"):
-        return None
-    from gage_plugins_builtin.cache import CachedBackend  # (imported only for a run with --cache)
+    cached = None
+    if use.options.get("cache"):
+        from gage_plugins_builtin.cache import CachedBackend  # (imported only for a run with --cache)
 
-    return CachedBackend(backend, use)
+        cached = backend = CachedBackend(backend, use)
+    if use.role != "model":
+        return cached
+    from gage_plugins_builtin.tools.loop import ToolLoopBackend  # (outside the cache: each step is cached)
+
+    return ToolLoopBackend(backend, use, owned=cached)
+
+
+@hookimpl
+def gage_register_tools(register):
+    _register_all(register, TOOLS)
 
 
 @hookimpl
