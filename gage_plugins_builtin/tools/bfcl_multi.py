@@ -186,6 +186,7 @@ class BFCLMultiTurnRow(Preprocessor):
         return {"schema_version": "v1", "id": str(record["id"]), "task_type": "agent",
                 "messages": [system, *_messages(turns[0])], "tools": tools, "tool_choice": "auto",
                 "golden_trajectories": [golden],
+                "references": [json.dumps(record["ground_truth"], ensure_ascii=False)],
                 "data_tag": {"classes": "+".join(record["involved_classes"])},
                 "metadata": {"user_turns": [_messages(t) for t in turns[1:]],
                              "bfcl": {"id": str(record["id"]), "involved_classes": record["involved_classes"],
@@ -215,21 +216,19 @@ class BFCLTools(Tool):
 
 
 def model_turns(trajectory: list) -> list[list[tuple[list, list[str]]]]:
-    """The trajectory's user turns, each a list of steps with calls: (calls, their result texts)."""
+    """The trajectory's user turns, each a list of steps with calls: (calls, the texts of the tool
+    turns that follow them, in order: call ids repeat from one reply to the next)."""
     turns: list[list] = [[]]
-    results: dict[str, str] = {}
-    for m in trajectory:
-        if m.get("role") == "tool":
-            results[str(m.get("tool_call_id"))] = "".join(s.get("text", "") for s in m.get("content") or ()
-                                                          if isinstance(s, Mapping))
     previous = None
     for m in trajectory:
         role = m.get("role")
         if role == "user" and previous not in (None, "user"):
             turns.append([])
         elif role == "assistant" and m.get("tool_calls"):
-            calls = m["tool_calls"]
-            turns[-1].append((calls, [results.get(str(c.get("id")), "") for c in calls]))
+            turns[-1].append((m["tool_calls"], []))
+        elif role == "tool" and turns[-1]:
+            turns[-1][-1][1].append("".join(s.get("text", "") for s in m.get("content") or ()
+                                            if isinstance(s, Mapping)))
         previous = role
     return turns
 
