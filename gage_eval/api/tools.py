@@ -1,7 +1,7 @@
 """Tools a model calls in a multi-turn tool loop, registered with ``gage_register_tools``.
 
 A task opts into the loop (``request.tool_loop: {tools: [NAME, ...], max_steps: N}``); for each
-row the loop builds a fresh instance of each named tool (``factory(sample)``: state never leaks
+row the loop builds a fresh instance of each named tool (``factory(sample=row)``: state never leaks
 from one row into another), sends the model the row's ``tools``, runs each call the model makes
 through the instance that serves its function and returns the result as a ``tool`` turn.
 """
@@ -36,7 +36,7 @@ class Tool:
 
     def call(self, name: str, arguments: Mapping[str, Any]) -> Any:
         """Run ``name`` with ``arguments``; its return value becomes the tool turn's text
-        (:func:`result_text`)."""
+        (:meth:`result_text`)."""
         return getattr(self, name)(**arguments)
 
     def definitions(self) -> list[dict]:
@@ -47,18 +47,18 @@ class Tool:
         """What a metric may check after each user turn (JSON; recorded with the trajectory), or None."""
         return None
 
-
-def result_text(value: Any) -> str:
-    """A tool's return value as the text of its ``tool`` turn: a string as it is, a mapping as JSON
-    (its ``str`` when it holds what JSON cannot write), anything else as its ``str``."""
-    if isinstance(value, str):
-        return value
-    if isinstance(value, dict):
-        try:
-            return json.dumps(value)
-        except (TypeError, ValueError):
-            return str(value)
-    return str(value)
+    @staticmethod
+    def result_text(value: Any) -> str:
+        """A tool's return value as the text of its ``tool`` turn: a string as it is, a dict as JSON
+        (its ``str`` when it holds what JSON cannot write), anything else as its ``str``."""
+        if isinstance(value, str):
+            return value
+        if isinstance(value, dict):
+            try:
+                return json.dumps(value)
+            except (TypeError, ValueError):
+                return str(value)
+        return str(value)
 
 
 _tools: Callable[[], Mapping[str, Any]] = dict
@@ -71,7 +71,7 @@ def use_tools(source: Callable[[], Mapping[str, Any]]) -> None:
 
 
 def tool_factory(name: str) -> Callable[[Mapping[str, Any]], Any]:
-    """The factory a plugin registered as tool ``name`` (``factory(sample)`` builds one row's instance)."""
+    """The factory a plugin registered as tool ``name`` (``factory(sample=row)`` builds one row's instance)."""
     table = _tools()
     if name not in table:
         raise GageError(f"unknown tool {name!r}; registered: {', '.join(sorted(table)) or 'none'}")

@@ -23,7 +23,6 @@ from collections import Counter
 from typing import Any, Mapping
 
 from gage_eval.api import Metric, MetricContext, Preprocessor, RowContext, Tool, text_segment
-from gage_eval.api.tools import result_text
 
 from gage_plugins_builtin.tools.bfcl import package_data, schema_of
 from gage_plugins_builtin.tools.calls import tool_call
@@ -76,7 +75,7 @@ def execute(owner: Any, name: str, args: tuple, kwargs: Mapping[str, Any]) -> st
             raise Exception(f"Function call {name} is not allowed.")
         if owner is None:
             raise NameError(f"name '{name}' is not defined")
-        return result_text(getattr(owner, name)(*args, **kwargs))
+        return Tool.result_text(getattr(owner, name)(*args, **kwargs))
     except Exception as exc:  # the model's (or the answer's) mistake is a result, as in BFCL
         return f"Error during execution: {exc}"
 

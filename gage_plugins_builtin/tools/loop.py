@@ -19,8 +19,7 @@ import json
 from dataclasses import replace
 from typing import Any, Iterator, Mapping, Sequence
 
-from gage_eval.api import Backend, BackendUse, ModelOutput, Request, text_segment, tool_factory
-from gage_eval.api.tools import result_text
+from gage_eval.api import Backend, BackendUse, ModelOutput, Request, Tool, text_segment, tool_factory
 
 MAX_STEPS = 20  # BFCL's MAXIMUM_STEP_LIMIT
 
@@ -34,7 +33,7 @@ class Toolbox:
     as BFCL maps a method to the last class that has it)."""
 
     def __init__(self, names: Sequence[str], row: Mapping[str, Any]):
-        self.tools = [tool_factory(name)(row) for name in names]
+        self.tools = [tool_factory(name)(sample=row) for name in names]
         self.owner: dict[str, Any] = {}
         for tool in self.tools:
             for fn in tool.functions():
@@ -59,7 +58,7 @@ class Toolbox:
         if not isinstance(args, dict):
             return f"Error: the arguments of {name} are not a JSON object"
         try:
-            return result_text(tool.call(name, args))
+            return Tool.result_text(tool.call(name, args))
         except Exception as exc:  # a tool's failure is the model's to read, never the run's
             return _error_text(exc)
 
