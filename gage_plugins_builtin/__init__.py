@@ -41,6 +41,7 @@ P = "gage_plugins_builtin."
 LOADERS = {
     "jsonl": P + "loaders:JsonlLoader",
     "hf": P + "loaders:HFLoader",
+    "bfcl": P + "tools.bfcl:BFCLLoader",  # the installed bfcl-eval package's rows (tasks/bfcl)
 }
 PREPROCESSORS = {
     "identity": P + "preprocessors:Identity",
@@ -60,6 +61,9 @@ PREPROCESSORS = {
     "winogrande": P + "suite_choice:Winogrande",
     "copa": P + "suite_choice:Copa",
     "fixed_choices": P + "suite_choice:FixedChoices",
+    # -- BFCL's single-turn categories (tasks/bfcl) --
+    "bfcl": P + "tools.bfcl:BFCLRow",
+    "bfcl_multi_turn": P + "tools.bfcl_multi:BFCLMultiTurnRow",
 }
 BACKENDS = {
     "dummy": P + "backends.dummy:DummyBackend",
@@ -109,7 +113,17 @@ METRICS = {
     # -- legal_eval_v1 --
     "choice_set_match": P + "legal.metrics:ChoiceSetMatch",
     "judge_score": P + "legal.metrics:JudgeScore",
+    # -- tool calls checked as BFCL's AST checker does --
+    "bfcl_ast": P + "tools.bfcl:BFCLAst",
+    # -- tool loops: the calls against golden_trajectories; BFCL's multi-turn check by state and response --
+    "trajectory_match": P + "tools.trajectory:TrajectoryMatch",
+    "bfcl_multi_turn": P + "tools.bfcl_multi:BFCLMultiTurn",
 }
+TOOLS = {
+    "bfcl_multi_turn": P + "tools.bfcl_multi:BFCLTools",  # BFCL's multi-turn API classes (tasks/bfcl_multi_turn)
+}
+TOOL_PARSERS = {name: f"{P}tools.calls:{cls}" for name, cls in
+                (("hermes", "HermesParser"), ("json", "JsonParser"), ("pythonic", "PythonicParser"))}
 
 
 def _register_all(register: Callable[[str, Callable[..., Any]], None], table: dict[str, str]) -> None:
@@ -140,11 +154,26 @@ def gage_register_executors(register):
 
 @hookimpl
 def gage_wrap_backend(backend, use):
-    if not use.options.get("cache"):
-        return None
-    from gage_plugins_builtin.cache import CachedBackend  # (imported only for a run with --cache)
+    cached = None
+    if use.options.get("cache"):
+        from gage_plugins_builtin.cache import CachedBackend  # (imported only for a run with --cache)
 
-    return CachedBackend(backend, use)
+        cached = backend = CachedBackend(backend, use)
+    if use.role != "model":
+        return cached
+    from gage_plugins_builtin.tools.loop import ToolLoopBackend  # (outside the cache: each step is cached)
+
+    return ToolLoopBackend(backend, use, owned=cached)
+
+
+@hookimpl
+def gage_register_tools(register):
+    _register_all(register, TOOLS)
+
+
+@hookimpl
+def gage_register_tool_parsers(register):
+    _register_all(register, TOOL_PARSERS)
 
 
 @hookimpl

@@ -23,6 +23,10 @@ What is here, by what a plugin does with it:
   namespace :mod:`loglikelihood`: the one rule every scoring backend splits a pair into tokens
   by (``loglikelihood.encode_pair``, ``encode_choices``, ``tokenizer_encoder``,
   ``prefix_token_id``, ``request_context``).
+- tools, the namespace :mod:`tools`: ``tools.Tool`` (the base class of a tool the multi-turn
+  tool loop runs, registered with ``gage_register_tools``), ``tools.factory(name)`` (a registered
+  tool's factory) and ``tools.parser(name)`` (a tool-call parser registered with
+  ``gage_register_tool_parsers``).
 - judges: :class:`Judge`, :class:`Verdict`, and :class:`Template` (the sandboxed Jinja
   template tasks use; a judge's prompt template renders through it).
 - metrics: :class:`Metric`, :class:`MetricContext` (dotted field paths into the sample, the
@@ -77,7 +81,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # what static tools see; at run time __getattr__ below loads each name on first use
-    from gage_eval.api import events, loglikelihood, pages, paths, secrets, stats
+    from gage_eval.api import events, loglikelihood, pages, paths, secrets, stats, tools
     from gage_eval.api.backend import (GENERATE, LOGLIKELIHOOD, Backend, ModelOutput, Request, cut_at_stop)
     from gage_eval.api.errors import (FatalBackendError, GageError, OutputError, RowError)
     from gage_eval.api.hookspecs import hookimpl
@@ -102,6 +106,8 @@ __all__ = [
     "hookimpl",
     # backends
     "Backend", "Request", "ModelOutput", "GENERATE", "LOGLIKELIHOOD", "cut_at_stop",
+    # tools and tool-call parsers, as a namespace: tools.Tool, tools.factory(name), tools.parser(name)
+    "tools",
     # log-likelihood helpers, as a namespace: loglikelihood.encode_pair(...)
     "loglikelihood",
     # judges and templates
@@ -153,6 +159,7 @@ _NAMES = {
     "schemas": "data_packages validation_errors",
     "strictjson": "json_type",
     "templates": "Template",
+    "tools": "tools",
     "writer": "Writer",
     "yamlio": "read_yaml",
 }
