@@ -11,7 +11,7 @@ from typing import Any, Callable
 import pluggy
 
 from gage_eval.api import hookspecs, schemas
-from gage_eval.api.errors import GageError
+from gage_eval.api.errors import GageError, did_you_mean
 from gage_eval.api.options import RunOption
 
 ENTRY_POINT_GROUP = "gage_eval"
@@ -68,7 +68,7 @@ class Registry:
         table: dict[str, Registered] = getattr(self, kind)
         if name not in table:
             known = ", ".join(sorted(table)) or "none"
-            raise GageError(f"unknown {kind[:-1]} {name!r}; registered {kind}: {known}")
+            raise GageError(f"unknown {kind[:-1]} {name!r}{did_you_mean(name, table)}; registered {kind}: {known}")
         return table[name]
 
     def build(self, kind: str, name: str, where: str, key: str | None = None, /, **kwargs: Any) -> Any:

@@ -133,7 +133,10 @@ def _register_all(register: Callable[[str, Callable[..., Any]], None], table: di
 
 @hookimpl
 def gage_register_loaders(register):
-    _register_all(register, LOADERS)
+    from gage_plugins_builtin import localdata  # (light: which local files each loader reads, for --data)
+
+    register("jsonl", lazy(LOADERS["jsonl"], for_path=localdata.jsonl_for_path, suffixes=localdata.JSONL_SUFFIXES))
+    register("hf", lazy(LOADERS["hf"], for_path=localdata.hf_for_path, suffixes=localdata.DATA_SUFFIXES))
 
 
 @hookimpl
@@ -211,6 +214,12 @@ def gage_register_options(register):
              help="The hf loader's cache_dir when the task's dataset.args give none.")
     register("eee_version", "--eee-version", choices=("0.2.0", "0.3.0"), default="0.2.0",
              help="Every Eval Ever version of the instance records in instances/ (default 0.2.0).")
+    # read by the response cache (gage_wrap_backend above) and the ray executor
+    register("cache", "--cache", type="folder", metavar="DIR",
+             help="Reuse model responses stored in DIR (one SQLite file) and store new ones there.")
+    register("ray_address", "--ray-address", metavar="ADDR",
+             help="With --executor ray: the Ray cluster to join (e.g. ray://head:10001 or auto); without it a "
+                  "local Ray instance starts.")
     # the report writer's switch (gage_plugins_builtin.report.writer reads it at start)
     register("report", "--report", type="switch", default=True,
              help="Write report.html into the run folder at the end (default: yes).")
@@ -218,6 +227,8 @@ def gage_register_options(register):
 
 @hookimpl
 def gage_register_writers(register):
+    # instances/ (Every Eval Ever records) also for a merged run; report.html only for a run
+    register("instances", lazy(P + "eee.writer:InstancesWriter", merged=True), default=True)
     register("report", lazy(P + "report.writer:ReportWriter"), default=True)
 
 

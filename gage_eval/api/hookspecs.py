@@ -156,8 +156,9 @@ def gage_register_writers(register: Callable[[str, Callable[..., Any]], None]) -
         arguments, unless the run names it with arguments); it switches itself off by reading
         its own run option at ``start`` (``RunStart.options``, declared with
         ``gage_register_options``), as the builtin ``report`` writer reads ``report``
-        (``--no-report``). The run folder's own files (samples, summary.json) are written by
-        the core's writers.
+        (``--no-report``). A default writer whose factory declares ``merged = True`` also
+        writes a run ``gage-eval merge`` makes (the builtin ``instances``). The run folder's own
+        files (samples, summary.json) are written by the core's writers.
     :return: nothing.
     """
 

@@ -23,8 +23,9 @@ class RunOption:
     ``env``: the environment variables that set it when neither the flag nor the run config does
     (checked before a run starts). ``lm_eval``: lm-evaluation-harness's spellings of the same flag.
     ``check(value, where)`` may refuse a value (raise GageError naming ``where``) or normalise it.
-    ``resume_checked``: a resume refuses another value (it changes the results); otherwise a
-    resume may change it. ``stored``: kept in config.json (False: an environment variable a
+    ``resume_checked``: a resume refuses another value (it changes the results), and so does
+    ``gage-eval merge`` between shards; otherwise (where or how a run ran, what it writes beside
+    its results) a resume may change it and shards of one run may differ in it. ``stored``: kept in config.json (False: an environment variable a
     plugin reads itself, declared so the core checks it and lists it).
     """
 

@@ -19,7 +19,6 @@ run ids are; every value a command uses has the type the run wrote. Each problem
 from __future__ import annotations
 
 import json
-import math
 import os
 import re
 import stat
@@ -28,6 +27,7 @@ from typing import IO, Any, Callable, Iterable, Iterator, Mapping
 
 from gage_eval.api.errors import GageError, OutputError
 from gage_eval.api.jsonio import SPECIAL_FILES
+from gage_eval.api.jsonlines import JsonlAppender, finite
 from gage_eval.api.strictjson import json_type
 
 CONFIG_FILE = "config.json"
@@ -258,17 +258,6 @@ def check_inputs(path: Path, inputs: Mapping[str, Any]) -> None:
 
 # -- writing -------------------------------------------------------------------------------------
 
-def finite(obj: Any) -> Any:
-    """``obj`` with every NaN or infinite float replaced by None (containers copied, others as they are)."""
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, Mapping):
-        return {k: finite(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [finite(v) for v in obj]
-    return obj
-
-
 def output_error(path: Path, exc: OSError) -> OutputError:
     """A failed write as a one-line error that says what is kept and how to go on."""
     run_dir = path.parent.parent if path.parent.name in (SAMPLES_DIR, INSTANCES_DIR) else path.parent
@@ -359,6 +348,16 @@ class RunFolder:
 
     def write_summary(self, summary: Mapping[str, Any]) -> None:
         write_json_atomic(self.summary_file, summary)
+
+    def write_json(self, name: str, obj: Any) -> None:
+        """A JSON file of a writer's own in this folder (``eee_aggregate.json``), replaced whole."""
+        write_json_atomic(self.path / name, obj)
+
+    def jsonl_appender(self, path: Path) -> JsonlAppender:
+        """An append-only JSONL file (one of this folder's, e.g. :meth:`instances_file`), made with
+        its folder: ``write(obj)`` adds one strict JSON line, flushed; ``close()``. A failed write
+        is an :class:`OutputError` saying how to go on."""
+        return JsonlAppender(path, error=output_error)
 
 
 # -- a stored run's rows read again from its data ------------------------------------------------

@@ -24,7 +24,7 @@ SCHEMA_FILES = {
     "task": "task.schema.json",
     "summary": "summary.schema.json",  # a run folder's summary.json: one JSON object, not rows
 }
-# Every Eval Ever 0.3.0 (--eee-version 0.3.0; gage_eval.runfolder.eee): EEE's own files, not shipped with
+# Every Eval Ever 0.3.0 (--eee-version 0.3.0; gage_plugins_builtin.eee.v030): EEE's own files, not shipped with
 # gage-eval; read from GAGE_EVAL_EEE_SCHEMAS, else from ../shared/data beside a checkout.
 EEE_SCHEMA_FILES = {
     "instance_0.3.0": "instance_level_eval.schema.json",

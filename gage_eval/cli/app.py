@@ -91,10 +91,9 @@ class PluginGroup(click.Group):
     _lm_eval: dict[str, str] = {}
 
     def _plugin_options(self) -> None:
-        """The loaded plugins' run options as options of the run (again when the plugins changed)."""
-        from dataclasses import fields
-
-        from gage_eval.config.options import RunOptions
+        """The loaded plugins' run options as options of the run (again when the plugins changed).
+        Checked here against the core's flags; against the core's settings without a flag when a
+        command is invoked (:meth:`invoke`), so --help does not import the settings."""
         from gage_eval.plugins import load_plugins
 
         declared = tuple(reg for reg in load_plugins()[1].options.values() if reg.option.flags)
@@ -102,13 +101,8 @@ class PluginGroup(click.Group):
             return
         self.params = [p for p in self.params if p.name not in {reg.option.key for reg in self._added}]
         own = {name for p in self.params for name in (*p.opts, *p.secondary_opts, p.name)}
-        own |= {f.name for f in fields(RunOptions)} - {"plugin_options"}
         at = next(i for i, p in enumerate(self.params) if p.name == "seed")
-        for reg in declared:
-            clash = sorted({reg.option.key, *reg.option.spellings()} & own)
-            if clash:
-                raise GageError(f"plugin {reg.plugin!r} declares run option {clash[0]!r}, which is gage-eval's "
-                                f"own; disable it with GAGE_EVAL_DISABLE_PLUGINS={reg.plugin}")
+        _refuse_clashes(declared, own)
         self.params[at:at] = [click_option(reg.option) for reg in declared]
         self._added = declared
         self._lm_eval = {name: reg.option.flags[0] for reg in declared for name in reg.option.lm_eval}
@@ -142,9 +136,13 @@ class PluginGroup(click.Group):
     def invoke(self, ctx):
         # Ctrl-C raises while a command runs (a stopped run writes its summary); before that (parsing,
         # --help) the entry point's handler (gage_eval.cli) ends the process with the same line
+        from dataclasses import fields
+
         from gage_eval.api.runfolder import use_reread
+        from gage_eval.config.options import RunOptions
         from gage_eval.engine.interrupts import ctrl_c_interrupts
 
+        _refuse_clashes(self._added, {f.name for f in fields(RunOptions)} - {"plugin_options"})
         use_reread(_reread_samples)  # a plugin's command (report) may read a stored run's rows again
         with ctrl_c_interrupts():
             return super().invoke(ctx)
@@ -189,6 +187,14 @@ class PluginGroup(click.Group):
             if not interrupt_of(exc):  # SystemExit among them
                 raise
             _interrupted(interrupt_of(exc))
+
+
+def _refuse_clashes(declared, own: set[str]) -> None:
+    for reg in declared:
+        clash = sorted({reg.option.key, *reg.option.spellings()} & own)
+        if clash:
+            raise GageError(f"plugin {reg.plugin!r} declares run option {clash[0]!r}, which is gage-eval's "
+                            f"own; disable it with GAGE_EVAL_DISABLE_PLUGINS={reg.plugin}")
 
 
 def _reread_samples(run_dir, task):
@@ -246,6 +252,9 @@ def _interrupted(interrupt: KeyboardInterrupt) -> None:
                    "seed, do_sample, stop (stop=TEXT or stop=[\"A\",\"B\"]).")
 @click.option("--num-fewshot", type=click.IntRange(min=0), default=None,
               help="Few-shot examples per prompt, drawn (seeded) from the task's few-shot source.")
+@click.option("--fewshot-data", "fewshot_data", multiple=True, metavar="TASK=PATH",
+              help="Draw TASK's --num-fewshot examples from a local file or folder of solved rows (read like "
+                   "--data) instead of the task's few-shot source; repeatable.")
 @click.option("--fewshot-as-multiturn/--no-fewshot-as-multiturn", default=None,
               help="Few-shot examples as chat turns, or all in one user turn (default: chat turns whenever "
                    "the chat template is on, as lm-eval does).")
@@ -263,8 +272,6 @@ def _interrupted(interrupt: KeyboardInterrupt) -> None:
 @click.option("--drop-writer", "drop_writers", multiple=True, metavar="NAME",
               help="Leave out a writer the run names (the run config's, or on --resume the stored run's): for a "
                    "plugin writer that fails on every resume. Repeatable; kept out of later resumes.")
-@click.option("--cache", "cache", default=None, metavar="DIR",
-              help="Reuse model responses stored in DIR (one SQLite file) and store new ones there.")
 @click.option("--shard", default=None, metavar="I/N",
               help="Run only shard I of N (0-based): the rows whose sample id hashes there. Each shard is an "
                    "ordinary run; `gage-eval merge` joins them.")
@@ -272,9 +279,6 @@ def _interrupted(interrupt: KeyboardInterrupt) -> None:
               help="Where the model runs: in this process (local, the default) or through an executor a plugin "
                    "registers (`gage-eval plugins` lists them; the builtin ray runs replicas on a Ray cluster: "
                    "--model-args replicas=N,num_cpus=C,num_gpus=G each).")
-@click.option("--ray-address", default=None, metavar="ADDR",
-              help="With --executor ray: the Ray cluster to join (e.g. ray://head:10001 or auto); without it a "
-                   "local Ray instance starts.")
 @click.option("--seed", type=int, default=None, help="Seed for sampling and for deterministic fallbacks.")
 @click.option("--resume", type=click.Path(file_okay=False), default=None,
               help="Continue an interrupted run in this run folder (its settings are reused).")
@@ -294,9 +298,9 @@ def cli(ctx, tasks, debug, **flags):
 
     \b
     Examples:
-      gage-eval --tasks piqa --limit 20            # the bundled SmolLM2 on 20 real PIQA rows
-      gage-eval --tasks piqa --model dummy
-      gage-eval --tasks piqa --data piqa=validation.jsonl --model transformers --model-args pretrained=DIR
+      gage-eval --tasks piqa --limit 20            # the default model on 20 real PIQA rows
+      gage-eval --tasks piqa --model NAME --model-args KEY=VALUE,...   # a backend `gage-eval plugins` lists
+      gage-eval --tasks piqa --data piqa=validation.jsonl              # your own copy of the rows
       gage-eval --tasks piqa --dry-run             # the prompts, without loading the model
       gage-eval tasks | plugins | validate FILE --schema sample
 
@@ -308,7 +312,10 @@ def cli(ctx, tasks, debug, **flags):
     from gage_eval.cli.run import run_from_cli
 
     if not tasks and not flags["resume"] and not flags["config_file"]:
-        click.echo(ctx.get_help())
+        if any(v is not None and v is not False and v != () for v in flags.values()):
+            raise GageError("no task to run: name them with --tasks (see `gage-eval tasks`), "
+                            "or continue a run with --resume RUN_DIR")
+        click.echo(ctx.get_help())  # a bare `gage-eval`
         return
     # each option under its run_from_cli / build_options name; repeatable ones as lists
     run_from_cli(tasks=",".join(tasks) or None,

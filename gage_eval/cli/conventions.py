@@ -36,10 +36,12 @@ NO_OPS = {
 }
 _LOGGERS = ("gage-eval has no built-in experiment logger; results are in RUN_DIR/summary.json, and a plugin "
             "can send them on from the gage_run_end hook")
+_CACHE = ("use --cache DIR: model responses are kept in one SQLite file in DIR and reused by later runs "
+          "(lm-eval's value is a file prefix, so it is not taken as is); an interrupted run continues with "
+          "--resume RUN_DIR")
 REFUSED = {
     "--max_batch_size": "no such option; --batch-size auto picks batch sizes itself, --batch-size N fixes one",
-    "--use_cache": "gage-eval keeps no cache of model answers; an interrupted run continues with --resume RUN_DIR",
-    "-c": "gage-eval keeps no cache of model answers; an interrupted run continues with --resume RUN_DIR",
+    "--use_cache": _CACHE, "-c": _CACHE,
     "--cache_requests": "gage-eval keeps no request cache; prompts are built as the rows stream",
     "--check_integrity": "no such option; the tests run with pytest, and `gage-eval validate FILE` checks data files",
     "--show_config": "the resolved settings are in RUN_DIR/config.json and summary.json; --dry-run prints them "

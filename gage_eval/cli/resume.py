@@ -29,10 +29,10 @@ def resume_command(run_dir: Path, options: RunOptions) -> str:
 # flags a resume may repeat (they must then equal the stored settings), by RunOptions field
 RESUME_CHECKED = ("tasks", "model", "model_args", "judge_model", "judge_args", "batch_size", "limit", "shuffle",
                   "shuffle_seed", "seed", "shard",
-                  "include_paths", "data", "allow_paths", "allow_urls", "system_prompt", "gen_kwargs", "num_fewshot",
+                  "include_paths", "data", "fewshot_data", "allow_paths", "allow_urls", "system_prompt", "gen_kwargs", "num_fewshot",
                   "fewshot_as_multiturn", "apply_chat_template", "strip_reasoning")
-# how to treat errors, where responses are cached, and the outputs rebuilt on resume may change on resume
-RESUME_FREE = ("fail_fast", "max_error_rate", "cache", "executor", "ray_address")
+# how to treat errors and where the model runs may change on resume (the plugins' options say for themselves)
+RESUME_FREE = ("fail_fast", "max_error_rate", "executor")
 # writers named on resume join the stored ones: each writer is rebuilt whole from the kept records
 
 

@@ -12,10 +12,11 @@ from gage_eval.api.errors import GageError
 from gage_eval.cli.conventions import check_gen_kwargs, parse_limit
 
 CONFIG_KEYS = {"models", "tasks", "limit", "batch_size", "seed", "output_dir", "fail_fast", "include_paths", "data",
-               "max_error_rate", "allow_paths", "allow_urls", "system_prompt", "gen_kwargs", "num_fewshot",
-               "fewshot_as_multiturn", "apply_chat_template", "strip_reasoning", "writers", "cache", "shard", "executor", "ray_address", "max_samples", "shuffle", "shuffle_seed"}
+               "fewshot_data", "max_error_rate", "allow_paths", "allow_urls", "system_prompt", "gen_kwargs", "num_fewshot",
+               "fewshot_as_multiturn", "apply_chat_template", "strip_reasoning", "writers", "shard", "executor", "max_samples", "shuffle", "shuffle_seed"}
 ROLE_KEYS = {"backend", "args"}
-TASK_OVERRIDE_KEYS = {"name", "limit", "max_samples", "shuffle", "shuffle_seed", "metrics", "generation", "data"}
+TASK_OVERRIDE_KEYS = {"name", "limit", "max_samples", "shuffle", "shuffle_seed", "metrics", "generation", "data",
+                      "fewshot_data"}
 
 
 def read_run_config(path: str, plugin_keys: Any = ()) -> dict:
@@ -106,10 +107,11 @@ def _check_values(p: Path, data: dict) -> None:
     for key in ("allow_urls", "fail_fast", "fewshot_as_multiturn", "apply_chat_template", "strip_reasoning"):
         if data.get(key) is not None and not isinstance(data[key], bool):
             raise GageError(f"{p}: key '{key}': expected true or false, got {data[key]!r}")
-    if data.get("cache") is not None and not (isinstance(data["cache"], str) and data["cache"]):
-        raise GageError(f"{p}: key 'cache': expected a folder path")
     if data.get("data") is not None and not isinstance(data["data"], dict):
         raise GageError(f"{p}: key 'data': expected a mapping TASK: PATH")
+    shots = data.get("fewshot_data")
+    if shots is not None and not (isinstance(shots, dict) and all(isinstance(v, str) and v for v in shots.values())):
+        raise GageError(f"{p}: key 'fewshot_data': expected a mapping TASK: PATH")
     writers = data.get("writers")
     if writers is not None and not (isinstance(writers, list) and all(isinstance(w, str) and w for w in writers)):
         raise GageError(f"{p}: key 'writers': expected a list of writer names (NAME or NAME:key=value,...)")
@@ -150,5 +152,6 @@ def _check_override(p: Path, where: str, task: dict) -> None:
                         f"{{name, as, args}} mappings")
     if task.get("generation") is not None and not isinstance(task["generation"], dict):
         raise GageError(f"{p}: key '{where}.generation': expected a mapping (max_new_tokens, temperature, ...)")
-    if task.get("data") is not None and not isinstance(task["data"], str):
-        raise GageError(f"{p}: key '{where}.data': expected a path")
+    for key in ("data", "fewshot_data"):
+        if task.get(key) is not None and not isinstance(task[key], str):
+            raise GageError(f"{p}: key '{where}.{key}': expected a path")

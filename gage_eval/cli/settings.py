@@ -20,10 +20,10 @@ from gage_eval.tasks.spec import parse_data_overrides
 
 
 def build_options(*, quiet, command, tasks=None, model=None, model_args=None, judge_model=None, judge_args=None,
-                  batch_size=None, limit=None, output_dir=None, run_id=None, include_paths=(), data=(),
+                  batch_size=None, limit=None, output_dir=None, run_id=None, include_paths=(), data=(), fewshot_data=(),
                   config_file=None, seed=None, fail_fast=False, max_error_rate=None, allow_paths=(),
                   allow_urls=False, device=None, system_prompt=None, gen_kwargs=None, num_fewshot=None,
-                  fewshot_as_multiturn=None, apply_chat_template=None, strip_reasoning=False, writers=(), cache=None, shard=None, executor=None, ray_address=None, max_samples=None,
+                  fewshot_as_multiturn=None, apply_chat_template=None, strip_reasoning=False, writers=(), shard=None, executor=None, max_samples=None,
                   shuffle=None, shuffle_seed=None, **plugin_flags: Any) -> RunOptions:
     """The run's settings: the command line's flags over the run config file's keys over the
     environment variables (:mod:`gage_eval.config.defaults`) over the defaults (a default here: not given).
@@ -36,7 +36,9 @@ def build_options(*, quiet, command, tasks=None, model=None, model_args=None, ju
     task_names, overrides = _task_entries(cfg, tasks, limit, shuffle)
     shuffle, shuffle_seed = _shuffle(cfg, overrides, shuffle, shuffle_seed, seed)
     file_data = {**(cfg.get("data") or {}), **{k: v["data"] for k, v in overrides.items() if v.get("data")}}
-    data_map = {**{k: v for k, v in file_data.items() if k in task_names}, **parse_data_overrides(data)}
+    flagged = parse_data_overrides(data)
+    data_map = {**{k: v for k, v in file_data.items() if k in task_names}, **flagged}
+    _check_data_paths({k: v for k, v in data_map.items() if k in task_names}, flagged, config_file)
     if system_prompt is not None and not system_prompt:
         raise GageError("--system-prompt: empty; leave it out to keep the task's own prompts")
     models = cfg.get("models") or {}
@@ -55,6 +57,7 @@ def build_options(*, quiet, command, tasks=None, model=None, model_args=None, ju
         seed=seed if seed is not None else cfg.get("seed", DEFAULT_SEED),
         include_paths=_include_paths(include_paths, cfg, config_file),
         data={k: _absolute(v) for k, v in data_map.items()},  # a resume may start in another folder
+        fewshot_data=_fewshot_data(cfg, overrides, task_names, fewshot_data, config_file, quiet, num_fewshot),
         task_overrides=overrides,
         fail_fast=fail_fast or bool(cfg.get("fail_fast")),
         max_error_rate=max_error_rate if max_error_rate is not None else float(cfg.get("max_error_rate") or 0.0),
@@ -70,10 +73,8 @@ def build_options(*, quiet, command, tasks=None, model=None, model_args=None, ju
         strip_reasoning=strip_reasoning or bool(cfg.get("strip_reasoning")),
         writers=writer_specs([*(cfg.get("writers") or []), *writers]),
         plugin_options=plugin_options,
-        cache=_absolute(cache) if cache else (_config_folder(config_file, cfg["cache"]) if cfg.get("cache") else None),
         shard=parse_shard(shard) if shard is not None else parse_shard(cfg.get("shard"), f"{config_file}: key 'shard'"),
         executor=_executor(executor or cfg.get("executor") or "local", config_file if not executor else None),
-        ray_address=ray_address or cfg.get("ray_address") or None,
         quiet=quiet,
         command=command,
         config_file=_absolute(config_file) if config_file else None,
@@ -220,6 +221,39 @@ def _with_device(model: str, args: dict, device: str, explicit: bool) -> dict:
     if explicit and "device" in args and str(args["device"]) != device:
         raise GageError(f"--device {device} and --model-args device={args['device']} disagree; give one")
     return {**args, "device": device}
+
+
+def _check_data_paths(data_map: dict, flagged: dict, config_file: str | None) -> None:
+    """A data path that is not there is a usage error now, before any model loads or run folder is made
+    (a task named only through its group is checked when its folder is read: the run resolves groups)."""
+    for task, path in data_map.items():
+        if not os.path.exists(os.path.expanduser(str(path))):
+            where = f"--data {task}={path}" if task in flagged else f"{config_file}: the data of task {task!r}"
+            raise GageError(f"{where}: {path} does not exist (no such file or folder)")
+
+
+def _fewshot_data(cfg: dict, overrides: dict, task_names: list[str], given: Any, config_file: str | None,
+                  quiet: bool = True, shots: int | None = None) -> dict:
+    """``--fewshot-data TASK=PATH`` over the run config's ``fewshot_data`` and its tasks' own, each
+    path there now (a usage error naming the flag or the key, before any model loads), absolute.
+    Unless ``quiet``, a warning when the run's --num-fewshot (``shots``, else the file's) draws nothing."""
+    in_file = {**(cfg.get("fewshot_data") or {}),
+               **{k: v["fewshot_data"] for k, v in overrides.items() if v.get("fewshot_data")}}
+    flagged = {}
+    for value in given or ():
+        task, sep, path = str(value).partition("=")
+        if not sep or not task or not path:
+            raise GageError(f"--fewshot-data {value!r}: expected TASK=PATH")
+        flagged[task] = path
+    out = {**{k: v for k, v in in_file.items() if k in task_names}, **flagged}
+    for task, path in out.items():
+        if not os.path.exists(os.path.expanduser(str(path))):
+            where = f"--fewshot-data {task}={path}" if task in flagged else f"{config_file}: the fewshot_data of task {task!r}"
+            raise GageError(f"{where}: {path} does not exist (no such file or folder)")
+    if out and not quiet and not (shots if shots is not None else cfg.get("num_fewshot")):
+        click.echo("gage-eval: warning: --fewshot-data is read only with --num-fewshot K (K > 0); "
+                   "without it no examples are drawn", err=True)
+    return {k: _absolute(v) for k, v in out.items()}
 
 
 def _batch_size(text: str) -> int | str:

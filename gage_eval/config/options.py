@@ -30,6 +30,7 @@ class RunOptions:
     seed: int = DEFAULT_SEED
     include_paths: list[str] = field(default_factory=list)
     data: dict = field(default_factory=dict)
+    fewshot_data: dict = field(default_factory=dict)  # --fewshot-data: task -> the file --num-fewshot draws from
     task_overrides: dict = field(default_factory=dict)
     fail_fast: bool = False
     max_error_rate: float = 0.0
@@ -45,10 +46,8 @@ class RunOptions:
     writers: list[str] = field(default_factory=list)  # plugin writers: NAME or NAME:k=v,... (--writer)
     # the plugins' own options (gage_register_options) by key; config.json keeps them flat, beside these
     plugin_options: dict = field(default_factory=dict)
-    cache: str | None = None  # --cache DIR: the response cache's folder (gage_eval.engine.cache)
     shard: str | None = None  # --shard I/N: only the rows whose sample id hashes to shard I of N
     executor: str = "local"  # --executor: the model in this process, or as replicas on a Ray cluster (ray)
-    ray_address: str | None = None  # --ray-address: the Ray cluster to join (else a local one starts)
     quiet: bool = False
     command: str = ""
     config_file: str | None = None

@@ -1,6 +1,7 @@
 """Where the model runs: in this process (``--executor local``, the default, the core's own) or
 through an executor a plugin registers (``gage_register_executors``; the builtin plugin's
-``ray``), looked up by name; and the backends built from the registry."""
+``ray``), looked up by name; the backends built from the registry, and wrapped by the plugins
+(``gage_wrap_backend``)."""
 from __future__ import annotations
 
 from functools import partial
@@ -8,6 +9,8 @@ from typing import Any, Mapping
 
 from gage_eval.api.backend import Backend
 from gage_eval.api.errors import GageError
+from gage_eval.api.running import BackendUse, Tally
+from gage_eval.engine.replies import reusable
 from gage_eval.plugins import Registry
 
 LOCAL = "local"
@@ -82,3 +85,25 @@ def model_backend(registry: Registry, name: str, args: Mapping[str, Any], batch_
         return proto
     build = partial(build_backend, name, dict(args), batch_size, seed)
     return executor(registry, executor_name).backend(proto, name, build, plan, options)
+
+
+def wrap_backends(pm: Any, opts: Any, secrets: tuple[str, ...], tally: Tally, backends: tuple[Backend, Backend],
+                  judged: bool) -> tuple[dict[str, Backend], list]:
+    """The backend each stage sends its requests to (``model``; ``judge`` when a task is
+    ``judged``): the role's backend as the plugins wrap it (``gage_wrap_backend``, builtins
+    innermost), and every wrapper put around them (closed at the end of the run)."""
+    settings = opts.as_dict()
+    roles = {"model": (backends[0], opts.model)}
+    if judged:
+        roles["judge"] = (backends[1], opts.judge_model or opts.model)
+    staged, layers = {}, []
+    for role, (b, name) in roles.items():
+        use = BackendUse(role, name, opts.seed, secrets, settings,
+                         lambda request, out: reusable(request, out, secrets), tally)
+        for impl in pm.hook.gage_wrap_backend.get_hookimpls():  # registration order
+            wrapped = impl.function(backend=b, use=use)
+            if wrapped is not None:
+                layers.append(wrapped)
+                b = wrapped
+        staged[role] = b
+    return staged, layers

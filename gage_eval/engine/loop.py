@@ -5,22 +5,21 @@ building requests (:meth:`TaskRun.items`), :class:`~gage_eval.engine.infer.Infer
 :class:`~gage_eval.engine.judging.Judging`, :func:`~gage_eval.engine.scoring.finish_record` and the writers
 (:mod:`gage_eval.runfolder.writers`). This module keeps the loop, the windows and the accounting;
 :mod:`gage_eval.config.options`, :mod:`gage_eval.engine.summary`, :mod:`gage_eval.engine.rowlog` and
-:mod:`gage_eval.engine.interrupts` hold the rest.
+:mod:`gage_eval.engine.interrupts` hold the rest. ``gage-eval rescore`` is this run with the stored
+outputs in place of reading rows and inferring (:class:`gage_eval.engine.rescore.Rescore`).
 """
 from __future__ import annotations
 
-import gc
-import platform
 import sys
 import time
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
-from gage_eval import __version__
 from gage_eval.api.backend import Backend
 from gage_eval.api.errors import FailFast, GageError, OutputError
 from gage_eval.api.events import RunEnd, RunStart, SampleDone, TaskDone
-from gage_eval.api.running import BackendUse, Tally
+from gage_eval.api.running import Tally
+from gage_eval.engine.executor import wrap_backends
 from gage_eval.engine.idset import IdSet
 from gage_eval.engine.infer import Inference, Stops
 from gage_eval.engine.interrupts import Interrupted, held, interrupt_of, stop_reason
@@ -28,31 +27,32 @@ from gage_eval.engine.judging import Judging
 from gage_eval.engine.observers import Observers
 from gage_eval.engine.reread import reread_samples
 from gage_eval.config.options import RunOptions, in_shard
-from gage_eval.plugins import load_plugins, plugin_versions
-from gage_eval.engine.progress import Progress, open_backends, status
-from gage_eval.engine.replies import reusable
+from gage_eval.plugins import load_plugins
+from gage_eval.engine.progress import Progress, close_backends, open_backends, status
 from gage_eval.api.runfolder import RunFolder, use_reread
 from gage_eval.runfolder.records import EventLog, read_jsonl
-from gage_eval.runfolder.repro import warn_changed_environment
 from gage_eval.api.secrets import mask, redact, strip_credentials
 from gage_eval.engine.rowlog import RowLog
-from gage_eval.runfolder.rundir import check_inputs, fingerprint
+from gage_eval.runfolder.rundir import record_inputs
 from gage_eval.engine.scoring import written_record
-from gage_eval.engine.summary import build_summary
+from gage_eval.engine.summary import build_summary, versions
 from gage_eval.engine.row import Row
 from gage_eval.engine.taskrun import TaskRun, make_backends, resolve_tasks
-from gage_eval.runfolder.writers import (InstancesWriter, SamplesWriter, SummaryWriter, WriterSet, plugin_writers,
-                               writer_secrets)
+from gage_eval.runfolder.writers import SamplesWriter, SummaryWriter, WriterSet, plugin_writers, writer_secrets
 
 __all__ = ["Engine", "RunOptions", "TaskRun"]
 
 
 class Engine:
+    row_log = RowLog  # what a task's row errors and warnings go to (events.jsonl, the console)
+
     def __init__(self, options: RunOptions, run_dir: Path, resume: bool = False):
         self.options = options
         self.run_dir = run_dir
         self.folder = RunFolder(run_dir)
         self.resume = resume
+        self.quiet, self.fail_fast = options.quiet, options.fail_fast  # (a rescore has neither)
+        self.started: dict[str, Any] = {}  # more of run_start's event
         self.pm, self.registry = load_plugins()
         self.run_id = run_dir.name
         self.secrets: tuple[str, ...] = ()
@@ -64,14 +64,9 @@ class Engine:
         self.allowed_dirs = tuple(Path(p).expanduser().resolve() for p in options.allow_paths)
         self.samples = SamplesWriter(run_dir)
         use_reread(reread_samples)  # what a writer (the report) reads a stored run's rows again with
-        self.writers = WriterSet([self.samples, InstancesWriter(run_dir), SummaryWriter(run_dir)],
+        self.writers = WriterSet([self.samples, SummaryWriter(run_dir)],
                                  plugin_writers(self.registry, list(options.writers)),
                                  warn=lambda msg: print(f"gage-eval: warning: {self._clean(msg)}", file=sys.stderr))
-
-    def _versions(self) -> dict:
-        return {"gage_eval": __version__, "python": platform.python_version(),
-                "plugins": {name: version for name, version in plugin_versions().items()
-                            if self.pm.get_plugin(name) is not None}}
 
     def _clean(self, text: str) -> str:
         """A message with every known secret masked (short ones as whole words) and URL user-info removed."""
@@ -81,37 +76,31 @@ class Engine:
     def run(self) -> dict:
         wall0 = time.perf_counter()
         opts = self.options
-        runs = [TaskRun(spec, self.registry, opts, failure) for spec, failure in resolve_tasks(opts, self.registry)]
+        runs = self._task_runs()
         ready = [tr for tr in runs if not tr.failure]
-        backend, judge_backend = make_backends(self.registry, opts, ready)
+        backend, judge_backend = self._backends(ready)
         self.secrets = (tuple(getattr(backend, "secrets", ()) or ()) + tuple(getattr(judge_backend, "secrets", ()) or ())
                         + writer_secrets(list(opts.writers)))  # (getattr: a plugin's backend may be duck-typed)
         staged = self._wrap(backend, judge_backend, ready, runs)  # (a bad --cache file stops here, exit 2)
-        inputs = {tr.name: fingerprint(tr.spec.folder, tr.data_files()) for tr in ready}
-        check_inputs(self.run_dir, inputs, self.resume)
-        if self.resume:
-            warn_changed_environment(self.run_dir)
+        inputs = self._inputs(ready)
         # (rewritten on resume: writers named then, and a new --fail-fast/--max-error-rate, are kept)
         self.folder.write_config(redact(opts.as_dict(), self.secrets))
         events = EventLog(self.folder.events_file, self.run_id)
-        events.emit("run_resume" if self.resume else "run_start", tasks=opts.tasks, model=opts.model)
+        events.emit("run_resume" if self.resume else "run_start", tasks=opts.tasks, model=opts.model, **self.started)
         for tr in ready:
-            if tr.data_note():  # said once: where each task's rows come from
-                status(f"task {tr.name}: {self._clean(tr.data_note())}", quiet=opts.quiet)
+            if not self.quiet and tr.data_note():  # said once: where each task's rows come from
+                status(f"task {tr.name}: {self._clean(tr.data_note())}")
         for tr in runs:
             if tr.failure:
                 events.emit("task_failed", task=tr.name, message=self._clean(tr.failure))
                 if ready:  # said now, not after the model loads and the other tasks run
-                    status(f"task {tr.name} cannot run: {self._clean(tr.failure)}", quiet=opts.quiet)
+                    status(f"task {tr.name} cannot run: {self._clean(tr.failure)}", quiet=self.quiet)
         start = RunStart(self.run_id, self.run_dir, tuple(opts.tasks), opts.model, backend.model_id, self.resume,
                          opts.plugin_options)
         self._notify("gage_run_start", start)
         interrupted, stopped, load_s = None, None, 0.0  # stopped: the exit status of a run that did not finish
         try:
-            if ready:  # no model for no task
-                load_s = open_backends((("model", backend, opts.model), ("judge model", judge_backend,
-                                                                         opts.judge_model)), opts.quiet)
-                events.emit("backend_open", seconds=round(load_s, 3), model_id=backend.model_id)
+            load_s = self._open(ready, backend, judge_backend, events)
             self.writers.start(start)
             self._recount_failed(runs)
             for task_run in ready:
@@ -122,34 +111,50 @@ class Engine:
                 raise
         finally:
             summary = redact(build_summary(self.run_id, opts, runs, (backend, judge_backend), time.perf_counter() - wall0,
-                                           load_s, interrupted, stopped, self._versions(), inputs,
+                                           load_s, interrupted, stopped, versions(self.pm), inputs,
                                            self.tally.of_run([tr.name for tr in runs])), self.secrets)
             self._finish(summary, events, interrupted, (backend, judge_backend))
         if interrupted:
             raise Interrupted(interrupted, stopped)
         return summary
 
+    # -- what a rescore replaces (gage_eval.engine.rescore) -------------------
+    def _task_runs(self) -> list[TaskRun]:
+        return [TaskRun(spec, self.registry, self.options, failure)
+                for spec, failure in resolve_tasks(self.options, self.registry)]
+
+    def _backends(self, ready: list[TaskRun]) -> tuple[Backend, Backend]:
+        return make_backends(self.registry, self.options, ready)
+
     def _wrap(self, backend: Backend, judge_backend: Backend, ready: list[TaskRun], runs: list[TaskRun]
               ) -> dict[str, Backend]:
-        """The backend each stage sends its requests to (``model``, ``judge``): the role's backend
-        as the plugins wrap it (``gage_wrap_backend``, builtins innermost)."""
-        opts, settings = self.options, self.options.as_dict()
-        roles = {"model": (backend, opts.model)}
-        if any(tr.judge for tr in ready):
-            roles["judge"] = (judge_backend, opts.judge_model or opts.model)
-        staged = {}
-        for role, (b, name) in roles.items():
-            use = BackendUse(role, name, opts.seed, self.secrets, settings,
-                             lambda request, out: reusable(request, out, self.secrets), self.tally)
-            for impl in self.pm.hook.gage_wrap_backend.get_hookimpls():  # registration order
-                wrapped = impl.function(backend=b, use=use)
-                if wrapped is not None:
-                    self.layers.append(wrapped)
-                    b = wrapped
-            staged[role] = b
+        """The backend each stage sends its requests to (``model``, ``judge``), as the plugins wrap it."""
+        staged, self.layers = wrap_backends(self.pm, self.options, self.secrets, self.tally,
+                                            (backend, judge_backend), any(tr.judge for tr in ready))
         for tr in runs:
             tr.sections = self.tally.of_task(tr.name)
         return staged
+
+    def _inputs(self, ready: list[TaskRun]) -> dict | None:
+        """Record the inputs' hashes (inputs.json; on resume, refuse changed ones); for the summary."""
+        return record_inputs(self.run_dir, ready, self.resume)
+
+    def _open(self, ready: list[TaskRun], backend: Backend, judge_backend: Backend, events: EventLog) -> float:
+        """Load the model (and the judge's), saying so; the seconds it took. No model for no task."""
+        if not ready:
+            return 0.0
+        load_s = open_backends((("model", backend, self.options.model),
+                                ("judge model", judge_backend, self.options.judge_model)), self.quiet)
+        events.emit("backend_open", seconds=round(load_s, 3), model_id=backend.model_id)
+        return load_s
+
+    def _rows(self, tr: TaskRun, seen: IdSet) -> Iterator[tuple[Row, list[tuple[str, str]]]]:
+        return tr.items(self.allowed_dirs, self.options.allow_urls, seen)
+
+    def _stages(self, tr: TaskRun, staged: dict[str, Backend], write: Any) -> tuple[Any, Judging | None]:
+        """The infer stage and the judge's (None: the task has no judge)."""
+        infer = Inference(staged["model"], self.stops, self.options.strip_reasoning, self.secrets)
+        return infer, Judging(staged["judge"], self.stops, write, self.secrets) if tr.judge is not None else None
 
     def _recount_failed(self, runs: list[TaskRun]) -> None:
         """On resume, a task that cannot run now still counts the rows it wrote before."""
@@ -169,13 +174,7 @@ class Engine:
             if interrupted is None:  # an earlier error is the one to report
                 raise
         finally:
-            gc.unfreeze()
-            for layer in reversed(self.layers):
-                close = getattr(layer, "close", None)
-                if close is not None:
-                    close()
-            for b in {id(b): b for b in backends}.values():
-                b.close()
+            close_backends(self.layers, backends)
             self._notify("gage_run_end", RunEnd(self.run_id, self.run_dir, summary))
 
     def _run_task(self, tr: TaskRun, backend: Backend, staged: dict[str, Backend], events: EventLog) -> None:
@@ -185,24 +184,23 @@ class Engine:
         events.emit("task_start", task=tr.name)
         window_size = max(1, int(getattr(backend, "max_batch", 64) or 64))
         try:
-            expected = tr.expected()
+            expected = None if self.quiet or opts.shard else tr.expected()  # (for the progress bar only)
         except (GageError, OSError):  # unreadable data: reading the rows below fails the task with it
             expected = None
-        progress = Progress(tr.name, total=None if opts.shard else expected, quiet=opts.quiet, start=len(done))
-        log = RowLog(events, self.stops, opts.quiet)
+        progress = Progress(tr.name, total=expected, quiet=self.quiet, start=len(done))
+        log = self.row_log(events, self.stops, self.quiet)
         self.tally.task = tr.name
-        infer = Inference(staged["model"], self.stops, opts.strip_reasoning, self.secrets)
         write = lambda it: self._write(tr, it, log, progress)  # noqa: E731
-        judging = Judging(staged["judge"], self.stops, write, self.secrets) if tr.judge is not None else None
+        infer, judging = self._stages(tr, staged, write)
         seen, window, shown, shard = IdSet(), [], 0, opts.shard
         t_load = time.perf_counter()
         try:
-            for item, warnings in tr.items(self.allowed_dirs, opts.allow_urls, seen):
+            for item, warnings in self._rows(tr, seen):
                 shown = log.warnings(tr, item.locator, warnings, progress, shown)
                 if (done and item.sample["id"] in done) or (shard and not in_shard(item.sample["id"], shard)):
                     continue
                 window.append(item)
-                if len(window) >= window_size or (opts.fail_fast and _failed(item)):
+                if len(window) >= window_size or (self.fail_fast and _failed(item)):
                     tr.timings["dataset_materialization_s"] += time.perf_counter() - t_load
                     self._process(tr, window, infer, judging, write)
                     window = []
@@ -249,7 +247,7 @@ class Engine:
         rows in flight. With --fail-fast the window ends at its failed row, written last."""
         live = [it for it in window if not _failed(it)]
         failed = [it for it in window if _failed(it)]
-        if not self.options.fail_fast:
+        if not self.fail_fast:
             for it in failed:
                 write(it)
             failed = []
@@ -279,7 +277,7 @@ class Engine:
                                                         err.get("message") if err else None,
                                                         (record.get("eval_result") or {}).get("metrics", {}), record))
         progress.update(errored=bool(err))
-        if err and self.options.fail_fast:
+        if err and self.fail_fast:
             raise FailFast(f"stopped at the first error (--fail-fast): {it.locator}: "
                            f"{err.get('stage')}: {err.get('message')}")
 

@@ -35,9 +35,10 @@ from gage_eval.runfolder.records import read_jsonl_numbered
 from gage_eval.api.secrets import redact
 from gage_eval.engine.summary import STAGES, derived_timings, exit_status
 
-# settings shards may differ in: where and how each ran, not what it computed
-FREE = ("shard", "run_id", "output_dir", "command", "quiet", "report", "writers", "cache", "config_file",
-        "fail_fast", "max_error_rate", "executor", "ray_address")
+# settings shards may differ in: where and how each ran, not what it computed (the plugins' options
+# say for themselves: those not resume_checked)
+FREE = ("shard", "run_id", "output_dir", "command", "quiet", "writers", "config_file", "fail_fast", "max_error_rate",
+        "executor", "plugin_options")
 
 
 def _shard(run_dir: Path) -> tuple[RunOptions, dict, dict]:
@@ -90,6 +91,13 @@ def _computing(args: dict) -> dict:
     return {k: v for k, v in args.items() if k not in where}
 
 
+def _computing_options(opts: RunOptions) -> dict:
+    """The plugins' options that change what a run computes: all but those declared not
+    ``resume_checked`` (an option no loaded plugin declares counts)."""
+    free = {key for key, reg in load_plugins()[1].options.items() if not reg.option.resume_checked}
+    return {k: v for k, v in opts.plugin_options.items() if k not in free}
+
+
 def check_shards(run_dirs: list[Path]) -> list[tuple[Path, RunOptions, dict, dict]]:
     """The shards in shard order, after checking they are one run's complete set."""
     shards = [(d, *_shard(d)) for d in run_dirs]
@@ -107,6 +115,11 @@ def check_shards(run_dirs: list[Path]) -> list[tuple[Path, RunOptions, dict, dic
                 raise GageError(f"merge: {d} and {first_dir} differ in {name}; shards of one run share every setting")
         if int(opts.shard.partition("/")[2]) != count:
             raise GageError(f"merge: {d} is shard {opts.shard} but {first_dir} is shard {first.shard}")
+        mine, theirs = _computing_options(opts), _computing_options(first)
+        for key in sorted(mine.keys() | theirs.keys()):
+            if mine.get(key) != theirs.get(key):
+                raise GageError(f"merge: {d} and {first_dir} differ in {key} ({mine.get(key)!r} vs "
+                                f"{theirs.get(key)!r}); shards of one run share every setting")
         if inputs != first_inputs:
             raise GageError(f"merge: {d} and {first_dir} read different task folders or data (inputs.json differ)")
     seen: dict[int, Path] = {}
@@ -128,7 +141,7 @@ def merge(run_dirs: list[Path], out: Path, command: str = "") -> dict:
     """Write the merged run folder ``out``; returns its summary."""
     from gage_eval.plugins import load_plugins
     from gage_eval.engine.taskrun import TaskRun, resolve_tasks
-    from gage_eval.runfolder.writers import InstancesWriter, SamplesWriter, SummaryWriter, WriterSet
+    from gage_eval.runfolder.writers import SamplesWriter, SummaryWriter, WriterSet, plugin_writers
 
     shards = check_shards(run_dirs)
     _check_output(out, [d for d, *_ in shards])
@@ -140,7 +153,7 @@ def merge(run_dirs: list[Path], out: Path, command: str = "") -> dict:
     try:
         RunFolder(tmp).write_config(redact(options.as_dict()))
         RunFolder(tmp).write_inputs(inputs)
-        writers = WriterSet([SamplesWriter(tmp), InstancesWriter(tmp)], [])
+        writers = WriterSet([SamplesWriter(tmp)], plugin_writers(registry, [], merged=True))
         model = first_summary["run"].get("model") or {}
         writers.start(RunStart(out.name, tmp, tuple(options.tasks), options.model, model.get("model_id", ""), False,
                                         options.plugin_options))

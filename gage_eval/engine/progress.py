@@ -130,6 +130,19 @@ class Progress:
             self._line(time.monotonic(), final=True)
 
 
+def close_backends(layers: list, backends: tuple) -> None:
+    """Close the plugins' wrappers (outermost first), then each backend once."""
+    import gc
+
+    gc.unfreeze()
+    for layer in reversed(layers):
+        close = getattr(layer, "close", None)
+        if close is not None:
+            close()
+    for b in {id(b): b for b in backends}.values():
+        b.close()
+
+
 def open_backends(roles: tuple, quiet: bool) -> float:
     """Load the model (and the judge's, when it is another backend), saying so; returns the
     seconds it took. ``roles``: (role, backend, name) each."""

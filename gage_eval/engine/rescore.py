@@ -4,10 +4,11 @@ computed again from the model outputs a run stored, without loading the model.
 Each record of ``RUN_DIR/samples/<task>.jsonl`` becomes a :class:`~gage_eval.engine.row.Row`
 again: the sample (the record less ``predict_result`` and ``eval_result``), the model's output
 (``predict_result``: text, per-choice log-likelihoods, unconditioned ones, usage...) and the
-stored judge verdict (:mod:`gage_eval.engine.stored`, the stage that stands in for inference).
-The task's components come from its task.yaml, found as the run found
-it (config.json: include_paths, data, task_overrides), and each row goes through
-:func:`~gage_eval.engine.scoring.finish_record` and the core's writers, as in a run. So, with
+stored judge verdict (:mod:`gage_eval.engine.stored`, the stage that stands in for reading and
+inference). The task's components come from its task.yaml, found as the run found it
+(config.json: include_paths, data, task_overrides), and the rest is the engine's run
+(:class:`Rescore` is an :class:`~gage_eval.engine.loop.Engine`): the judge stage, scoring, the
+writers (the plugins' default ones too: report.html), the events and the summary. So, with
 nothing changed, the new summary's tasks equal the original's (timings aside).
 
 Rows that errored before scoring (reading, template, inference) are written as they were;
@@ -17,7 +18,6 @@ judge runs again (``--judge-model``). ``--metrics`` replaces each task's metric 
 from __future__ import annotations
 
 import os
-import platform
 import shlex
 import sys
 import time
@@ -27,14 +27,20 @@ from typing import Any, Iterator
 
 import click
 
-from gage_eval import __version__
 from gage_eval.api.errors import GageError, OutputError
-from gage_eval.api.events import RunStart, TaskDone
-from gage_eval.config.options import RunOptions
 from gage_eval.api.runfolder import RunFolder
-from gage_eval.engine.stored import StoredBackend, kept_as_is, row_of
+from gage_eval.api.secrets import redact
+from gage_eval.config.options import RunOptions
+from gage_eval.engine.executor import make_backend
+from gage_eval.engine.judging import Judging, judge_chunk
+from gage_eval.engine.loop import Engine
+from gage_eval.engine.observers import Observers
+from gage_eval.engine.row import Row
+from gage_eval.engine.rowlog import RowLog
+from gage_eval.engine.stored import StoredBackend, stored_rows
+from gage_eval.engine.taskrun import TaskRun, _check_capabilities, resolve_tasks
 from gage_eval.runfolder.records import EventLog
-from gage_eval.api.secrets import mask, redact, strip_credentials
+from gage_eval.runfolder.rundir import folder_digest
 
 def read_run(run_dir: Path) -> tuple[RunOptions, dict, dict]:
     """The run's options (config.json), its input hashes (inputs.json) and its summary (may be empty)."""
@@ -73,66 +79,81 @@ def _metric_names(entries: list) -> list[str]:
     return [m if isinstance(m, str) else m.get("as", m["name"]) for m in entries]
 
 
-class Rescore:
-    """One rescore: the source run, the new folder, the tasks and what changes."""
+class StoredLog(RowLog):
+    """A rescore's row errors go to events.jsonl only (its Engine is quiet); a task's end says
+    nothing more (the run said it)."""
+
+    def task_end(self, tr: TaskRun) -> None:
+        pass
+
+
+class Unobserved(Observers):
+    """A rescore calls no observer hook (the run's observers heard its rows)."""
+
+    def impls(self, hook: str) -> list:
+        return []
+
+
+class Rescore(Engine):
+    """One rescore: the engine's run (:class:`~gage_eval.engine.loop.Engine`) of the tasks of
+    ``run_dir`` into ``new_dir``, with the stored outputs (:mod:`gage_eval.engine.stored`) in
+    place of reading the data and inferring. Its console shows only the results (the command
+    prints them), no observer hears it, and every stored row is scored (no --fail-fast)."""
+
+    row_log = StoredLog
 
     def __init__(self, run_dir: Path, new_dir: Path, metrics: list[str] | None, judge_model: str | None,
                  judge_args: dict, tasks: list[str] | None, command: str, quiet: bool = False):
-        from gage_eval.plugins import load_plugins
-
-        self.run_dir, self.new_dir = run_dir, new_dir
-        self.pm, self.registry = load_plugins()
-        self.options, self.inputs, self.summary = read_run(run_dir)
+        self.source_dir = run_dir
+        was, self.source_inputs, self.source_summary = read_run(run_dir)
         self.metrics, self.rejudge = metrics, judge_model is not None
-        self.quiet = quiet
-        opts = self.options
         if tasks:
-            unknown = [t for t in tasks if t not in opts.tasks]
+            unknown = [t for t in tasks if t not in was.tasks]
             if unknown:
                 raise GageError(f"--task: {', '.join(unknown)} not in run {run_dir} (its tasks: "
-                                f"{', '.join(opts.tasks)})")
-        chosen = list(tasks or opts.tasks)
-        self.new = replace(opts, tasks=chosen, run_id=new_dir.name,
-                           output_dir=str(new_dir.parent.resolve()), writers=[], command=command, quiet=quiet,
-                           data={k: v for k, v in opts.data.items() if k in chosen},
-                           task_overrides={k: dict(v) for k, v in opts.task_overrides.items() if k in chosen},
-                           **({"judge_model": judge_model, "judge_args": judge_args} if self.rejudge else {}))
-        self.secrets: tuple[str, ...] = ()
+                                f"{', '.join(was.tasks)})")
+        chosen = list(tasks or was.tasks)
+        new = replace(was, tasks=chosen, run_id=new_dir.name,
+                      output_dir=str(new_dir.parent.resolve()), writers=[], command=command, quiet=quiet,
+                      data={k: v for k, v in was.data.items() if k in chosen},
+                      task_overrides={k: dict(v) for k, v in was.task_overrides.items() if k in chosen},
+                      **({"judge_model": judge_model, "judge_args": judge_args} if self.rejudge else {}))
+        super().__init__(new, new_dir)
+        self.quiet, self.fail_fast = True, False
+        self.started = {"rescored_from": str(run_dir.resolve()), "metrics": metrics,
+                        "judge_model": new.judge_model if self.rejudge else None}
+        self.observers = Unobserved(self.pm, self._clean)
+        self._notify = self.observers.notify
         self._gone: set[str] = set()
+        self.now: dict = {}
 
-    def _clean(self, text: str) -> str:
-        return strip_credentials(mask(text, self.secrets))
-
-    def _task_runs(self) -> list:
-        from gage_eval.engine.taskrun import TaskRun
-
+    def _task_runs(self) -> list[TaskRun]:
         specs = self._specs()
         if self.metrics:
             for spec, failure in specs:
                 if failure is None:
                     entries = metric_entries(spec, self.metrics, self.registry)
-                    self.new.task_overrides.setdefault(spec.name, {})["metrics"] = entries
+                    self.options.task_overrides.setdefault(spec.name, {})["metrics"] = entries
             specs = self._specs()
-        runs = [TaskRun(spec, self.registry, self.new, failure) for spec, failure in specs]
+        runs = [TaskRun(spec, self.registry, self.options, failure) for spec, failure in specs]
         for tr in runs:
-            samples = RunFolder(self.run_dir).samples_file(tr.name)
+            samples = RunFolder(self.source_dir).samples_file(tr.name)
             if not tr.failure and not os.path.lexists(samples):
                 tr.failure = f"{samples} is missing: the run wrote no row"
             elif not tr.failure:  # a damaged samples file is refused before NEW_DIR is made: nothing is left
-                for _ in self.records(tr.name):
+                for _ in RunFolder(self.source_dir).records(tr.name):
                     pass
+        self.now = self._fingerprints(runs)  # (its warnings said before the judge is built, as before)
         return runs
 
     def _specs(self) -> list:
         """Each task's spec as the run resolved it. The rows are not read again, so a --data file
         that is gone since leaves the task's own dataset in its place (its metrics are the same)."""
-        from gage_eval.engine.taskrun import resolve_tasks
-
-        specs = resolve_tasks(self.new, self.registry)
+        specs = resolve_tasks(self.options, self.registry)
         for i, (spec, failure) in enumerate(specs):
-            path = self.new.data.get(spec.name)
+            path = self.options.data.get(spec.name)
             if failure is not None and path is not None and not Path(path).exists():
-                alone = replace(self.new, tasks=[spec.name], data={})
+                alone = replace(self.options, tasks=[spec.name], data={})
                 specs[i] = resolve_tasks(alone, self.registry)[0]
                 if specs[i][1] is None and spec.name not in self._gone:
                     self._gone.add(spec.name)
@@ -140,156 +161,89 @@ class Rescore:
                           f"again (the run stored them), so the task is rescored without it", file=sys.stderr)
         return specs
 
-    def _inputs(self, runs: list) -> dict:
+    def _fingerprints(self, runs: list[TaskRun]) -> dict:
         """The new run's inputs.json: each task folder as it is now (it builds the metrics) and the
         run's data hashes (the rows scored are the run's). A task folder changed since the run is
         warned about."""
-        from gage_eval.runfolder.rundir import folder_digest
-
         now = {}
         for tr in runs:
             if tr.failure:
                 continue
             folder = tr.spec.folder
-            before = self.inputs.get(tr.name) or {}
+            before = self.source_inputs.get(tr.name) or {}
             now[tr.name] = {"task_folder": {"path": str(folder), "sha256": folder_digest(folder)},
                             "data": dict(before.get("data") or {})}
             was = before.get("task_folder") or {}
             if not was:
-                print(f"gage-eval: warning: {tr.name}: {RunFolder(self.run_dir).inputs_file} has no hash of its task "
-                      f"folder, so {folder} cannot be checked against the one the run used", file=sys.stderr)
+                print(f"gage-eval: warning: {tr.name}: {RunFolder(self.source_dir).inputs_file} has no hash of its "
+                      f"task folder, so {folder} cannot be checked against the one the run used", file=sys.stderr)
             elif was.get("sha256") != now[tr.name]["task_folder"]["sha256"] or was.get("path") != str(folder):
                 where = f"{was.get('path')} is now {folder}" if was.get("path") != str(folder) else str(folder)
-                print(f"gage-eval: warning: task folder {where} ({tr.name}) changed since run {self.run_dir}; "
+                print(f"gage-eval: warning: task folder {where} ({tr.name}) changed since run {self.source_dir}; "
                       f"the metrics are built from it as it is now", file=sys.stderr)
         return now
 
-    def _judge_backend(self, runs: list) -> Any:
-        from gage_eval.engine.taskrun import _check_capabilities, make_backend
-
-        judged = [tr for tr in runs if not tr.failure and tr.judge is not None]
+    def _backends(self, ready: list[TaskRun]) -> tuple[Any, Any]:
+        """Stand-ins for the model (and for the judge, unless it runs again) as the run recorded them."""
+        recorded = self.source_summary.get("run") or {}
         if not self.rejudge:
-            return StoredBackend((self.summary.get("run") or {}).get("judge"))
-        if not judged:
-            print("gage-eval: warning: --judge-model: no task of this rescore has a judge", file=sys.stderr)
-        opts = self.new
-        backend = make_backend(self.registry, opts.judge_model, opts.judge_args, opts.batch_size, opts.seed)
-        _check_capabilities([tr.spec for tr in judged], backend, opts.judge_model, role="judge model")
-        self.secrets = tuple(getattr(backend, "secrets", ()) or ())
-        return backend
+            judge = StoredBackend(recorded.get("judge"))
+        else:
+            judged = [tr for tr in ready if tr.judge is not None]
+            if not judged:
+                print("gage-eval: warning: --judge-model: no task of this rescore has a judge", file=sys.stderr)
+            opts = self.options
+            judge = make_backend(self.registry, opts.judge_model, opts.judge_args, opts.batch_size, opts.seed)
+            _check_capabilities([tr.spec for tr in judged], judge, opts.judge_model, role="judge model")
+        return StoredBackend(recorded.get("model"), judge_chunk(judge) if self.rejudge else 256), judge
 
-    def run(self) -> dict:
-        from gage_eval.plugins import plugin_versions
-        from gage_eval.engine.summary import build_summary
-        from gage_eval.runfolder.writers import InstancesWriter, SamplesWriter, SummaryWriter, WriterSet, plugin_writers
+    def _wrap(self, backend: Any, judge_backend: Any, ready: list[TaskRun], runs: list[TaskRun]) -> dict:
+        return {"model": backend, "judge": judge_backend}  # (no plugin wraps them: nothing is sent to the model)
 
-        wall0 = time.perf_counter()
-        runs = self._task_runs()
-        now = self._inputs(runs)
-        judge_backend = self._judge_backend(runs)
-        model = StoredBackend((self.summary.get("run") or {}).get("model"))
+    def _inputs(self, ready: list[TaskRun]) -> None:
+        """NEW_DIR, made now (it must not exist), and its inputs.json; the summary records no task inputs."""
         try:
-            self.new_dir.mkdir(parents=True)
+            self.run_dir.mkdir(parents=True)
         except FileExistsError:
-            raise GageError(f"-o {self.new_dir}: it exists; rescore writes a new run folder") from None
+            raise GageError(f"-o {self.run_dir}: it exists; rescore writes a new run folder") from None
         except OSError as exc:
-            raise OutputError(f"-o {self.new_dir}: cannot create it: {exc.strerror or exc}") from None
-        run_id = self.new_dir.name
-        new_folder = RunFolder(self.new_dir)
-        new_folder.write_config(redact(self.new.as_dict(), self.secrets))
-        new_folder.write_inputs(now)
-        events = EventLog(new_folder.events_file, run_id)
-        events.emit("run_start", tasks=self.new.tasks, model=self.new.model, rescored_from=str(self.run_dir.resolve()),
-                    metrics=self.metrics, judge_model=self.new.judge_model if self.rejudge else None)
-        for tr in runs:
-            if tr.failure:
-                events.emit("task_failed", task=tr.name, message=self._clean(tr.failure))
-        writers = WriterSet([SamplesWriter(self.new_dir), InstancesWriter(self.new_dir), SummaryWriter(self.new_dir)],
-                            plugin_writers(self.registry, []))  # the default ones (report.html) as a run has them
-        start = RunStart(run_id, self.new_dir, tuple(self.new.tasks), self.new.model, model.model_id, False,
-                         self.new.plugin_options)
-        load_s = 0.0
-        try:
-            if self.rejudge:
-                t0 = time.perf_counter()
-                judge_backend.open()
-                load_s = time.perf_counter() - t0
-            writers.start(start)
-            for tr in runs:
-                if not tr.failure:
-                    self._task(tr, judge_backend, writers, events)
-        finally:
-            versions = {"gage_eval": __version__, "python": platform.python_version(),
-                        "plugins": {n: v for n, v in plugin_versions().items() if self.pm.get_plugin(n) is not None}}
-            summary = redact(build_summary(run_id, self.new, runs, (model, judge_backend), time.perf_counter() - wall0,
-                                           load_s, None, None, versions), self.secrets)
-            try:
-                writers.end(summary)
-                events.emit("run_end", interrupted=None, exit_status=summary["run"]["exit_status"])
-                events.close()
-            finally:
-                judge_backend.close()
-        return summary
+            raise OutputError(f"-o {self.run_dir}: cannot create it: {exc.strerror or exc}") from None
+        self.folder.write_inputs(self.now)
 
-    def records(self, task: str) -> Iterator[tuple[int, dict]]:
-        for index, (_, record) in enumerate(RunFolder(self.run_dir).records(task)):
-            yield index, record
+    def _open(self, ready: list[TaskRun], backend: Any, judge_backend: Any, events: EventLog) -> float:
+        if not self.rejudge:
+            return 0.0
+        t0 = time.perf_counter()
+        judge_backend.open()
+        return time.perf_counter() - t0
 
-    def _task(self, tr: Any, judge_backend: Any, writers: Any, events: EventLog) -> None:
-        from gage_eval.engine.infer import Stops
-        from gage_eval.engine.judging import Judging, judge_chunk
-        from gage_eval.engine.scoring import written_record
+    def _rows(self, tr: TaskRun, seen: Any) -> Iterator[tuple[Row, tuple]]:
+        keep_judge = not (self.rejudge and tr.judge is not None)
+        for row in stored_rows(RunFolder(self.source_dir), tr.name, self.rejudge, keep_judge):
+            yield row, ()
 
-        writers.task_start(tr.name)
-        events.emit("task_start", task=tr.name)
-        judging = (Judging(judge_backend, Stops(self._clean), then=lambda row: None)
-                   if self.rejudge and tr.judge is not None else None)
-        size = judge_chunk(judge_backend) if judging is not None else 256
-        source = str(RunFolder(self.run_dir).samples_file(tr.name))
+    def _stages(self, tr: TaskRun, staged: dict, write: Any) -> tuple[None, Judging | None]:
+        """No infer stage (each row carries its stored answer); the judge's when it runs again."""
+        judged = self.rejudge and tr.judge is not None
+        return None, Judging(staged["judge"], self.stops, write, self.secrets) if judged else None
 
-        def write(record: dict, it: Any) -> None:
-            t_w = time.perf_counter()
-            writers.write(tr.name, record)
-            tr.timings["writing_s"] += time.perf_counter() - t_w
-            tr.account(record)
-            err = (record.get("eval_result") or {}).get("error")
-            if err and it is not None:
-                events.emit("sample_error", task=tr.name, sample_id=record.get("id"), locator=err.get("locator"),
-                            stage=err.get("stage"), message=err.get("message"))
+    def _process(self, tr: TaskRun, window: list[Row], infer: None, judging: Judging | None, write: Any) -> None:
+        """A window in its stored order (the samples file comes out in the run's order): the rows
+        scored again are judged together first when the judge runs again."""
+        if judging is not None:
+            todo = [pos for pos, row in enumerate(window) if "eval_result" not in row.sample]
+            for pos, row in zip(todo, judging.judge(tr, [window[pos] for pos in todo])):
+                window[pos] = row
+        for row in window:
+            write(row)
 
-        def flush(window: list[tuple[dict, Any]]) -> None:
-            if judging is not None:
-                todo = [pos for pos, (_, row) in enumerate(window) if row is not None and row.error is None]
-                for pos, row in zip(todo, judging.judge(tr, [window[pos][1] for pos in todo])):
-                    window[pos] = (window[pos][0], row)
-            for record, it in window:
-                if it is None:
-                    write(record, None)
-                    continue
-                t_eval = time.perf_counter()
-                new = written_record(tr, it, self._clean)
-                if record.get("predict_result") is not None:
-                    new["predict_result"] = record["predict_result"]
-                tr.timings["evaluation_s"] += time.perf_counter() - t_eval
-                write(new, it)
-
-        window: list[tuple[dict, Any]] = []
-        t_load = time.perf_counter()
-        for index, record in self.records(tr.name):
-            if kept_as_is(record, self.rejudge):
-                window.append((record, None))
-            else:
-                window.append((record, row_of(record, index, f"{source}:{index + 1}", keep_judge=judging is None)))
-            if len(window) >= size:
-                tr.timings["dataset_materialization_s"] += time.perf_counter() - t_load
-                flush(window)
-                window = []
-                t_load = time.perf_counter()
-        tr.timings["dataset_materialization_s"] += time.perf_counter() - t_load
-        flush(window)
-        result = tr.summary()
-        events.emit("task_done", task=tr.name, counts=tr.counts, timings=result["timings"])
-        writers.task_end(TaskDone(self.new_dir.name, tr.name, dict(tr.counts), result["metrics"]))
+    def _write(self, tr: TaskRun, it: Row, log: Any, progress: Any) -> None:
+        if "eval_result" not in it.sample:
+            return super()._write(tr, it, log, progress)
+        t_w = time.perf_counter()  # a row kept as stored: written as it was, no new event for its error
+        self.writers.write(tr.name, it.sample)
+        tr.timings["writing_s"] += time.perf_counter() - t_w
+        tr.account(it.sample)
 
 
 def _command(run_dir: str, metrics: str | None, judge_model: str | None, judge_args: dict, tasks: tuple,

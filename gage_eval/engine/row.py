@@ -25,6 +25,7 @@ class Answer(NamedTuple):
     aux_output: ModelOutput | None = None  # the unconditioned scores (Request.unconditioned)
     model_output: Mapping[str, Any] = NOTHING  # output + rendered prompt pieces, as judges and metrics read it
     scrubbed: int = 0  # the model's replies that had a secret masked (gage_eval.engine.replies)
+    stored: list | None = None  # a rescore's: the predict_result the run wrote, written again as it was
 
 
 class Judgement(NamedTuple):

@@ -37,7 +37,9 @@ def finish_record(tr: Any, row: Row) -> dict:
     record = dict(row.sample)
     answer, verdict = row.answer, row.judgement.verdict if row.judgement is not None else None
     model_output = answer.model_output if answer is not None else {}
-    if answer is not None and answer.output is not None:
+    if answer is not None and answer.stored is not None:
+        record["predict_result"] = answer.stored
+    elif answer is not None and answer.output is not None:
         record["predict_result"] = [predict_entry(model_output)]
     result: dict[str, Any] = {}
     if verdict is not None:

@@ -1,12 +1,13 @@
 """The stored-output stage of a rescore: a run's written records read back as rows that carry
-the model's answer (and the judge's verdict) the run stored, in place of the infer stage's call
-to the backend, so the judge, score and write stages run on them as in a run; and stand-ins for
-the backends a rescore does not load."""
+the model's answer (and the judge's verdict) the run stored, in place of reading the data and
+the infer stage's call to the backend, so the judge, score and write stages run on them as in
+a run (:class:`gage_eval.engine.rescore.Rescore`); and stand-ins for the backends a rescore does
+not load."""
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
-from gage_eval.api.backend import ModelOutput
+from gage_eval.api.runfolder import RunFolder
 from gage_eval.engine.row import Answer, Judgement, Row
 
 STORED = ("predict_result", "eval_result")  # the parts of a record that are not the sample
@@ -27,8 +28,9 @@ class StoredVerdict:
 class StoredBackend:
     """Stands in for a backend that is not loaded: its id and settings as the run's summary recorded them."""
 
-    def __init__(self, recorded: Mapping[str, Any] | None):
+    def __init__(self, recorded: Mapping[str, Any] | None, max_batch: int = 256):
         recorded = recorded or {}
+        self.max_batch = max_batch  # the rows the engine's window holds
         self.model_id = recorded.get("model_id") or "unknown"
         self._settings = recorded.get("settings") or {}
         self._recorded_stats = recorded.get("stats") or {}
@@ -69,9 +71,8 @@ def row_of(record: dict, index: int, locator: str, keep_judge: bool) -> Row:
     result = record.get("eval_result") or {}
     err = result.get("error") or {}
     pred = record.get("predict_result") or []
-    # (finish_record writes predict_result from the output; the stored one replaces it)
-    answer = Answer(ModelOutput() if pred else None, None, model_output_of(pred[0]) if pred else {},
-                    scrubbed_count(result))  # the model's replies masked then (the judge's go with its verdict)
+    answer = Answer(None, None, model_output_of(pred[0]) if pred else {}, scrubbed_count(result),
+                    record.get("predict_result"))  # scrubbed: the model's replies masked then (the judge's: its verdict)
     judgement = (Judgement(StoredVerdict(result["judge"]))
                  if keep_judge and result.get("judge") is not None else None)
     return Row(index, err.get("locator") or locator, sample, answer=answer, judgement=judgement)
@@ -85,3 +86,16 @@ def kept_as_is(record: Mapping[str, Any], rejudge: bool) -> bool:
         return False
     stage = err.get("stage")
     return not (stage == "metric" or (stage == "judge" and rejudge and record.get("predict_result")))
+
+
+def stored_rows(folder: RunFolder, task: str, rejudge: bool, keep_judge: bool) -> Iterator[Row]:
+    """Each record of the run's ``samples/<task>.jsonl`` in its order: the row it came from with
+    its stored answer (and, with ``keep_judge``, verdict), or, for a row :func:`kept_as_is`, a
+    row whose sample is the record itself (an error stub: written as it was)."""
+    source = str(folder.samples_file(task))
+    for index, (_, record) in enumerate(folder.records(task)):
+        locator = f"{source}:{index + 1}"
+        if kept_as_is(record, rejudge):
+            yield Row(index, locator, record)
+        else:
+            yield row_of(record, index, locator, keep_judge)

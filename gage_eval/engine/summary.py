@@ -2,6 +2,7 @@
 from its tasks' statuses."""
 from __future__ import annotations
 
+import platform
 import sys
 from datetime import datetime
 from pathlib import Path
@@ -94,6 +95,15 @@ def _settings(backend: Any, role: str) -> dict:
         why = f"settings() failed: {fault_text(exc)}"
         print(f"gage-eval: warning: the {role} backend's {why}; summary.json records none", file=sys.stderr)
         return {"settings": {}, "settings_error": why}
+
+
+def versions(pm: Any) -> dict:
+    """``run.versions``: gage-eval's, Python's and those of the plugins ``pm`` holds."""
+    from gage_eval import __version__
+    from gage_eval.plugins import plugin_versions
+
+    return {"gage_eval": __version__, "python": platform.python_version(),
+            "plugins": {name: version for name, version in plugin_versions().items() if pm.get_plugin(name) is not None}}
 
 
 def build_summary(run_id: str, options: Any, runs: list, backends: tuple, wall: float, load_s: float,

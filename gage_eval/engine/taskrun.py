@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping
 
 from gage_eval.api.backend import Backend
-from gage_eval.api.errors import GageError
+from gage_eval.api.errors import GageError, did_you_mean
 from gage_eval.engine.executor import make_backend, model_backend
 from gage_eval.engine.idset import IdSet
 from gage_eval.engine.row import Row
@@ -129,6 +129,9 @@ class TaskRun:
         and a few-shot file outside the folder; none for a hub dataset."""
         shots = (self.spec.raw.get("fewshot") or {}).get("path") if isinstance(self.spec.raw, Mapping) else None
         extra = [self.spec.folder / shots] if isinstance(shots, str) else []
+        given = self.options.fewshot_data.get(self.name)  # --fewshot-data: a file, or a folder of them
+        if given:
+            extra = [Path(given)] if Path(given).is_file() else sorted(Path(given).rglob("*"))
         return self.dataset_files() + [p for p in extra if p.is_file()]
 
     def data_source(self) -> dict | None:
@@ -141,10 +144,12 @@ class TaskRun:
 
     def data_note(self) -> str | None:
         """:meth:`data_source` in words, for the console (None: nothing to say)."""
+        shots = getattr(getattr(self, "builder", None), "fewshot_note", None)
         if self.name in self.options.data:
-            return f"rows from --data {self.options.data[self.name]}"
-        note = getattr(getattr(self, "loader", None), "source_note", None)
-        return note if isinstance(note, str) and note else None
+            note = f"rows from --data {self.options.data[self.name]}"
+        else:
+            note = getattr(getattr(self, "loader", None), "source_note", None)
+        return "; ".join(n for n in (note, shots) if isinstance(n, str) and n) or None
 
     def available(self) -> int | None:
         """The dataset's row count when the loader knows it cheaply (``total()``), else None."""
@@ -281,7 +286,9 @@ class TaskRun:
             "status": status,
             "failure": reason,
             "source": {"folder": str(self.spec.folder), "origin": self.spec.origin,
-                       **({"dataset": self.data_source()} if self.data_source() else {})},
+                       **({"dataset": self.data_source()} if self.data_source() else {}),
+                       **({"fewshot": self.builder.fewshot_source} if getattr(self, "builder", None) is not None
+                          and self.builder.fewshot_source else {})},
             "primary_metric": self.primary,
             "metrics": agg["metrics"],
             "slices": agg["slices"],
@@ -315,16 +322,19 @@ def resolve_tasks(options: RunOptions, registry: Registry) -> list[tuple[TaskSpe
     from gage_eval.tasks.groups import discover_groups, expand
 
     found = discover(registry.task_paths, options.include_paths)
-    names = options.tasks
+    names, groups = options.tasks, {}
     if any(t not in found for t in names):  # a group or tag: its tasks
-        names = expand(names, found, discover_groups(found))
+        groups = discover_groups(found)
+        names = expand(names, found, groups)
     unknown = [t for t in names if t not in found]
     if unknown:
-        raise GageError(f"unknown task(s): {', '.join(unknown)}; available: {', '.join(sorted(found)) or 'none'} "
+        named = ", ".join(t + did_you_mean(t, [*found, *groups]) for t in unknown)
+        raise GageError(f"unknown task(s): {named}; available: {', '.join(sorted(found)) or 'none'} "
                         f"(see `gage-eval tasks`)")
-    extra = set(options.data) - set(names)
-    if extra:
-        raise GageError(f"--data names task(s) not in --tasks: {', '.join(sorted(extra))}")
+    for flag, named in (("--data", options.data), ("--fewshot-data", options.fewshot_data)):
+        extra = set(named) - set(names)
+        if extra:
+            raise GageError(f"{flag} names task(s) not in --tasks: {', '.join(sorted(extra))}")
     specs = []
     for name in names:
         src = found[name]
@@ -332,7 +342,7 @@ def resolve_tasks(options: RunOptions, registry: Registry) -> list[tuple[TaskSpe
             spec = read_task_file(src.folder, src.origin, src.params)
             if name in options.data:
                 split = (spec.dataset.get("args") or {}).get("split")
-                spec = with_dataset(spec, dataset_for_path(options.data[name], split))
+                spec = with_dataset(spec, dataset_for_path(options.data[name], split, registry))
             if options.task_overrides.get(name):
                 spec = _with_overrides(spec, options.task_overrides[name], options.config_file)
         except GageError as exc:

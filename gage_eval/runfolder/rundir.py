@@ -12,6 +12,7 @@ from typing import Any, Iterable, Mapping
 from gage_eval.api.errors import GageError, OutputError
 from gage_eval.api.runfolder import LOCK_FILE, RunFolder
 from gage_eval.api.secrets import REDACTED
+from gage_eval.runfolder.repro import warn_changed_environment
 
 
 class RunLock:
@@ -172,6 +173,16 @@ def matches_stored(stored: Any, given: Any) -> bool:
 
 def masked_keys(args: Mapping[str, Any]) -> list[str]:
     return [k for k, v in args.items() if has_mask(v)]
+
+
+def record_inputs(run_dir: Path, tasks: Iterable[Any], resume: bool) -> dict:
+    """What each task (a TaskRun) reads, hashed (:func:`fingerprint`) and recorded or, on resume,
+    checked (:func:`check_inputs`), with a warning for software changed since the run began."""
+    now = {tr.name: fingerprint(tr.spec.folder, tr.data_files()) for tr in tasks}
+    check_inputs(run_dir, now, resume)
+    if resume:
+        warn_changed_environment(run_dir)
+    return now
 
 
 def check_inputs(run_dir: Path, now: Mapping[str, Any], resume: bool) -> None:

@@ -1,10 +1,9 @@
 """Output writers: each finished record goes to every writer of the run, as it is written.
 
 The run folder's own files are the core's writers: ``samples/<task>.jsonl`` (the record of
-truth, which ``--resume`` reads back), ``instances/<task>.jsonl`` (Every Eval Ever instance
-records: 0.2.0, spec 002, or 0.3.0 with ``eee_aggregate.json``, :mod:`gage_eval.runfolder.eee`) and
-``summary.json``. A plugin adds formats with the
-``gage_register_writers`` hook; a run names the ones it wants with ``--writer NAME[:k=v,...]``.
+truth, which ``--resume`` reads back) and ``summary.json``. A plugin adds formats with the
+``gage_register_writers`` hook (the builtin's ``instances``, Every Eval Ever records, and
+``report`` are on by default); a run names the ones it wants with ``--writer NAME[:k=v,...]``.
 
 On ``--resume`` every writer starts each task afresh and first receives the records kept
 from before, in their order, so it rebuilds its output whole; it never needs to read back
@@ -19,14 +18,14 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
 
-from gage_eval.runfolder import eee
 from gage_eval.api.errors import PLUGIN_FAULTS, GageError, OutputError, fault_text
 from gage_eval.api.events import RunStart, TaskDone, plugin_copy
 from gage_eval.config.kv import parse_kv
 from gage_eval.api.secrets import REDACTED, is_secret_key
 from gage_eval.api.writer import Writer
-from gage_eval.api.runfolder import RunFolder, output_error, write_json_atomic
-from gage_eval.runfolder.records import JsonlAppender, build_instance, recover_jsonl
+from gage_eval.api.jsonlines import JsonlAppender
+from gage_eval.api.runfolder import RunFolder
+from gage_eval.runfolder.records import recover_jsonl
 
 
 class SamplesWriter(Writer):
@@ -50,7 +49,7 @@ class SamplesWriter(Writer):
     def write(self, task: str, record: Mapping[str, Any]) -> None:
         out = self._files.get(task)
         if out is None:  # opened at the first record: a task that never wrote one leaves no file
-            out = self._files[task] = JsonlAppender(self.path(task))
+            out = self._files[task] = self.folder.jsonl_appender(self.path(task))
         out.write(record)
 
     def task_end(self, event: TaskDone) -> None:
@@ -61,73 +60,6 @@ class SamplesWriter(Writer):
     def end(self, summary: Mapping[str, Any]) -> None:
         for task in list(self._files):
             self._files.pop(task).close()
-
-
-class InstancesWriter(SamplesWriter):
-    """``instances/<task>.jsonl``: the Every Eval Ever record(s) of each sample, in the version
-    the run names (``--eee-version``): 0.2.0 (spec 002, the default), one instance_level_eval
-    record a sample; or 0.3.0 (:mod:`gage_eval.runfolder.eee`), one record per metric value a sample
-    contributed, and at the end the aggregate record ``eee_aggregate.json`` in the run folder.
-
-    ``eee_version`` None: the run's option ``eee_version`` says (``RunStart.options``, read at
-    :meth:`start`). A run in 0.2.0 removes an ``eee_aggregate.json`` an earlier 0.3.0 run of the
-    folder left (a resume rebuilds instances/ in the version it names)."""
-
-    name = "instances"
-
-    def __init__(self, run_dir: Path, eee_version: str | None = None):
-        super().__init__(run_dir)
-        self.model_id = ""
-        self.run_id = run_dir.name
-        self.eee_version = eee_version
-        self._notes = eee.MetricNotes()  # what the 0.3.0 aggregate needs from the records
-        self._started = False
-
-    def path(self, task: str) -> Path:
-        return self.folder.instances_file(task)
-
-    def start(self, run: RunStart) -> None:
-        self.model_id, self.run_id, self._started = run.model_id, run.run_id, True
-        if self.eee_version is None:
-            version = run.options.get("eee_version")
-            self.eee_version = version if version in eee.VERSIONS else "0.2.0"
-
-    def task_start(self, task: str) -> None:
-        try:  # rebuilt whole from the kept records on resume
-            self.path(task).unlink(missing_ok=True)
-        except OSError as exc:
-            raise output_error(self.path(task), exc) from None
-
-    def write(self, task: str, record: Mapping[str, Any]) -> None:
-        if self.eee_version != eee.EEE_VERSION:
-            super().write(task, build_instance(record, task=task, model_id=self.model_id, evaluation_id=self.run_id))
-            return
-        self._notes.add(task, record)
-        for instance in eee.build_instances(record, task=task, model_id=self.model_id, evaluation_id=self.run_id):
-            super().write(task, instance)
-
-    def end(self, summary: Mapping[str, Any]) -> None:
-        super().end(summary)
-        if not self._started:  # stopped before start() (the model load): instances/ is as it was
-            return
-        path = self.run_dir / eee.AGGREGATE_FILE
-        if self.eee_version == eee.EEE_VERSION:
-            write_json_atomic(path, eee.build_aggregate(summary, notes=self._notes,
-                                                        inputs=self._inputs()))
-        else:
-            try:
-                path.unlink(missing_ok=True)
-            except OSError as exc:
-                raise output_error(path, exc) from None
-
-
-    def _inputs(self) -> Mapping[str, Any]:
-        """inputs.json ({} when missing or unreadable: the aggregate then names no source files)."""
-        try:
-            return self.folder.inputs(missing_ok=True)
-        except GageError:
-            return {}
-
 
 
 class SummaryWriter(Writer):
@@ -162,13 +94,14 @@ def writer_secrets(specs: list[str]) -> tuple[str, ...]:
     return tuple(out)
 
 
-def plugin_writers(registry: Any, specs: list[str]) -> list[Writer]:
+def plugin_writers(registry: Any, specs: list[str], *, merged: bool = False) -> list[Writer]:
     """The plugins' writers of a run, built from the registered factories: first those registered
-    with ``default=True`` that the run does not name (with no arguments), then those it names."""
+    with ``default=True`` that the run does not name (with no arguments), then those it names.
+    ``merged``: a merged run's, the default writers whose factory declares ``merged = True``."""
     named = [parse_writer(spec) for spec in specs]
     given = {name for name, _ in named}
     defaults = [(name, {}, f"writer {name} (on by default)") for name, reg in registry.writers.items()
-                if reg.default and name not in given]
+                if reg.default and name not in given and (not merged or getattr(reg.factory, "merged", False))]
     out = []
     for name, args, where in defaults + [(name, args, f"--writer {name}") for name, args in named]:
         try:
@@ -202,11 +135,16 @@ class WriterSet:
         self._warn = warn or (lambda msg: print(f"gage-eval: warning: {msg}", file=sys.stderr))
 
     def _each(self, method: str, *args: Any, skip: int = 0) -> None:
+        no_op = getattr(Writer, method)  # a writer that keeps the contract's do-nothing default is not called
         for writer in self.core[skip:]:
-            getattr(writer, method)(*args)
+            call = getattr(writer, method)
+            if getattr(call, "__func__", None) is not no_op:
+                call(*args)
         for writer in list(self.plugins):
             try:  # each its own copy: what a plugin changes reaches no count, file or other writer
-                getattr(writer, method)(*[plugin_copy(a) for a in args])
+                call = getattr(writer, method)
+                if getattr(call, "__func__", None) is not no_op:  # (nor copied for: a copy a record is not free)
+                    call(*[plugin_copy(a) for a in args])
             except PLUGIN_FAULTS as exc:  # a bug, a full disk, sys.exit: its output is rebuilt by a resume
                 self.plugins.remove(writer)
                 why = fault_text(exc)

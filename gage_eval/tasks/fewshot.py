@@ -3,7 +3,11 @@
 The source is a file of rows (``path``, relative to the task folder) or another split of the
 task's own dataset (``split``); its rows go through the task's preprocessor and row checks
 like the evaluated rows, and a row that fails them fails the task (a silently smaller pool
-would change which examples are drawn).
+would change which examples are drawn). A run may name another source for a task
+(``--fewshot-data TASK=PATH``, run config ``fewshot_data``): a file or folder of rows read in
+place of the task's, with the task's sampler, seed and delimiter. A task whose split no source
+holds (offline, no data package with it) may name a ``fallback`` file of its folder and what
+its rows are (``note``); the note is said on the console and kept in summary.json.
 
 Sampling follows lm-evaluation-harness (0.4.x), so the same pool, rows and seed give the same examples:
 
@@ -12,8 +16,9 @@ Sampling follows lm-evaluation-harness (0.4.x), so the same pool, rows and seed 
   evaluated sample is dropped (compared by content: messages, options, references) and the
   first ``K`` are kept. lm-eval draws ``K + 1`` this way whenever a task's ``fewshot_split``
   equals its ``test_split`` (piqa, hellaswag and most tasks evaluated on a validation split
-  set neither); for a task with a test split and another few-shot split it draws ``K``, so
-  such a task's examples differ from lm-eval's.
+  set neither); for a task with a test split and another few-shot split (arc, openbookqa,
+  sciq) it draws ``K`` and leaves nothing out, which a task file asks for with
+  ``leave_out_evaluated: false``.
 - ``first_n``: the first ``K`` rows of the pool other than the evaluated sample.
 
 Draws depend only on the seed and the row's position, never on which rows were run before,
@@ -43,18 +48,44 @@ class FewShotConfig:
     sampler: str = "random"
     seed: int | None = None
     delimiter: str = DEFAULT_DELIMITER
+    leave_out_evaluated: bool = True  # draw K + 1 and drop the evaluated sample (False: draw K)
+    fallback: str | None = None  # a file of the task folder read when no source holds ``split``
+    fallback_note: str = ""  # what the fallback's rows are, said wherever they are used
+    given: str | None = None  # "--fewshot-data TASK=PATH": the run named the source
 
     @classmethod
-    def from_spec(cls, spec: TaskSpec) -> "FewShotConfig | None":
+    def from_spec(cls, spec: TaskSpec, given_path: str | None = None) -> "FewShotConfig | None":
+        """The task's ``fewshot:`` section, or the run's ``given_path`` for it (None: the task's)."""
         raw = spec.raw.get("fewshot") if spec.raw else None
+        if given_path is not None:
+            raw = raw if isinstance(raw, dict) else {}
+            return cls(path=given_path, sampler=raw.get("sampler", "random"), seed=raw.get("seed"),
+                       delimiter=raw.get("delimiter", DEFAULT_DELIMITER),
+                       leave_out_evaluated=raw.get("leave_out_evaluated", True),
+                       given=f"--fewshot-data {spec.name}={given_path}")
         if raw is None:
             return None
         where = f"{spec.folder / TASK_FILE}: key 'fewshot'"
         if ("path" in raw) == ("split" in raw):
             raise GageError(f"{where}: give exactly one of 'path' (a file of rows in the task folder) "
                             f"or 'split' (another split of the task's dataset)")
+        fallback = raw.get("fallback") or {}  # (read only for a split: a file of the folder is always there)
         return cls(path=raw.get("path"), split=raw.get("split"), sampler=raw.get("sampler", "random"),
-                   seed=raw.get("seed"), delimiter=raw.get("delimiter", DEFAULT_DELIMITER))
+                   seed=raw.get("seed"), delimiter=raw.get("delimiter", DEFAULT_DELIMITER),
+                   leave_out_evaluated=raw.get("leave_out_evaluated", True), fallback=fallback.get("path"),
+                   fallback_note=fallback.get("note", ""))
+
+
+@dataclass
+class Pool:
+    """A loaded few-shot source: its samples, the source in words (for messages), the source as
+    summary.json's ``tasks.NAME.source.fewshot`` keeps it, and a console line when the source
+    is not the task's usual one (a run's file, a fallback)."""
+
+    rows: list[dict]
+    described: str
+    source: dict
+    note: str | None = None
 
 
 def content_key(sample: Mapping[str, Any]) -> str:
@@ -67,10 +98,12 @@ class FewShotSampler:
     """Draws the examples of each evaluated row from a pool of samples (see the module docstring)."""
 
     def __init__(self, pool: Sequence[dict], k: int, *, sampler: str = "random", seed: int = 1234,
-                 where: str = "the few-shot source"):
+                 where: str = "the few-shot source", leave_out: bool = True):
         if sampler not in SAMPLERS:
             raise GageError(f"{where}: sampler {sampler!r} is not one of {', '.join(SAMPLERS)}")
-        need = k + 1 if sampler == "random" else k
+        self.leave_out = leave_out
+        self._drawn = k + 1 if leave_out else k
+        need = self._drawn if sampler == "random" else k
         if need > len(pool):
             extra = " (K + 1 are drawn for each row, to leave the evaluated sample out)" if need > k else ""
             raise GageError(f"--num-fewshot {k}: {where} has only {len(pool)} rows{extra}; "
@@ -91,8 +124,10 @@ class FewShotSampler:
         if self.k <= 0:
             return []
         chosen = self._positions if self.sampler == "first_n" else self._draw(index)
-        own = content_key(sample)
-        chosen = [p for p in chosen if self._keys[p] != own][:self.k]
+        if self.leave_out:
+            own = content_key(sample)
+            chosen = [p for p in chosen if self._keys[p] != own]
+        chosen = chosen[:self.k]
         if len(chosen) < self.k:
             raise ValueError(f"only {len(chosen)} few-shot examples are left once the copies of this sample "
                              f"are left out, and {self.k} were asked for")
@@ -104,39 +139,69 @@ class FewShotSampler:
         if self._rnd is None or index < self._next:
             self._rnd, self._next = random.Random(self.seed), 0
         while self._next < index:  # replay the draws of the rows before (a resumed or skipped-to row)
-            self._rnd.sample(self._positions, self.k + 1)
+            self._rnd.sample(self._positions, self._drawn)
             self._next += 1
-        drawn = self._rnd.sample(self._positions, self.k + 1)
+        drawn = self._rnd.sample(self._positions, self._drawn)
         self._next += 1
         self._last = (index, drawn)
         return drawn
 
 
-def load_pool(spec: TaskSpec, config: FewShotConfig, registry: Any) -> tuple[list[dict], str]:
-    """The pool's samples and a description of the source for messages. Every failure is a
-    GageError naming the task file's ``fewshot`` key."""
-    from gage_eval.tasks.rows import RowChecker
+def load_pool(spec: TaskSpec, config: FewShotConfig, registry: Any) -> Pool:
+    """The pool of samples the examples are drawn from. Every failure is a GageError naming
+    the task file's ``fewshot`` key (or the ``--fewshot-data`` that named the source)."""
+    where = config.given or f"{spec.folder / TASK_FILE}: key 'fewshot'"
+    if config.path is not None:
+        return _file_pool(spec, config.path, where, "" if config.given else ".path", registry,
+                          {"from": "--fewshot-data" if config.given else "task"})
+    raw_dataset = dict(spec.raw.get("dataset") or spec.dataset)
+    args = dict(raw_dataset.get("args") or {})
+    args["split"] = config.split
+    described = f"split {config.split!r} of the task's dataset"
+    try:
+        loader = registry.build("loaders", raw_dataset.get("loader"), where, **args, base_dir=str(spec.folder))
+    except GageError as exc:
+        if config.fallback is None:
+            raise
+        why = str(exc).splitlines()[0].removeprefix(f"{where}: ").split("; ")[0]  # (not the loader's hints)
+        pool = _file_pool(spec, config.fallback, where, ".fallback.path", registry,
+                          {"from": "task", "instead_of": {"split": config.split, "why": why},
+                           "note": config.fallback_note})
+        pool.note = (f"few-shot examples from {pool.source['path']} ({config.fallback_note or 'not the task split'}), "
+                     f"since split {config.split!r} could not be read ({why}); --fewshot-data {spec.name}=PATH "
+                     f"names other rows")
+        return pool
+    source = getattr(loader, "source", None)
+    rows = _checked(spec, loader, registry, where, described)
+    return Pool(rows, described, {"from": "task", "split": config.split, "rows": len(rows),
+                                  **({"dataset": dict(source)} if isinstance(source, Mapping) else {})})
+
+
+def _file_pool(spec: TaskSpec, name: str, where: str, key: str, registry: Any, source: dict) -> Pool:
+    """A pool read from a file or folder of rows (relative to the task folder); ``key`` is
+    the part of the task file's ``fewshot`` section that names it."""
     from gage_eval.tasks.spec import dataset_for_path
 
-    where = f"{spec.folder / TASK_FILE}: key 'fewshot'"
-    raw_dataset = dict(spec.raw.get("dataset") or spec.dataset)
-    if config.path is not None:
-        path = Path(config.path).expanduser()
-        path = path if path.is_absolute() else spec.folder / path
-        if not path.exists():
-            raise GageError(f"{where}.path: {config.path!r} does not exist (looked for {path})")
-        try:
-            dataset = dataset_for_path(str(path))
-        except GageError as exc:
-            raise GageError(f"{where}.path: {exc}") from None
-        described = f"the few-shot file {path}"
-    else:
-        args = dict(raw_dataset.get("args") or {})
-        args["split"] = config.split
-        dataset = {"loader": raw_dataset.get("loader"), "args": args}
-        described = f"split {config.split!r} of the task's dataset"
+    path = Path(name).expanduser()
+    path = path if path.is_absolute() else spec.folder / path
+    if not path.exists():
+        raise GageError(f"{where}{key}: {name!r} does not exist (looked for {path})")
+    try:
+        dataset = dataset_for_path(str(path), None, registry)
+    except GageError as exc:
+        raise GageError(f"{where}{key}: {exc}") from None
+    described = f"the few-shot file {path}"
     loader = registry.build("loaders", dataset["loader"], where, **(dataset.get("args") or {}),
-                    base_dir=str(spec.folder))
+                            base_dir=str(spec.folder))
+    rows = _checked(spec, loader, registry, where, described)
+    note = f"few-shot examples from {source['from']} {path}" if source["from"] == "--fewshot-data" else None
+    return Pool(rows, described, {**source, "path": str(path), "rows": len(rows)}, note)
+
+
+def _checked(spec: TaskSpec, loader: Any, registry: Any, where: str, described: str) -> list[dict]:
+    """The loader's rows through the task's preprocessor and row checks; a bad row fails the task."""
+    from gage_eval.tasks.rows import RowChecker
+
     pre = spec.preprocessor or {"name": "identity"}
     preprocess = registry.build("preprocessors", pre["name"], where, **(pre.get("args") or {}))
     data_dir = Path(getattr(loader, "data_dir", None) or spec.folder)
@@ -150,4 +215,4 @@ def load_pool(spec: TaskSpec, config: FewShotConfig, registry: Any) -> tuple[lis
             pool.append(row.sample)
     finally:
         checker.close()
-    return pool, described
+    return pool

@@ -96,30 +96,42 @@ class RequestBuilder:
                             f"chat turn of its own and needs the chat template: add --apply-chat-template "
                             f"(or request.chat: true in the task file)")
         self.num_fewshot: int | None = getattr(options, "num_fewshot", None)
-        config = FewShotConfig.from_spec(spec)
+        given = (getattr(options, "fewshot_data", None) or {}).get(spec.name)
+        config = FewShotConfig.from_spec(spec, given)
         self.fewshot_delimiter = config.delimiter if config else DEFAULT_DELIMITER
         self.sampler: FewShotSampler | None = None
+        self.fewshot_source: dict | None = None  # summary.json's tasks.NAME.source.fewshot (with examples)
+        self.fewshot_note: str | None = None  # a console line when the examples are not the task's usual ones
         if self.num_fewshot is not None and self.num_fewshot < 0:
             raise GageError(f"--num-fewshot {self.num_fewshot}: give 0 or a positive number of examples")
         if self.num_fewshot:
-            if config is None:
-                raise GageError(f"--num-fewshot {self.num_fewshot}: task {spec.name!r} has no few-shot source; "
-                                f"add a 'fewshot:' section to {task_file} (path: a file of solved rows in the "
-                                f"task folder, or split: another split of its dataset)")
-            if registry is None:
-                from gage_eval.plugins import load_plugins
-
-                registry = load_plugins()[1]
-            pool, described = load_pool(spec, config, registry)
-            if self.kind == LOGLIKELIHOOD:
-                for shot in pool:
-                    if _gold_index(shot) is None:
-                        raise GageError(f"{task_file}: key 'fewshot': {described}: sample {shot.get('id')!r} has "
-                                        f"no answer among its options, so it cannot be a solved example")
-            seed = config.seed if config.seed is not None else int(getattr(options, "seed", DEFAULT_SEED))
-            self.sampler = FewShotSampler(pool, self.num_fewshot, sampler=config.sampler, seed=seed,
-                                          where=f"task {spec.name!r}: {described}")
+            self._fewshot(spec, config, options, registry)
         self._next_index = 0
+
+    def _fewshot(self, spec: TaskSpec, config: FewShotConfig | None, options: Any, registry: Any) -> None:
+        """The sampler of ``--num-fewshot K`` examples from the task's (or the run's) source."""
+        task_file = spec.folder / TASK_FILE
+        if config is None:
+            raise GageError(f"--num-fewshot {self.num_fewshot}: task {spec.name!r} has no few-shot source; "
+                            f"add a 'fewshot:' section to {task_file} (path: a file of solved rows in the "
+                            f"task folder, or split: another split of its dataset), or name a file of "
+                            f"solved rows with --fewshot-data {spec.name}=PATH")
+        if registry is None:
+            from gage_eval.plugins import load_plugins
+
+            registry = load_plugins()[1]
+        pool = load_pool(spec, config, registry)
+        source_key = config.given or f"{task_file}: key 'fewshot'"
+        if self.kind == LOGLIKELIHOOD:
+            for shot in pool.rows:
+                if _gold_index(shot) is None:
+                    raise GageError(f"{source_key}: {pool.described}: sample {shot.get('id')!r} has "
+                                    f"no answer among its options, so it cannot be a solved example")
+        seed = config.seed if config.seed is not None else int(getattr(options, "seed", DEFAULT_SEED))
+        self.sampler = FewShotSampler(pool.rows, self.num_fewshot, sampler=config.sampler, seed=seed,
+                                      where=f"task {spec.name!r}: {pool.described}",
+                                      leave_out=config.leave_out_evaluated)
+        self.fewshot_source, self.fewshot_note = pool.source, pool.note
 
     def variables(self, sample: Mapping[str, Any], messages: list[dict]) -> dict:
         out = {

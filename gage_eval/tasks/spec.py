@@ -250,62 +250,29 @@ def parse_data_overrides(values: list[str]) -> dict[str, str]:
     return out
 
 
-_SHARD = re.compile(r"^(?P<split>[A-Za-z0-9_.]+)-\d{5}-of-\d{5}\.")
-DATA_SUFFIXES = (".jsonl", ".json", ".csv", ".parquet")
-
-
-def dataset_for_path(path: str, split: str | None = None) -> dict:
-    """A dataset section that reads a local file or folder, picked by its extension.
-
-    JSON (``.jsonl``, ``.json``) is read by the strict jsonl loader, the reader ``validate`` uses;
-    csv and parquet by the hf loader.
-
-    In a folder of Hugging Face shards (``validation-00000-of-00001.parquet``) only
-    the shards of ``split`` (the task's own split) are read. Local files are
-    streamed, so memory does not grow with the file.
-    """
+def dataset_for_path(path: str, split: str | None, registry: Any) -> dict:
+    """A dataset section that reads a local file or folder: the first loader (registration order,
+    builtins first) whose factory's declared ``for_path(path, split)`` gives its arguments (None:
+    not one it reads); ``split`` is the task's own. A loader's declared ``suffixes`` name the
+    files it reads, for the message when none does."""
     p = Path(path)
     if not p.exists():
         raise GageError(f"--data: {path} does not exist")
     special = not_regular(p)
     if special:
         raise GageError(f"--data: {path}: {special}; give a data file or a folder of them")
-    if p.is_file() and p.suffix in (".jsonl", ".json"):  # read strictly, as validate does
-        return {"loader": "jsonl", "args": {"path": str(p.resolve())}}
-    if p.is_dir() and _saved_dataset(p):
-        # a Hugging Face save_to_disk folder (or a folder of them, one per split): the hf loader reads it
-        return {"loader": "hf", "args": {"path": str(p.resolve()), "split": split or "train"}}
+    for name, reg in registry.loaders.items():
+        for_path = getattr(reg.factory, "for_path", None)
+        args = for_path(p, split) if for_path is not None else None
+        if args is not None:
+            return {"loader": name, "args": args}
+    known = list(dict.fromkeys(s for reg in registry.loaders.values() for s in getattr(reg.factory, "suffixes", ())))
+    if not known:
+        raise GageError(f"--data: {path}: no loader reads local files (`gage-eval plugins` lists the loaders)")
+    listing = ", ".join(known[:-1]) + " or " + known[-1] if len(known) > 1 else known[0]
     if p.is_dir():
-        files = sorted(f for f in p.rglob("*") if f.suffix in DATA_SUFFIXES and f.is_file())
-        if not files:
-            raise GageError(f"--data: {path} holds no .jsonl, .json, .csv or .parquet file")
-        shards = [f for f in files if _SHARD.match(f.name)]
-        if shards:
-            splits = sorted({_SHARD.match(f.name)["split"] for f in shards})
-            want = split if split in splits else (splits[0] if len(splits) == 1 else None)
-            if want is None:
-                raise GageError(f"--data: {path} holds shards of splits {', '.join(splits)} but the task "
-                                f"reads split {split!r}; point at one file or folder")
-            files = [f for f in shards if _SHARD.match(f.name)["split"] == want]
-        if not shards and (all(f.suffix == ".jsonl" for f in files) or all(f.suffix == ".json" for f in files)):
-            return {"loader": "jsonl", "args": {"path": str(p.resolve())}}
-        kinds = {f.suffix for f in files}
-        if len(kinds) > 1:
-            raise GageError(f"--data: {path} mixes file types {sorted(kinds)}; point at one kind")
-        fmt = files[0].suffix.lstrip(".")
-        return {"loader": "hf", "args": {"path": "json" if fmt == "jsonl" else fmt,
-                                         "data_files": [str(f.resolve()) for f in files],
-                                         "split": "train", "streaming": True}}
-    fmt = {".json": "json", ".csv": "csv", ".parquet": "parquet"}.get(p.suffix)
-    if fmt is None:
-        raise GageError(f"--data: {path}: unsupported file type {p.suffix!r} (use .jsonl, .json, .csv or .parquet)")
-    return {"loader": "hf", "args": {"path": fmt, "data_files": [str(p.resolve())], "split": "train",
-                                     "streaming": True}}
-
-
-def _saved_dataset(p: Path) -> bool:
-    """A ``save_to_disk`` folder: state.json beside arrow files, here or in its sub-folders."""
-    return any((d / "state.json").is_file() and any(d.glob("*.arrow")) for d in (p, *p.iterdir()) if d.is_dir())
+        raise GageError(f"--data: {path} holds no {listing} file")
+    raise GageError(f"--data: {path}: unsupported file type {p.suffix!r} (use {listing})")
 
 
 def with_dataset(spec: TaskSpec, dataset: Mapping[str, Any]) -> TaskSpec:

@@ -3,7 +3,7 @@
 
 The schemas are EEE's own, not shipped with gage-eval: ``validate --schema instance_0.3.0`` (or
 ``aggregate_0.3.0``) reads them from ``$GAGE_EVAL_EEE_SCHEMAS`` or the shared data beside a
-checkout. 0.2.0 (spec 002, :func:`gage_eval.runfolder.records.build_instance`) stays the default.
+checkout. 0.2.0 (spec 002, :func:`gage_plugins_builtin.eee.v020.build_instance`) stays the default.
 
 How a run maps onto them:
 
@@ -32,18 +32,16 @@ import re
 import time
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Collection, Mapping
 
-from gage_eval.api.sample import content_text, messages_text, reference_texts
+from gage_eval.api import GageError, content_text, messages_text, read_yaml, reference_texts
 
 EEE_VERSION = "0.3.0"
-VERSIONS = ("0.2.0", "0.3.0")  # --eee-version choices; 0.2.0 is gage_eval.runfolder.records.build_instance
+VERSIONS = ("0.2.0", "0.3.0")  # --eee-version choices; 0.2.0 is gage_plugins_builtin.eee.v020.build_instance
 INSTANCE_SCHEMA = "instance_0.3.0"
 AGGREGATE_SCHEMA = "aggregate_0.3.0"
 AGGREGATE_FILE = "eee_aggregate.json"  # in the run folder
 LIBRARY = "gage-eval"
-# Backends that run the model in this process; any other is "unknown" (an API may be anyone's).
-SELF_DEPLOYED = frozenset({"dummy", "transformers", "smollm2", "vllm"})
 _GEN_TYPED = {"temperature": "temperature", "top_p": "top_p", "top_k": "top_k",
               "max_new_tokens": "max_tokens", "max_tokens": "max_tokens"}
 _HF_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
@@ -201,7 +199,9 @@ def _epoch(created: Any) -> str | None:
         return None
 
 
-def _model_info(entry: Mapping[str, Any]) -> dict:
+def _model_info(entry: Mapping[str, Any], self_deployed: Collection[str]) -> dict:
+    """``self_deployed``: the backends that run the model themselves; any other is "unknown" (an
+    API may be anyone's)."""
     model_id = str(entry.get("model_id") or entry.get("name") or "unknown")
     backend = str(entry.get("name") or "")
     info: dict[str, Any] = {"name": model_id, "id": model_id}
@@ -210,7 +210,7 @@ def _model_info(entry: Mapping[str, Any]) -> dict:
     if backend:
         info["inference_engine"] = {"name": backend}
     info["additional_details"] = {
-        "deployment_type": "self_deployed" if backend in SELF_DEPLOYED else "unknown",
+        "deployment_type": "self_deployed" if backend in self_deployed else "unknown",
         "model_availability": "unknown",
         **_strings({"backend": backend or None, "model_args": entry.get("args") or None,
                     "settings": entry.get("settings") or None}),
@@ -221,12 +221,9 @@ def _model_info(entry: Mapping[str, Any]) -> dict:
 def _task_file(folder: Path | None) -> Mapping[str, Any]:
     if folder is None:
         return {}
-    from gage_eval.api.errors import InputError
-    from gage_eval.api.yamlio import read_yaml
-
     try:
         spec = read_yaml(folder / "task.yaml")
-    except (InputError, OSError):
+    except (GageError, OSError):
         return {}
     return spec if isinstance(spec, Mapping) else {}
 
@@ -273,7 +270,8 @@ def _generation_config(spec: Mapping[str, Any], folder: Path | None, settings: M
     return out or None
 
 
-def _llm_scoring(spec: Mapping[str, Any], folder: Path | None, judge: Mapping[str, Any]) -> dict | None:
+def _llm_scoring(spec: Mapping[str, Any], folder: Path | None, judge: Mapping[str, Any],
+                 self_deployed: Collection[str]) -> dict | None:
     """The judge and its prompt templates (the task's judge args naming files in its folder)."""
     conf = spec.get("judge") if isinstance(spec.get("judge"), Mapping) else {}
     args = conf.get("args") if isinstance(conf.get("args"), Mapping) else {}
@@ -285,7 +283,7 @@ def _llm_scoring(spec: Mapping[str, Any], folder: Path | None, judge: Mapping[st
                 parts.append(f"{{# {key}: {value} #}}\n{text}")
     if not parts:
         return None
-    one: dict[str, Any] = {"model_info": _model_info(judge)}
+    one: dict[str, Any] = {"model_info": _model_info(judge, self_deployed)}
     temperature = (args.get("generation") or {}).get("temperature") if isinstance(args.get("generation"), Mapping) \
         else None
     if isinstance(temperature, (int, float)) and not isinstance(temperature, bool):
@@ -346,16 +344,18 @@ def _result(task: str, metric: str, stats: Mapping[str, Any], *, higher: bool, p
 
 
 def build_aggregate(summary: Mapping[str, Any], *, notes: MetricNotes | None = None,
-                    inputs: Mapping[str, Any] | None = None, retrieved: float | None = None) -> dict:
+                    inputs: Mapping[str, Any] | None = None, retrieved: float | None = None,
+                    self_deployed: Collection[str] = ()) -> dict:
     """The EEE 0.3.0 aggregate record of a run from its summary.json (and its inputs.json):
-    every number is the summary's."""
+    every number is the summary's. ``self_deployed``: the backends that run the model themselves
+    (their factories declare ``self_deployed``); the model and judge of any other are "unknown"."""
     notes = notes or MetricNotes()
     run = summary.get("run") or {}
     versions = run.get("versions") or {}
     evaluated = _epoch(run.get("created"))
     results = []
     for task, entry in (summary.get("tasks") or {}).items():
-        results.extend(_task_results(task, entry, run, notes, inputs or {}, evaluated))
+        results.extend(_task_results(task, entry, run, notes, inputs or {}, evaluated, self_deployed))
     source_details = {"run_id": run.get("id"), "exit_status": run.get("exit_status"),
                       "interrupted": run.get("interrupted")}
     record: dict[str, Any] = {
@@ -369,7 +369,7 @@ def build_aggregate(summary: Mapping[str, Any], *, notes: MetricNotes | None = N
         "source_metadata": {"source_name": LIBRARY, "source_type": "evaluation_run",
                             "source_organization_name": "unknown", "evaluator_relationship": "other",
                             "additional_details": _strings(source_details)},
-        "model_info": _model_info(run.get("model") or {}),
+        "model_info": _model_info(run.get("model") or {}, self_deployed),
         "eval_library": {"name": LIBRARY, "version": str(versions.get("gage_eval") or "unknown"),
                          "additional_details": _strings({"python": versions.get("python"),
                                                          "plugins": versions.get("plugins") or None})},
@@ -379,14 +379,14 @@ def build_aggregate(summary: Mapping[str, Any], *, notes: MetricNotes | None = N
 
 
 def _task_results(task: str, entry: Mapping[str, Any], run: Mapping[str, Any], notes: MetricNotes,
-                  inputs: Mapping[str, Any], evaluated: Any) -> list[dict]:
+                  inputs: Mapping[str, Any], evaluated: Any, self_deployed: Collection[str]) -> list[dict]:
     """One task's evaluation results: each metric (primary first), then each data_tag slice."""
     folder_name = (entry.get("source") or {}).get("folder")
     folder = Path(folder_name) if folder_name else None
     spec = _task_file(folder)
     source = _source_data(task, entry, inputs)
     generation = _generation_config(spec, folder, run.get("settings") or {}, run.get("command"))
-    scoring = _llm_scoring(spec, folder, run["judge"]) if run.get("judge") else None
+    scoring = _llm_scoring(spec, folder, run["judge"], self_deployed) if run.get("judge") else None
     metrics = entry.get("metrics") or {}
     primary = entry.get("primary_metric")
     order = sorted(metrics, key=lambda m: m != primary)

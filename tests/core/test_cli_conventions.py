@@ -219,7 +219,7 @@ def test_a_run_with_lm_eval_spellings(run_cli, tmp_path, three_tasks):
 
 @pytest.mark.parametrize("args, words", [
     (["--gen_kwargs", "bogus=1"], "--gen-kwargs: unknown key 'bogus'"),
-    (["--use_cache", "c"], "--use_cache (lm-evaluation-harness): gage-eval keeps no cache"),
+    (["--use_cache", "c"], "--use_cache (lm-evaluation-harness): use --cache DIR"),
     (["--device", "cuda:0"], "backend 'dummy' takes no device"),
     (["--limit", "-1"], "leave the limit out"), (["--limit", "0"], "runs nothing"),
     (["--limit", "0.0"], "fraction"), (["--limit", "many"], "not a number"),

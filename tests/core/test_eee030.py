@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gage_eval.runfolder.eee import AGGREGATE_FILE, result_id
+from gage_plugins_builtin.eee.v030 import AGGREGATE_FILE, result_id
 from gage_eval.api.schemas import EEE_SCHEMA_FILES, eee_schema_path, validation_errors
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "golden"))

@@ -111,14 +111,12 @@ def test_bad_command_lines_are_clear(tmp_path, run_cli, args, message):
     assert message in result.output and "Traceback" not in result.output
 
 
-def test_missing_data_file_fails_the_task(tmp_path, run_cli):
+def test_missing_data_file_is_a_usage_error_before_the_run(tmp_path, run_cli):
     result = run_cli("--tasks", "piqa", "--model", "dummy", "--data", "piqa=/no/such.jsonl", "-o", tmp_path,
                      "--run-id", "r")
-    assert result.exit_code == 3
-    assert "/no/such.jsonl does not exist" in result.output and "Traceback" not in result.output
-    summary = json.loads((tmp_path / "r" / "summary.json").read_text())
-    assert summary["tasks"]["piqa"]["status"] == "failed"
-    assert "does not exist" in summary["tasks"]["piqa"]["failure"]
+    assert result.exit_code == 2
+    assert "/no/such.jsonl does not exist" in result.stderr and "Traceback" not in result.output
+    assert not (tmp_path / "r").exists()
 
 
 def test_bad_task_file_names_file_and_key(tmp_path, run_cli):

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-import gage_eval.engine.taskrun as taskrun_mod
+import gage_eval.engine.executor as executor_mod
 from gage_eval.api.backend import LOGLIKELIHOOD, Backend, ModelOutput, Request
 from gage_eval.engine.loop import Engine, RunOptions
 from gage_eval.api.errors import FatalBackendError
@@ -54,7 +54,7 @@ def run_with(monkeypatch, tmp_path, backend: Scripted, task="piqa", include=()):
     run_dir = tmp_path / "r"
     run_dir.mkdir()
     backend.samples_path = run_dir / "samples" / f"{task}.jsonl"
-    monkeypatch.setattr(taskrun_mod, "make_backend", lambda *a, **k: backend)
+    monkeypatch.setattr(executor_mod, "make_backend", lambda *a, **k: backend)  # (the model is built in executor.model_backend)
     summary = Engine(RunOptions(tasks=[task], model="dummy", quiet=True, include_paths=list(include)),
                      run_dir).run()
     records = [json.loads(l) for l in backend.samples_path.read_text().splitlines()]

@@ -65,10 +65,12 @@ def test_report_is_a_builtin_writer_on_by_default():
     reg = registry.writers["report"]
     assert reg.plugin == "builtin" and reg.default
     built = plugin_writers(registry, [])
-    assert [w.name for w in built] == ["report"]
+    assert [w.name for w in built] == ["instances", "report"]
     # named by the run, it is built once (with the run's arguments), not beside the default one
-    assert [w.name for w in plugin_writers(registry, ["report"])] == ["report"]
-    assert registry.by_plugin()["builtin"]["writers"] == ["report"]
+    assert [w.name for w in plugin_writers(registry, ["report"])] == ["instances", "report"]
+    assert registry.by_plugin()["builtin"]["writers"] == ["instances", "report"]
+    # a merged run gets the default writers whose factory declares merged (no report)
+    assert [w.name for w in plugin_writers(registry, [], merged=True)] == ["instances"]
 
 
 class Writers:

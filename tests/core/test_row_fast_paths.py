@@ -9,8 +9,8 @@ from collections import OrderedDict
 
 import pytest
 
-from gage_eval.runfolder import records
-from gage_eval.runfolder.records import dumps
+from gage_eval.api import jsonlines
+from gage_eval.api.jsonlines import dumps
 from gage_eval.api.sample import elide_inline_media
 from gage_eval.api.templates import Template
 
@@ -148,7 +148,7 @@ def _json_dumps(obj):
     try:
         return json.dumps(obj, **opts)
     except ValueError:
-        return json.dumps(records.finite(obj), **opts)
+        return json.dumps(jsonlines.finite(obj), **opts)
 
 
 class Number(int):
@@ -175,7 +175,7 @@ def test_dumps_parses_to_what_json_writes(obj):
 
 
 def test_dumps_without_orjson_is_the_json_encoder(monkeypatch):
-    monkeypatch.setattr(records, "_orjson", None)
+    monkeypatch.setattr(jsonlines, "_orjson", None)
     for obj in DUMPED:
         assert dumps(obj) == _json_dumps(obj)
 

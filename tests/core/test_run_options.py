@@ -76,6 +76,15 @@ def test_a_core_flag_is_refused_naming_the_plugin(fresh_plugins, run_cli):
     assert result.exit_code == 2 and "plugin 'p1' declares run option '--seed', which is gage-eval's own" in result.output
 
 
+def test_a_core_setting_without_a_flag_is_refused_when_a_command_runs(fresh_plugins, run_cli):
+    """A key among the core's settings that no flag spells (``command``) is refused as soon as a
+    command runs; --help lists it without importing the settings (tests/core/test_import_cost.py)."""
+    fresh_plugins.register_plugin(Declares(("command", ("--cmdline",), {})), "p1")
+    assert run_cli("--help").exit_code == 0
+    result = run_cli("tasks")
+    assert result.exit_code == 2 and "plugin 'p1' declares run option 'command', which is gage-eval's own" in result.output
+
+
 def test_a_plugin_option_reaches_the_run_config_and_resume(fresh_plugins, run_cli, tmp_path):
     fresh_plugins.register_plugin(Declares(("shade", ("--shade",), {"choices": ("light", "dark"), "default": "light",
                                                                      "resume_checked": True, "lm_eval": ("--shade_of",)})),
@@ -95,3 +104,19 @@ def test_a_plugin_option_reaches_the_run_config_and_resume(fresh_plugins, run_cl
     config.write_text("tasks: [piqa]\nshadow: dark\n")
     result = run_cli("--config", config, "--model", "dummy", "-o", tmp_path, "--run-id", "c", "-q")
     assert result.exit_code == 2 and "unknown key(s) shadow" in result.output and "shade" in result.output
+
+
+def test_merge_compares_only_the_plugin_options_that_change_results(fresh_plugins, run_cli, tmp_path):
+    fresh_plugins.register_plugin(Declares(("shade", ("--shade",), {"resume_checked": True})), "p1")
+    base = ("--tasks", "piqa", "--model", "dummy", "--limit", "4", "-o", tmp_path, "-q")
+    for run_id, extra in (("s0", ("--shard", "0/2", "--shade", "dark", "--cache", tmp_path / "c0", "--report")),
+                          ("s1", ("--shard", "1/2", "--shade", "dark", "--cache", tmp_path / "c1", "--no-report",
+                                  "--eee-version", "0.3.0")),
+                          ("o1", ("--shard", "1/2", "--shade", "light"))):
+        result = run_cli(*base, "--run-id", run_id, *extra)
+        assert result.exit_code in (0, 1), result.output
+    # where or how a shard ran (the builtin's cache, report, EEE version) may differ
+    result = run_cli("merge", tmp_path / "s0", tmp_path / "s1", "-o", tmp_path / "m")
+    assert result.exit_code in (0, 1), result.output
+    result = run_cli("merge", tmp_path / "s0", tmp_path / "o1", "-o", tmp_path / "m2")
+    assert result.exit_code == 2 and "differ in shade ('light' vs 'dark')" in result.output, result.output

@@ -179,7 +179,9 @@ def test_a_merge_that_cannot_write_keeps_nothing(run_cli, tmp_path, monkeypatch,
     elif fails == "rename":
         monkeypatch.setattr(os, "rename", rename)
     else:
-        monkeypatch.setattr(writers.InstancesWriter, "write", ctrl_c)
+        from gage_plugins_builtin.eee.writer import InstancesWriter
+
+        monkeypatch.setattr(InstancesWriter, "write", ctrl_c)
     result = run_cli("merge", *shards, "-o", tmp_path / "new" / "merged")
     if fails == "ctrl-c":
         assert result.exit_code == 130 and "merge: interrupted; nothing of" in result.output, result.output

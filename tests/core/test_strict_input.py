@@ -18,7 +18,7 @@ from gage_eval.api.errors import InputError
 from gage_eval.api.jsonio import iter_json_rows
 from gage_eval.api.yamlio import read_yaml
 from gage_eval.api.runfolder import write_json_atomic
-from gage_eval.runfolder.records import dumps
+from gage_eval.api.jsonlines import dumps
 from gage_eval.tasks.spec import read_task_file
 
 ROOT = Path(__file__).resolve().parents[2]

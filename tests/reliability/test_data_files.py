@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from harness import OK, ROW_ERRORS, TASK_FAILED, check
+from harness import OK, ROW_ERRORS, TASK_FAILED, USAGE, check
 
 GOOD = {"goal": "Keep bread fresh.", "sol1": "Seal it in a bag.", "sol2": "Leave it in the sun.", "label": 0}
 
@@ -80,7 +80,8 @@ def test_bad_data(gage, content, rc, row_errors, message):
 
 def test_missing_data_file(gage):
     o = gage("--tasks", "piqa", "--model", "dummy", "--data", f"piqa={gage.tmp / 'nope.jsonl'}")
-    check(o, TASK_FAILED, "nope.jsonl does not exist")
+    check(o, USAGE, "nope.jsonl does not exist")
+    assert not o.run_dir.exists()
 
 
 def test_folder_without_data(gage):

@@ -164,9 +164,9 @@ def test_fifo_in_a_task_folder_fails_the_task_without_waiting(gage):
 
 def test_missing_data_file_fails_before_the_default_model_loads(gage):
     o = gage("--tasks", "piqa", "--data", f"piqa={gage.tmp / 'nope.jsonl'}")  # the default model: smollm2
-    check(o, TASK_FAILED, f"{gage.tmp / 'nope.jsonl'} does not exist")
+    check(o, USAGE, f"{gage.tmp / 'nope.jsonl'} does not exist")
     assert not loaded_a_model(o), o.err
-    assert o.summary["tasks"]["piqa"]["status"] == "failed"
+    assert not o.run_dir.exists()
 
 
 def test_broken_task_folder_fails_before_the_default_model_loads(gage):

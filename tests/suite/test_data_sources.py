@@ -4,6 +4,7 @@ package, the order (--data, the hub unless offline, installed packages, the one-
 from __future__ import annotations
 
 import json
+import socket
 from pathlib import Path
 
 import pytest
@@ -35,6 +36,13 @@ def fresh_plugins():
 def offline(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+
+
+def closed_port() -> int:
+    """A loopback port nothing listens on (bound, then let go)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
 def jsonl_split(root: Path, rel: str, rows: list[dict]) -> Path:
@@ -99,6 +107,7 @@ def test_online_the_hub_comes_first_and_a_failing_hub_falls_back(tmp_path, monke
         monkeypatch.delenv(var, raising=False)
     jsonl_split(tmp_path, "piqa/plain_text/validation", PIQA_ROWS)
     monkeypatch.setenv(datasources.ENV_PACKAGES, str(tmp_path))
+    monkeypatch.setattr(datasources, "hub_unreachable", lambda: None)  # (this machine may have no network)
     monkeypatch.setattr(HFLoader, "_load", lambda self: [{"goal": "from the hub"}])
     assert HFLoader(path="baber/piqa", split="validation").source["from"] == "hub"
 
@@ -108,6 +117,21 @@ def test_online_the_hub_comes_first_and_a_failing_hub_falls_back(tmp_path, monke
     monkeypatch.setattr(HFLoader, "_load", unreachable)
     loader = HFLoader(path="baber/piqa", split="validation")
     assert loader.source["from"] == "package" and len(list(loader)) == 3
+
+
+def test_a_hub_that_cannot_be_reached_is_not_tried_and_the_line_says_what_to_do(monkeypatch, no_packages):
+    for var in (*datasources.OFFLINE_VARS, *datasources.PROXY_VARS):
+        monkeypatch.delenv(var, raising=False)
+    endpoint = f"http://127.0.0.1:{closed_port()}"
+    monkeypatch.setenv("HF_ENDPOINT", endpoint)
+    monkeypatch.setattr(datasources, "_UNREACHABLE", {})
+    monkeypatch.setattr(HFLoader, "_load", lambda self: pytest.fail("the hub library was called (a minute of retries)"))
+    assert endpoint in datasources.hub_unreachable()
+    with pytest.raises(GageError) as err:
+        HFLoader(path="allenai/ai2_arc", name="ARC-Easy", split="test")
+    message = str(err.value)
+    assert "\n" not in message and f"cannot reach {endpoint}" in message
+    assert "--data TASK=PATH" in message and "HF_HUB_OFFLINE=1" in message
 
 
 def test_nothing_found_is_one_line_naming_the_dataset(monkeypatch, no_packages, offline):
@@ -150,9 +174,10 @@ def test_data_takes_a_save_to_disk_folder(tmp_path, run_cli, monkeypatch, no_pac
         assert f"task piqa: rows from --data {given}" in result.output
         samples = [json.loads(line) for line in (out / given.name / "samples" / "piqa.jsonl").read_text().splitlines()]
         assert samples[1]["messages"][0]["content"][0]["text"] == "goal 1"
+    from gage_eval.plugins import load_plugins
     from gage_eval.tasks.spec import dataset_for_path
 
-    dataset = dataset_for_path(str(tmp_path), "validation")
+    dataset = dataset_for_path(str(tmp_path), "validation", load_plugins()[1])
     assert dataset == {"loader": "hf", "args": {"path": str(tmp_path), "split": "validation"}}
     loader = HFLoader(**dataset["args"])
     assert [loc for loc, _ in loader] == [f"{folder}[{i}]" for i in range(3)]

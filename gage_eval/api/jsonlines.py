@@ -1,0 +1,129 @@
+"""Append-only JSONL files: one strict JSON value a line (NaN and infinities as null), written
+whole and flushed, so a kill loses at most the line being written; a half-written last line is
+cut before a file is appended to again. The run folder's samples/, instances/ and events.jsonl
+are such files (:meth:`gage_eval.api.runfolder.RunFolder.jsonl_appender` opens one for a plugin)."""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from gage_eval.api.errors import OutputError
+
+try:  # a fast encoder when installed (a core dependency; the standard library otherwise)
+    import orjson as _orjson
+except ImportError:  # pragma: no cover - exercised by the fallback test
+    _orjson = None
+
+# orjson writes only what the standard library writes the same way: datetimes, dataclasses and
+# subclasses of str/int/dict/list go to _refuse (then json writes them, str() as before), a
+# non-str key, an int past 64 bits or a lone surrogate make it raise, and so the line is
+# written by json. NaN and infinities come out as null, as finite() makes them below.
+_ORJSON_OPTS = ((_orjson.OPT_PASSTHROUGH_DATETIME | _orjson.OPT_PASSTHROUGH_DATACLASS |
+                 _orjson.OPT_PASSTHROUGH_SUBCLASS) if _orjson is not None else 0)
+
+
+def finite(obj: Any) -> Any:
+    """``obj`` with every NaN or infinite float replaced by None (containers copied, others as they are)."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, Mapping):
+        return {k: finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [finite(v) for v in obj]
+    return obj
+
+
+def _refuse(obj: Any) -> Any:
+    raise TypeError
+
+
+def dumps(obj: Any, **kwargs: Any) -> str:
+    """Strict JSON: a NaN or infinite number (a -inf log-likelihood, a metric's nan) is written as null.
+
+    Without ``kwargs`` orjson writes it when it can (compact, UTF-8 as is, the same parsed
+    value as the standard library's); whatever it cannot write exactly goes to ``json``."""
+    if _orjson is not None and not kwargs:
+        try:
+            return _orjson.dumps(obj, default=_refuse, option=_ORJSON_OPTS).decode("utf-8")
+        except TypeError:  # orjson.JSONEncodeError is a TypeError
+            pass
+    opts = {"ensure_ascii": False, "separators": (",", ":"), "default": str, "allow_nan": False, **kwargs}
+    try:
+        return json.dumps(obj, **opts)
+    except ValueError:  # rare: only then walk the value
+        return json.dumps(finite(obj), **opts)
+
+
+def dumps_line(obj: Any) -> bytes:
+    """:func:`dumps` as one UTF-8 line, newline included (what the jsonl files hold). Text that
+    UTF-8 cannot carry (a lone surrogate a backend returned) is written as a ``\\u`` escape."""
+    if _orjson is not None:
+        try:
+            return _orjson.dumps(obj, default=_refuse, option=_ORJSON_OPTS | _orjson.OPT_APPEND_NEWLINE)
+        except TypeError:
+            pass
+    try:
+        return (dumps(obj) + "\n").encode("utf-8")
+    except UnicodeEncodeError:
+        return (dumps(obj, ensure_ascii=True) + "\n").encode("ascii")
+
+
+def truncate_partial_line(path: Path) -> int:
+    """Cut a half-written last line (a kill mid-write); return the bytes removed."""
+    if not path.exists():
+        return 0
+    size = path.stat().st_size
+    if size == 0:
+        return 0
+    with path.open("rb+") as fh:
+        fh.seek(max(0, size - 1))
+        if fh.read(1) == b"\n":
+            return 0
+        # walk back to the last newline
+        pos = size
+        chunk = 65536
+        while pos > 0:
+            start = max(0, pos - chunk)
+            fh.seek(start)
+            data = fh.read(pos - start)
+            idx = data.rfind(b"\n")
+            if idx >= 0:
+                cut = start + idx + 1
+                fh.truncate(cut)
+                return size - cut
+            pos = start
+        fh.truncate(0)
+        return size
+
+
+class JsonlAppender:
+    """An append-only jsonl file, flushed after every line so a kill loses at most one line.
+    ``error(path, exc)``: the :class:`OutputError` a failed open, write or close raises (the run
+    folder's says how to go on)."""
+
+    def __init__(self, path: Path, *, error: Callable[[Path, OSError], OutputError]):
+        self.path = path
+        self._error = error
+        self._failed = False  # a write failed: that error is the one reported, not close()'s
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self._fh = path.open("ab")
+        except OSError as exc:
+            raise error(path, exc) from None
+
+    def write(self, obj: Any) -> None:
+        try:
+            self._fh.write(dumps_line(obj))
+            self._fh.flush()
+        except OSError as exc:
+            self._failed = True
+            raise self._error(self.path, exc) from None
+
+    def close(self) -> None:
+        try:
+            self._fh.close()
+        except OSError as exc:
+            if not self._failed:
+                raise self._error(self.path, exc) from None
