@@ -137,6 +137,7 @@ def gage_register_loaders(register):
 
     register("jsonl", lazy(LOADERS["jsonl"], for_path=localdata.jsonl_for_path, suffixes=localdata.JSONL_SUFFIXES))
     register("hf", lazy(LOADERS["hf"], for_path=localdata.hf_for_path, suffixes=localdata.DATA_SUFFIXES))
+    register("bfcl", lazy(LOADERS["bfcl"]))
 
 
 @hookimpl
