@@ -5,6 +5,7 @@ checked as BFCL's own checker checks it (fixtures of its verdicts); a real model
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -180,3 +181,118 @@ def test_real_model_runs_the_loop(example_plugin, run_cli, tmp_path):
     assert entry["trajectory"] and entry["trajectory"][0]["role"] == "assistant"
     assert entry["raw"]["tool_loop"]["stopped"] in ("done", "max_steps")
     assert "trajectory_match" in sample["eval_result"]["metrics"]
+
+
+# -- resume and compare over trajectories ------------------------------------------------------------
+
+STEPS = [{"tool_calls": [call("a", "count", {"item": "eggs"})]},
+         {"tool_calls": [call("b", "take", {"item": "eggs", "amount": 1}), call("c", "count", {"item": "flour"})]},
+         {"text": "5"}]
+
+
+def many_rows(tmp_path: Path, n: int) -> Path:
+    """n agent rows (the example's first row under new ids, each pantry its own size)."""
+    first = json.loads(ROWS.read_text().splitlines()[0])
+    path = tmp_path / "many.jsonl"
+    path.write_text("".join(json.dumps({**first, "id": f"p-{i}", "metadata": {"pantry": {"eggs": 6 + i, "flour": i}}})
+                            + "\n" for i in range(n)))
+    return path
+
+
+def run_many(run_cli, tmp_path, data, run_id, *extra):
+    script = tmp_path / "steps.json"
+    script.write_text(json.dumps(STEPS))
+    return run_cli("--tasks", "example_pantry", "--include-path", TASKS, "--data", f"example_pantry={data}",
+                   "--model", "dummy", "--model-args", f"response=script,script={script},batch_size=2",
+                   "-o", tmp_path, "--run-id", run_id, "-q", "--no-report", *extra)
+
+
+def records(run_dir: Path) -> dict[str, dict]:
+    """Each row's record without what differs between any two runs (timings)."""
+    out = {}
+    for line in (run_dir / "samples" / "example_pantry.jsonl").read_text().splitlines():
+        record = json.loads(line)
+        for entry in record.get("predict_result") or []:
+            entry.pop("latency_ms", None)
+        out[record["id"]] = record
+    return out
+
+
+def test_a_tool_loop_run_stopped_midway_and_resumed_writes_what_one_run_writes(example_plugin, run_cli, tmp_path):
+    data = many_rows(tmp_path, 9)
+    whole = run_many(run_cli, tmp_path, data, "whole")
+    assert whole.exit_code == 0, whole.output
+    pantry = example_plugin.tool.Pantry
+    real_take, taken = pantry.take, []
+
+    def take_then_stop(self, **kwargs):  # Ctrl-C while the fourth batch's rows are between calls
+        taken.append(kwargs)
+        if len(taken) == 7:
+            raise KeyboardInterrupt
+        return real_take(self, **kwargs)
+
+    pantry.take = take_then_stop
+    try:
+        stopped = run_many(run_cli, tmp_path, data, "cut")
+    finally:
+        pantry.take = real_take
+    assert stopped.exit_code == 130, stopped.output
+    cut = tmp_path / "cut"
+    written = records(cut)
+    assert sorted(written) == [f"p-{i}" for i in range(6)]  # three batches written; p-6 and p-7 stopped mid-loop
+    resumed = run_cli("--resume", cut, "-q")
+    assert resumed.exit_code == 0, resumed.output
+    assert records(cut) == records(tmp_path / "whole")  # every trajectory and state as one run has them
+
+
+GOOD = [{"tool_calls": [call("g", "take", {"amount": 2, "item": "eggs"})]}, {"text": "4"}]  # the golden call
+
+
+def scripted_run(run_cli, tmp_path, data, run_id, good: set[str]):
+    script = tmp_path / f"{run_id}.json"
+    script.write_text(json.dumps({f"p-{i}": GOOD if f"p-{i}" in good else STEPS for i in range(6)}))
+    result = run_cli("--tasks", "example_pantry", "--include-path", TASKS, "--data", f"example_pantry={data}",
+                     "--model", "dummy", "--model-args", f"response=script,script={script}",
+                     "-o", tmp_path, "--run-id", run_id, "-q")
+    assert result.exit_code == 0, result.output
+    return tmp_path / run_id
+
+
+def test_compare_pairs_trajectories_by_row_and_shows_each_turn(example_plugin, run_cli, tmp_path):
+    from click.testing import CliRunner
+
+    from gage_plugins_builtin.compare.command import compare_command
+
+    data = many_rows(tmp_path, 6)
+    backwards = tmp_path / "backwards.jsonl"  # B reads the rows in the other order: pairs are by id
+    backwards.write_text("".join(reversed(data.read_text().splitlines(keepends=True))))
+    a = scripted_run(run_cli, tmp_path, data, "a", {"p-0", "p-1"})
+    b = scripted_run(run_cli, tmp_path, backwards, "b", {"p-1", "p-2", "p-3"})
+    page = tmp_path / "cmp.html"
+    out = CliRunner().invoke(compare_command, [str(a), str(b), "--json", "--html", str(page)])
+    assert out.exit_code == 0, out.output
+    m = json.loads(out.stdout)["tasks"]["example_pantry"]["metrics"]["trajectory_match"]
+    assert (m["n"], m["mean_a"], m["mean_b"]) == (6, 2 / 6, 3 / 6)
+    assert m["flips"] == {"0->1": ["p-2", "p-3"], "1->0": ["p-0"]}
+    html = page.read_text()
+    flips = dict(re.findall(r'<details class="flip" data-id="([^"]+)">(.*?)</details>', html, re.S))
+    assert sorted(flips) == ["p-0", "p-2", "p-3"]
+    a_side, b_side = flips["p-0"].split('<div class="side side-b">')
+    # A called as the golden trajectory does; B counted first, then took one egg and counted the flour
+    assert "turn 1: assistant</div><pre>call take({&#34;amount&#34;: 2, &#34;item&#34;: &#34;eggs&#34;})" in a_side
+    assert "turn 2: tool take</div><pre>{&#34;item&#34;: &#34;eggs&#34;, &#34;left&#34;: 4}" in a_side
+    assert "turn 1: assistant</div><pre>call count({&#34;item&#34;: &#34;eggs&#34;})" in b_side
+    assert "call take({&#34;item&#34;: &#34;eggs&#34;, &#34;amount&#34;: 1})\ncall count(" in b_side
+    assert "turn 4: tool take</div><pre>{&#34;item&#34;: &#34;eggs&#34;, &#34;left&#34;: 5}" in b_side
+
+
+def test_the_report_shows_each_turn(example_plugin, run_cli, tmp_path):
+    run_dir = scripted_run(run_cli, tmp_path, many_rows(tmp_path, 2), "r", {"p-0"})
+    html = (run_dir / "report.html").read_text()
+    data = json.loads(re.search(r'<script type="application/json" id="report-data">(.*?)</script>', html, re.S)[1])
+    shown = {s["id"]: s["tr"] for s in data["samples"]}
+    assert shown["p-0"] == [["assistant", 'call take({"amount": 2, "item": "eggs"})'],
+                            ["tool take", '{"item": "eggs", "left": 4}'], ["assistant", "4"]]
+    assert [label for label, _ in shown["p-1"]] == ["assistant", "tool count", "assistant", "tool take",
+                                                    "tool count", "assistant"]
+    assert 'block(box, "turn " + (i + 1) + ": " + t[0], t[1])' in html  # each turn its own block on the page
