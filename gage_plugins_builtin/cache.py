@@ -254,6 +254,8 @@ class ModelCache:
         body = {"kind": request.kind, "prompt": request.prompt, "messages": request.messages,
                 "continuations": list(request.continuations), "chat": request.chat, "gen": request.gen,
                 "modalities": sorted(request.modalities)}
+        if request.tools:  # (a request without tools keeps the key it had before tools existed)
+            body["tools"], body["tool_choice"] = request.tools, request.tool_choice
         media = self._media_digests(request.messages) if request.messages else None
         if media:
             body["media"] = media

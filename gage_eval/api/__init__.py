@@ -24,6 +24,10 @@ What is here, by what a plugin does with it:
   backend splits a pair into tokens by (``loglikelihood.encode_pair``, ``encode_choices``,
   ``tokenizer_encoder``, ``prefix_token_id``, ``request_context``) and the windows a rolling
   request's text is scored in (``loglikelihood.rolling_windows``).
+- tools, the namespace :mod:`tools`: ``tools.Tool`` (the base class of a tool the multi-turn
+  tool loop runs, registered with ``gage_register_tools``), ``tools.factory(name)`` (a registered
+  tool's factory) and ``tools.parser(name)`` (a tool-call parser registered with
+  ``gage_register_tool_parsers``).
 - judges: :class:`Judge`, :class:`Verdict`, and :class:`Template` (the sandboxed Jinja
   template tasks use; a judge's prompt template renders through it).
 - metrics: :class:`Metric`, :class:`MetricContext` (dotted field paths into the sample, the
@@ -82,7 +86,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # what static tools see; at run time __getattr__ below loads each name on first use
-    from gage_eval.api import events, execution, loglikelihood, pages, paths, secrets, stats
+    from gage_eval.api import events, execution, loglikelihood, pages, paths, secrets, stats, tools
     from gage_eval.api.backend import (GENERATE, LOGLIKELIHOOD, LOGLIKELIHOOD_ROLLING, Backend, ModelOutput, Request,
                                        cut_at_stop)
     from gage_eval.api.errors import (FatalBackendError, GageError, OutputError, RowError)
@@ -109,6 +113,8 @@ __all__ = [
     # backends
     "Backend", "Request", "ModelOutput", "GENERATE", "LOGLIKELIHOOD", "LOGLIKELIHOOD_ROLLING",
     "cut_at_stop",
+    # tools and tool-call parsers, as a namespace: tools.Tool, tools.factory(name), tools.parser(name)
+    "tools",
     # log-likelihood helpers, as a namespace: loglikelihood.encode_pair(...)
     "loglikelihood",
     # judges and templates
@@ -163,6 +169,7 @@ _NAMES = {
     "schemas": "data_packages validation_errors",
     "strictjson": "json_type",
     "templates": "Template",
+    "tools": "tools",
     "writer": "Writer",
     "yamlio": "read_yaml",
 }

@@ -36,6 +36,14 @@ class Request:
       whole from the model's prefix token in windows of the model's length
       (:func:`~gage_eval.api.loglikelihood.rolling_windows`, lm-eval's perplexity requests);
       the output's ``loglikelihoods`` is its one summed log-likelihood.
+
+    ``tools`` and ``tool_choice`` (generate only) are the sample's, as Sample v1 holds them
+    (OpenAI's tool definitions and choice); a backend that declares the ``tools`` capability
+    sends them natively or describes them in the prompt, and returns the calls the model made
+    as :attr:`ModelOutput.tool_calls`. ``tool_loop`` (a task's ``request.tool_loop`` with the
+    ``row`` it is for): the request is a conversation the builtin tool loop carries out (the
+    model's calls run through the registered tools, their results sent back) before one
+    output with the whole ``trajectory`` comes back; a backend never sees it.
     """
 
     kind: str
@@ -54,13 +62,22 @@ class Request:
     # ``unconditioned_loglikelihoods``; backends ignore it.
     unconditioned: str | None = None
     contexts: tuple[str, ...] = ()
+    tools: tuple[dict, ...] | None = None
+    tool_choice: Any = None
+    tool_loop: dict | None = None
 
 
 @dataclass
 class ModelOutput:
     """What a backend returns for one request.
 
-    ``error`` set means the request failed; the sample is written with it.
+    ``error`` set means the request failed; the sample is written with it. ``tool_calls``: the
+    calls the model made, in Sample v1's message shape (``{"id", "type": "function", "function":
+    {"name", "arguments"}}``, ``arguments`` the JSON text as the model wrote it, unchecked: a
+    metric judges a malformed call, so it is a scored failure and never a lost row).
+    ``trajectory``: a tool loop's messages after the request's own, in Sample v1's shape (the
+    assistant's turns with their ``tool_calls``, the ``tool`` turns with the results, the later
+    user turns), as ``golden_trajectories`` hold them.
     """
 
     text: str | None = None
@@ -74,6 +91,8 @@ class ModelOutput:
     formatted_prompt: str | None = None
     error: str | None = None
     raw: dict | None = None
+    tool_calls: list[dict] | None = None
+    trajectory: list[dict] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items() if v is not None}

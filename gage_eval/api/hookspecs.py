@@ -97,6 +97,32 @@ def gage_wrap_backend(backend: Any, use: Any) -> Any:
 
 
 @hookspec
+def gage_register_tool_parsers(register: Callable[[str, Callable[..., Any]], None]) -> None:
+    """Register tool-call parsers: how a model family writes its calls in text (a local
+    backend's model that takes tools through its chat template).
+
+    :param register: call ``register(name, factory)``. ``factory()`` returns a parser with
+        ``markers`` (strings whose presence in a chat template picks this parser when the run
+        names none) and ``parse(text) -> (content, calls, error)``: the text left for the
+        reply, the calls in Sample v1's shape, and why the text could not be read (or None).
+        A run picks one with ``--model-args tool_parser=NAME``.
+    :return: nothing.
+    """
+
+
+@hookspec
+def gage_register_tools(register: Callable[[str, Callable[..., Any]], None]) -> None:
+    """Register tools: what runs the calls a model makes in a task's tool loop
+    (``request.tool_loop.tools`` names them).
+
+    :param register: call ``register(name, factory)``. ``factory(sample)`` returns one row's
+        :class:`gage_eval.api.tools.Tool` (a fresh instance per row: its state is that row's):
+        ``functions()``, ``call(name, arguments)``, ``definitions()`` and ``state()``.
+    :return: nothing.
+    """
+
+
+@hookspec
 def gage_register_judges(register: Callable[[str, Callable[..., Any]], None]) -> None:
     """Register judges, which score a model's answer with another model.
 

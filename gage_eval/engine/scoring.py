@@ -181,12 +181,14 @@ def model_output(row: Row, output: ModelOutput | None, aux_output: ModelOutput |
 
 _ENTRY_KEYS = ("prompt", "formatted_prompt", "raw_text", "choices", "contexts", "continuations", "loglikelihoods",
                "unconditioned_loglikelihoods", "is_greedy", "seed",
-               "finish_reason", "latency_ms", "time_to_first_token_ms", "raw")
+               "finish_reason", "latency_ms", "time_to_first_token_ms", "raw", "trajectory")
 
 
 def predict_entry(model_output: Mapping[str, Any]) -> dict:
     entry: dict[str, Any] = {"index": 0, "message": {"role": "assistant", "content": [
         {"type": "text", "text": model_output.get("text") or ""}]}}
+    if model_output.get("tool_calls"):  # Sample v1's assistant message shape
+        entry["message"]["tool_calls"] = model_output["tool_calls"]
     if type(model_output) is dict:  # (a plain dict: get(key) is model_output[key])
         get = model_output.get
         for key in _ENTRY_KEYS:

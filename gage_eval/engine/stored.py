@@ -51,6 +51,8 @@ def model_output_of(entry: Mapping[str, Any]) -> dict:
     :func:`gage_eval.engine.scoring.predict_entry`)."""
     out = {k: v for k, v in entry.items() if k not in ("index", "message", "usage")}
     content = ((entry.get("message") or {}).get("content") or [])
+    if (entry.get("message") or {}).get("tool_calls"):
+        out["tool_calls"] = entry["message"]["tool_calls"]
     out["text"] = "".join(seg.get("text") or "" for seg in content
                           if isinstance(seg, Mapping) and seg.get("type") == "text")
     usage = entry.get("usage")

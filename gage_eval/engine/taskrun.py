@@ -18,10 +18,9 @@ from gage_eval.api.options import use_run_values
 from gage_eval.config.options import RunOptions, shuffled_pick
 from gage_eval.plugins import Registry
 from gage_eval.tasks.requests import RequestBuilder
-from gage_eval.api.schemas import field_message
 from gage_eval.tasks.rows import RowChecker
 from gage_eval.api.sample import SCHEMA_VERSION
-from gage_eval.api.schemas import validation_errors
+from gage_eval.api.schemas import field_message, validation_errors
 from gage_eval.engine.summary import STAGES, derived_timings
 from gage_eval.tasks.spec import (TaskSpec, dataset_for_path, discover, metric_entries, read_task_file,
                              with_dataset)
@@ -46,7 +45,6 @@ def error_stub(task: str, index: int, locator: str, stage: str, message: str, sa
         "metadata": {"locator": locator},
         "eval_result": {"error": {"stage": stage, "message": message, "locator": locator}},
     }
-
 
 
 def _named(files: list[Path]) -> str:

@@ -85,6 +85,9 @@ class RequestBuilder:
             raise GageError(f"{where}.choices_are_contexts: only a plain (not chat) loglikelihood request "
                             f"can put its choices in the context")
         self.gen: dict = normalized_gen(req.get("generation"))
+        self.tool_loop: dict | None = dict(req["tool_loop"]) if req.get("tool_loop") else None
+        if self.tool_loop is not None and (self.kind != GENERATE or not self.chat):
+            raise GageError(f"{where}.tool_loop: a tool loop is a chat: it needs kind generate and chat: true")
         # only a task with a metric that reads unconditioned scores (acc_mutual_info) pays for them
         self.unconditioned = any(getattr(m, "needs_unconditioned", False) for m in metrics)
         self.gen_override: dict = normalized_gen(getattr(options, "gen_kwargs", None))
@@ -195,14 +198,15 @@ class RequestBuilder:
                             modalities=_modalities(messages), unconditioned=unconditioned),
                     {"prompt": context, "choices": choices, "continuations": list(conts)})
         gen = self._generation(sample)
+        tools = _tools(sample, self.tool_loop) if self.tool_loop or "tools" in sample else {}
         if self.chat:
             chat = self._chat_messages(messages, rendered, shots, variables)
             return (Request(kind=GENERATE, sample_id=sid, messages=tuple(chat), chat=True, gen=gen,
-                            modalities=_modalities(chat)),
+                            modalities=_modalities(chat), **tools),
                     {"prompt": last_user_text(chat)})
         prompt = self._plain(rendered if rendered is not None else messages_text(messages), shots, variables)
         return (Request(kind=GENERATE, sample_id=sid, prompt=prompt, messages=tuple(messages), gen=gen,
-                        modalities=_modalities(messages)),
+                        modalities=_modalities(messages), **tools),
                 {"prompt": prompt})
 
     # -- pieces ------------------------------------------------------------------------------
@@ -323,6 +327,16 @@ def _gold_index(sample: Mapping[str, Any]) -> int | None:
         if answer in contents:
             return contents.index(answer)
     return None
+
+
+def _tools(sample: Mapping[str, Any], loop: Mapping[str, Any] | None = None) -> dict:
+    """The sample's Sample v1 ``tools`` and ``tool_choice`` for a generate request (none: nothing),
+    and the task's ``tool_loop`` with the row it runs for."""
+    tools = sample.get("tools")
+    out = {"tool_loop": {**loop, "row": dict(sample)}} if loop else {}
+    if not tools:
+        return out
+    return {**out, "tools": tuple(tools), "tool_choice": sample.get("tool_choice")}
 
 
 _TEXT_ONLY = frozenset({"text"})

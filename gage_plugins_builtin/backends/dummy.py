@@ -6,15 +6,16 @@ same answers whatever the batch size, order or resumption.
 from __future__ import annotations
 
 import hashlib
+import json
 import time
-from typing import Iterator, Sequence
+from typing import Any, Iterator, Sequence
 
 from gage_eval.api import (GENERATE, LOGLIKELIHOOD, LOGLIKELIHOOD_ROLLING, Backend, GageError, ModelOutput, Request,
                            messages_text)
 
 from gage_plugins_builtin.backends.args import NO_MINIMUM, as_number
 
-MODES = ("letter", "echo", "fixed")
+MODES = ("letter", "echo", "fixed", "script")
 
 
 def _unit(*parts: object) -> float:
@@ -24,8 +25,11 @@ def _unit(*parts: object) -> float:
 
 class DummyBackend(Backend):
     """Deterministic answers. ``response``: ``letter`` (a letter A-D; a sampled request's depends
-    on its seed too, so repeats differ), ``echo`` (the
-    prompt's last line) or ``fixed`` (the ``text`` argument). ``fail_every``: make
+    on its seed too, so repeats differ), ``echo`` (the prompt's last line), ``fixed`` (the
+    ``text`` argument) or ``script``: the replies of the
+    JSON file ``script`` (``{sample_id: [reply, ...]}``, or one list for every row; a reply is
+    ``{"text", "tool_calls"}``), the n-th reply for a conversation holding n-1 assistant turns
+    and an empty one past the end, to drive a tool loop (it declares ``tools``). ``fail_every``: make
     every n-th request fail, to exercise error accounting; ``delay_ms``: sleep this
     long per request, to stand in for a slow model."""
 
@@ -35,7 +39,8 @@ class DummyBackend(Backend):
                               "file"})
 
     def __init__(self, seed: int = 1234, response: str = "letter", text: str = "", batch_size: int | str = 64,
-                 fail_every: int = 0, vision: bool = True, delay_ms: float = 0.0, **unused):
+                 fail_every: int = 0, vision: bool = True, delay_ms: float = 0.0, script: str | None = None,
+                 **unused):
         if response not in MODES:
             raise GageError(f"dummy backend: response must be one of {', '.join(MODES)}, not {response!r}")
         if unused:
@@ -49,10 +54,15 @@ class DummyBackend(Backend):
         if not vision:
             self.capabilities = frozenset({GENERATE, LOGLIKELIHOOD, LOGLIKELIHOOD_ROLLING, "chat"})
         self.model_id = "gage-eval/dummy"
+        self.script = None
+        if response == "script":
+            self.script = _read_script(script)
+            self.capabilities = self.capabilities | {"tools"}
         self._count = 0
 
     def settings(self) -> dict:
-        return {"seed": self.seed, "response": self.response, "batch_size": self.max_batch}
+        out = {"seed": self.seed, "response": self.response, "batch_size": self.max_batch}
+        return {**out, "script": self.script} if self.script is not None else out
 
     def run(self, requests: Sequence[Request]) -> list[ModelOutput]:
         outputs: list = [None] * len(requests)
@@ -66,6 +76,13 @@ class DummyBackend(Backend):
             if self.delay_s:
                 time.sleep(self.delay_s)
             yield i, self._one(req)
+
+    def _scripted(self, req: Request) -> ModelOutput:
+        replies = self.script if isinstance(self.script, list) else self.script.get(req.sample_id, [])
+        n = sum(1 for m in req.messages or () if m.get("role") == "assistant")
+        reply = replies[n] if n < len(replies) else {}
+        return ModelOutput(text=str(reply.get("text", "")), tool_calls=reply.get("tool_calls") or None,
+                           finish_reason="stop")
 
     def _one(self, req: Request) -> ModelOutput:
         t0 = time.perf_counter()
@@ -84,6 +101,8 @@ class DummyBackend(Backend):
             return ModelOutput(loglikelihoods=lls, is_greedy=[i == best for i in range(len(lls))],
                                input_tokens=len(prompt.split()),
                                latency_ms=(time.perf_counter() - t0) * 1000)
+        if self.script is not None:
+            return self._scripted(req)
         if self.response == "echo":
             text = prompt.strip().splitlines()[-1] if prompt.strip() else ""
         elif self.response == "fixed":
@@ -93,3 +112,16 @@ class DummyBackend(Backend):
             text = "ABCD"[int(_unit(self.seed, req.sample_id, prompt, *sampled) * 4)]  # (sampling: seeded)
         return ModelOutput(text=text, input_tokens=len(prompt.split()), output_tokens=len(text.split()),
                            finish_reason="stop", latency_ms=(time.perf_counter() - t0) * 1000)
+
+
+def _read_script(path: str | None) -> Any:
+    if not path:
+        raise GageError("dummy backend: response=script needs script=FILE (a JSON file of replies)")
+    try:
+        with open(path, encoding="utf-8") as fh:
+            script = json.load(fh)
+    except (OSError, ValueError) as exc:
+        raise GageError(f"dummy backend: script {path}: {exc}") from None
+    if not isinstance(script, (list, dict)):
+        raise GageError(f"dummy backend: script {path}: expected a list of replies or an object of lists by sample id")
+    return script

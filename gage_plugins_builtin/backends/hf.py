@@ -22,10 +22,14 @@ from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 from gage_eval.api import (GENERATE, LOGLIKELIHOOD, LOGLIKELIHOOD_ROLLING, Backend, GageError, ModelOutput, Request,
-                           cut_at_stop, loglikelihood, messages_text, text_chat)
+                           cut_at_stop, loglikelihood, messages_text, text_chat, tools)
 from gage_plugins_builtin.backends import hf_decode
 from gage_plugins_builtin.backends.hf_decode import generate_kwargs, generation_settings
 from gage_plugins_builtin.backends.args import as_bool, as_number, check_device
+from gage_plugins_builtin.tools import prompting
+from gage_plugins_builtin.tools.calls import PythonicParser, parser_for_template
+
+TOOL_MODES = ("auto", "native", "prompt")
 
 EXTRA = "pip install 'gage-eval[transformers]'"
 DTYPES = ("float32", "bfloat16", "float16", "auto")
@@ -151,12 +155,17 @@ class TransformersBackend(Backend):
                  seed: int = 1234, trust_remote_code: bool | str = False, max_new_tokens: int | str = 256,
                  add_bos_token: bool | str | None = None, revision: str | None = None,
                  model_id: str | None = None, continuous_batching: bool | str = True,
-                 gguf_cache: bool | str = True, **unused: Any):
+                 gguf_cache: bool | str = True, tool_mode: str = "auto", tool_parser: str | None = None,
+                 **unused: Any):
         if unused:
             raise GageError(f"transformers backend: unknown argument(s) {', '.join(sorted(unused))} "
                             "(known: pretrained, gguf_file, dtype, device, batch_size, max_length, seed, "
                             "trust_remote_code, max_new_tokens, add_bos_token, revision, continuous_batching, "
-                            "gguf_cache)")
+                            "gguf_cache, tool_mode, tool_parser)")
+        # tools: native through a chat template that takes them (auto: when it does), else described in the prompt
+        if tool_mode not in TOOL_MODES:
+            raise GageError(f"transformers backend: tool_mode must be one of {', '.join(TOOL_MODES)}, not {tool_mode!r}")
+        self.tool_mode, self.tool_parser = tool_mode, tool_parser or None
         if not pretrained:
             raise GageError("transformers backend: pretrained is required "
                             "(--model-args pretrained=FOLDER_OR_HUB_ID)")
@@ -196,7 +205,7 @@ class TransformersBackend(Backend):
         # a GGUF is converted once into the user's cache (gguf_cache.py); the folder loaded from, once open
         self.gguf_cache = _bool(gguf_cache, "gguf_cache")
         self.cached_folder: str | None = None
-        caps = {GENERATE, LOGLIKELIHOOD, LOGLIKELIHOOD_ROLLING}
+        caps = {GENERATE, LOGLIKELIHOOD, LOGLIKELIHOOD_ROLLING, "tools"}
         if self._has_chat_template():
             caps.add("chat")
         self.capabilities = frozenset(caps)
@@ -416,6 +425,8 @@ class TransformersBackend(Backend):
                "max_length": self.max_length_arg, "seed": self.seed, "max_new_tokens": self.max_new_tokens,
                "add_bos_token": self.add_bos_token, "trust_remote_code": self.trust_remote_code,
                "continuous_batching": self._continuous is not False}
+        if self.tool_mode != "auto" or self.tool_parser:  # (a run without them keeps its old settings)
+            out.update(tool_mode=self.tool_mode, tool_parser=self.tool_parser)
         if self.gguf_file:
             out["gguf_cache"] = self.gguf_cache
             out["gguf_cache_folder"] = self.cached_folder
@@ -472,8 +483,24 @@ class TransformersBackend(Backend):
             for k, out in hf_rolling.rolling(self, [requests[i] for i in rolling_idx]):
                 yield rolling_idx[k], out
         if gen_idx:
-            for k, out in self._generate([requests[i] for i in gen_idx]):
-                yield gen_idx[k], out
+            prepared = [self._tool_request(requests[i]) for i in gen_idx]
+            for k, out in self._generate([req for req, _ in prepared]):
+                parser = prepared[k][1]
+                yield gen_idx[k], out if parser is None else prompting.read_calls(out, parser)
+
+    def _tool_request(self, req: Request) -> tuple[Request, Any]:
+        """The request as the model gets it and the parser its reply's calls are read with (None:
+        no tools): native when the chat template takes tools (tool_mode=auto) or tool_mode=native,
+        else the prompt-based mode."""
+        if not req.tools:
+            return req, None
+        template = str(getattr(self.tokenizer, "chat_template", None) or "")
+        native = req.chat and (self.tool_mode == "native" or (self.tool_mode == "auto" and "tools" in template))
+        if not native:
+            return prompting.prompted(req), None if prompting.calls_off(req) else PythonicParser()
+        if self.tool_parser:
+            return req, tools.parser(self.tool_parser)
+        return req, parser_for_template(template, tools.parser())
 
     # -- tokenization: the shared rule of gage_eval.api.loglikelihood ------------------------------
 
@@ -721,6 +748,9 @@ class TransformersBackend(Backend):
     # -- generation -------------------------------------------------------------------------
 
     def _prompt_text(self, req: Request) -> str:
+        if req.chat and req.tools:  # (native mode: _tool_request left the tools in)
+            return self.tokenizer.apply_chat_template(text_chat(req.messages or ()), tools=list(req.tools),
+                                                      tokenize=False, add_generation_prompt=True)
         if req.chat:
             return self.tokenizer.apply_chat_template(text_chat(req.messages or ()), tokenize=False,
                                                       add_generation_prompt=True)

@@ -91,6 +91,7 @@ from gage_eval.api import (GENERATE, LOGLIKELIHOOD, LOGLIKELIHOOD_ROLLING, Backe
 from gage_plugins_builtin.backends import openai_payload as payload
 from gage_plugins_builtin.backends.args import NO_MINIMUM, as_bool, as_number, image_args
 from gage_plugins_builtin.backends.openai_endpoints import SEPARATOR, Endpoint, Router, sent_url, split_urls
+from gage_plugins_builtin.tools import prompting
 from gage_plugins_builtin.backends.openai_http import (
     Fatal, Poster, RequestFailed, ServerUnsupported, TooLarge, classify, eager_body_writes, error_detail, error_text,
     read_body)
@@ -125,6 +126,7 @@ class Slots:
 
 INSTALL = "pip install 'gage-eval[openai]'"
 ENDPOINTS = ("auto", "chat")
+TOOL_MODES = ("native", "prompt")
 
 
 def _import_aiohttp():
@@ -256,7 +258,8 @@ class OpenAIBackend(Backend):
                  endpoint: str = "auto", loglikelihood: Any = True, batch_size: Any = None,
                  headers: Mapping[str, Any] | None = None, seed: int | None = None,
                  tokenizer: str | None = None, endpoint_backoff: float = 2.0, endpoint_backoff_max: float = 60.0,
-                 default_prompt: str | None = None, max_length: Any = 2048, **extra: Any):
+                 default_prompt: str | None = None, max_length: Any = 2048, tool_mode: str = "native",
+                 **extra: Any):
         self.aiohttp = _import_aiohttp()
         if "api_key" in extra:
             raise GageError("openai backend: do not put the key in --model-args (it would sit in your shell "
@@ -303,7 +306,12 @@ class OpenAIBackend(Backend):
         self.loglikelihood = _flag("loglikelihood", loglikelihood)
         # the model's context length: a text scored whole goes in windows of max_length - 2 tokens (lm-eval's API models)
         self.max_length = _number("max_length", max_length, int, 3)
-        caps = {GENERATE, "chat"} | ({LOGLIKELIHOOD} if self.loglikelihood else set()) | \
+        # native: tools and tool_choice go in the request and the reply's tool_calls are read;
+        # prompt: the tools are described in the prompt and the calls read from the text
+        self.tool_mode = str(tool_mode)
+        if self.tool_mode not in TOOL_MODES:
+            raise GageError(f"openai backend: tool_mode must be one of {', '.join(TOOL_MODES)}, not {tool_mode!r}")
+        caps = {GENERATE, "chat", "tools"} | ({LOGLIKELIHOOD} if self.loglikelihood else set()) | \
             ({LOGLIKELIHOOD_ROLLING} if self.loglikelihood and tokenizer else set()) | \
             ({"vision"} if self.vision else set())
         self.capabilities = frozenset(caps)
@@ -660,6 +668,12 @@ class OpenAIBackend(Backend):
     async def _generate(self, slots: Slots, req: Request) -> ModelOutput:
         params = payload.sampling_params(req.gen, self.max_tokens, self.seed)
         chat = req.chat or self.endpoint == "chat"
+        prompted = bool(req.tools) and (self.tool_mode == "prompt" or not chat)
+        if prompted:
+            req = prompting.prompted(req)
+        elif req.tools and self.stream_replies:
+            return ModelOutput(error="openai backend: stream=true does not read tool calls; leave stream off for "
+                                     "a task with tools")
         if chat:
             if req.chat and req.messages:
                 # resizing decodes and encodes images: off the event loop, so other requests keep flowing
@@ -669,6 +683,10 @@ class OpenAIBackend(Backend):
             else:
                 messages = payload.prompt_messages(req.prompt or "")
             body: dict[str, Any] = {"model": self.model, "messages": messages, **params}
+            if req.tools:
+                body["tools"] = list(req.tools)
+                if req.tool_choice is not None:
+                    body["tool_choice"] = req.tool_choice
             url = self.chat_url
         else:
             body = {"model": self.model, "prompt": req.prompt or "", **params}
@@ -681,10 +699,12 @@ class OpenAIBackend(Backend):
         data, text = reply.value
         i, o = payload.usage(data)
         choice = data["choices"][0]
-        return ModelOutput(text=payload.cut_at_stop(text, params.get("stop")), input_tokens=i, output_tokens=o,
-                           latency_ms=reply.latency_ms, time_to_first_token_ms=reply.ttft_ms,
-                           finish_reason=choice.get("finish_reason"),
-                           raw={"attempts": reply.attempts} if reply.attempts > 1 else None)
+        out = ModelOutput(text=payload.cut_at_stop(text, params.get("stop")), input_tokens=i, output_tokens=o,
+                          latency_ms=reply.latency_ms, time_to_first_token_ms=reply.ttft_ms,
+                          finish_reason=choice.get("finish_reason"),
+                          raw={"attempts": reply.attempts} if reply.attempts > 1 else None,
+                          tool_calls=payload.reply_tool_calls(choice) if chat else None)
+        return prompting.read_calls(out) if prompted else out
 
     async def _loglikelihood(self, slots: Slots, req: Request) -> ModelOutput:
         if self._no_echo:

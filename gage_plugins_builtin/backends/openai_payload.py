@@ -4,6 +4,8 @@ Pure functions, no network: the backend calls them, the tests check them directl
 """
 from __future__ import annotations
 
+import json
+
 from typing import Any, Mapping, Sequence
 
 from gage_eval.api import MEDIA_SEGMENTS, content_text, cut_at_stop as _cut_at_stop
@@ -100,7 +102,10 @@ def chat_messages(messages: Sequence[Mapping[str, Any]], vision: bool, resize: A
         media = set() if isinstance(content, str) or content is None else \
             {seg.get("type", "text") for seg in content if isinstance(seg, Mapping)} & _MEDIA
         if not media:
-            out.append({"role": role, "content": content_text(content)})
+            turn = {"role": role, "content": content_text(content)}
+            # a trajectory's tool turns: the assistant's calls and each result's call id go as they are
+            turn.update({k: message[k] for k in _TOOL_KEYS if message.get(k) is not None})
+            out.append(turn)
             continue
         if media - {"image_url"}:
             raise ValueError(f"the openai backend sends text and images only, not {', '.join(sorted(media))}")
@@ -161,6 +166,27 @@ def reply_text(reply: Any, chat: bool) -> str:
     if not isinstance(text, str):
         raise BadReply("the reply's text is not a string")
     return text
+
+
+_TOOL_KEYS = ("tool_calls", "tool_call_id", "name")
+
+
+def reply_tool_calls(choice: Mapping[str, Any]) -> list[dict] | None:
+    """The first choice's ``message.tool_calls`` in Sample v1's shape (``arguments`` kept as the JSON
+    text the server sent: a malformed one is the metric's to judge); None when there is none."""
+    message = choice.get("message")
+    calls = message.get("tool_calls") if isinstance(message, Mapping) else None
+    if not isinstance(calls, list) or not calls:
+        return None
+    out = []
+    for i, call in enumerate(calls):
+        call = call if isinstance(call, Mapping) else {}
+        fn = call.get("function") if isinstance(call.get("function"), Mapping) else {}
+        args = fn.get("arguments")
+        out.append({"id": str(call.get("id") or f"call_{i}"), "type": str(call.get("type") or "function"),
+                    "function": {"name": fn.get("name"),
+                                 "arguments": args if isinstance(args, str) else json.dumps(args)}})
+    return out
 
 
 def usage(reply: Mapping[str, Any]) -> tuple[int | None, int | None]:

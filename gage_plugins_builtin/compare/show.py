@@ -106,9 +106,9 @@ def _score_rows(record: Mapping[str, Any]) -> list[tuple[str, str]]:
 def side_view(record: Mapping[str, Any]) -> dict:
     """One run's record of a flipped sample as the page shows it: prompt, answer (or the scored
     choices of a log-likelihood row), references, error, metric values; text clipped."""
-    from gage_plugins_builtin.report.samples import clip, content_text, loglikelihood_view
+    from gage_plugins_builtin.report.samples import clip, content_text, loglikelihood_view, turns
 
-    view: dict[str, Any] = {"prompt": None, "ll": None, "norm": False, "answer": None, "error": None}
+    view: dict[str, Any] = {"prompt": None, "ll": None, "norm": False, "answer": None, "turns": [], "error": None}
     predicted = record.get("predict_result") or []
     first = predicted[0] if predicted and isinstance(predicted[0], dict) else {}
     ll = loglikelihood_view(first, record, MAX_SIDE_TEXT) if first else None
@@ -122,6 +122,7 @@ def side_view(record: Mapping[str, Any]) -> dict:
         if first:
             text = content_text((first.get("message") or {}).get("content")) or first.get("raw_text") or ""
             view["answer"] = clip(text, MAX_SIDE_TEXT)
+            view["turns"] = turns(first, MAX_SIDE_TEXT)  # a tool loop's every turn, or a reply's calls
     error = (record.get("eval_result") or {}).get("error")
     if isinstance(error, dict):
         view["error"] = clip(f"[{error.get('stage')}] {error.get('message')}", MAX_SIDE_TEXT)

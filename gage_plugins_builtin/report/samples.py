@@ -82,6 +82,35 @@ def loglikelihood_view(predicted: Mapping[str, Any], record: Mapping[str, Any], 
     return view
 
 
+def _calls_text(calls: Any) -> list[str]:
+    out = []
+    for call in calls if isinstance(calls, list) else ():
+        fn = call.get("function") if isinstance(call, dict) else None
+        if isinstance(fn, dict):
+            args = fn.get("arguments")
+            out.append(f"call {fn.get('name')}({args if isinstance(args, str) else json.dumps(args)})")
+    return out
+
+
+def turns(predicted: Mapping[str, Any], limit: int = MAX_TEXT) -> list[list[str]]:
+    """A tool loop's trajectory (``predict_result[0].trajectory``) as ``[label, text]`` per turn:
+    the assistant's words and calls, each tool's result, the later user turns; a single reply's
+    calls (no loop) as one turn; nothing for a reply without calls."""
+    trajectory = predicted.get("trajectory")
+    if not isinstance(trajectory, list):
+        calls = _calls_text((predicted.get("message") or {}).get("tool_calls"))
+        return [["tool calls", clip("\n".join(calls), limit)]] if calls else []
+    out = []
+    for m in trajectory:
+        if not isinstance(m, dict):
+            continue
+        role = str(m.get("role", ""))
+        label = f"tool {m.get('name')}" if role == "tool" and m.get("name") else role
+        lines = [t for t in [content_text(m.get("content"))] if t] + _calls_text(m.get("tool_calls"))
+        out.append([label, clip("\n".join(lines), limit)])
+    return out
+
+
 def _status(result: Mapping[str, Any]) -> str:
     """c: correct, w: wrong, e: errored, u: not scored."""
     if result.get("error"):
@@ -156,6 +185,9 @@ def compact(record: Mapping[str, Any], run: int, task: str, run_dir: Path, image
                 text = _answers(predicted, result.get("repeats") or [])
             if text:
                 out["o"] = clip(text)
+            steps = turns(first)
+            if steps:
+                out["tr"] = steps
     refs = []
     for ref in record.get("references") or []:
         if isinstance(ref, dict):

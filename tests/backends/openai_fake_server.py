@@ -13,6 +13,8 @@ The fake model:
 
 Faults: a prompt holding ``[[faults:429,reset,garbage]]`` gets those faults on its
 first, second and third attempts and a normal reply after; ``500*3`` repeats one.
+A chat request with ``tools`` whose prompt holds ``[[call:NAME|ARGUMENTS]]`` (repeatable) is
+answered with those tool calls, the arguments sent exactly as written (malformed JSON too).
 A prompt holding ``[[delay:2.5]]`` is answered that many seconds late (after ``latency``).
 ``[[quote:NAME]]`` makes the answer ``ANS-`` and the request's header NAME (a reply quoting a
 credential back); ``[[route:NAME]]`` an answer that depends on that header's value (a gateway
@@ -51,6 +53,7 @@ from typing import Any
 
 TOKEN = re.compile(r"\s*\S+|\s+$")
 DIRECTIVE = re.compile(r"\[\[(say|faults|delay|quote|route):([^\]]*)\]\]")
+CALL = re.compile(r"\[\[call:([^|\]]*)\|([^\]]*)\]\]")
 HEADER_DIRECTIVE = re.compile(r"\[\[(quote|route):([^\]]*)\]\]")
 TOP_TOKEN, TOP_LOGPROB = " the", -0.5
 REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found",
@@ -388,6 +391,15 @@ class FakeServer:
         return {"prompt_tokens": i, "completion_tokens": o, "total_tokens": i + o}
 
     async def _chat(self, body: dict, prompt: str, writer) -> bool:
+        calls = CALL.findall(prompt)
+        if calls and body.get("tools"):  # [[call:NAME|ARGUMENTS]]: a tool call, arguments sent as written
+            message = {"role": "assistant", "content": None, "tool_calls": [
+                {"id": f"call_{i}", "type": "function", "function": {"name": name, "arguments": args}}
+                for i, (name, args) in enumerate(calls)]}
+            return await self._json(writer, 200, {
+                "id": "chatcmpl-fake", "object": "chat.completion", "model": self.model,
+                "choices": [{"index": 0, "message": message, "finish_reason": "tool_calls"}],
+                "usage": self._usage(prompt, "")})
         text, finish = self._generate(body, prompt)
         if body.get("stream"):
             return await self._stream(writer, text, finish, prompt, chat=True)

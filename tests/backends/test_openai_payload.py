@@ -150,7 +150,7 @@ def test_arguments(monkeypatch):
                        header_X_Team="eval", **{"header_api-key": "azure-secret-1"}, vision=True,
                        loglikelihood=False)
     assert set(b.secrets) == {"sk-gage-test-0000", "azure-secret-1", "eval"}  # every header value is secret
-    assert b.capabilities == {"generate", "chat", "vision"}
+    assert b.capabilities == {"generate", "chat", "vision", "tools"}
     assert b.max_batch == 128  # 16 rounds of 8 a window
     assert openai_backend(base_url="http://h", model="m", concurrency=2).max_batch == 64
     assert openai_backend(base_url="http://h", model="m", concurrency=64, batch_size=300).max_batch == 300

@@ -253,7 +253,7 @@ def test_constructor_is_cheap_and_reports_capabilities(smollm2_gguf):
 
     backend = smollm2_backend()
     assert backend.model is None and backend.tokenizer is None  # weights load in open()
-    assert backend.capabilities == {GENERATE, LOGLIKELIHOOD, "chat"}
+    assert backend.capabilities == {GENERATE, LOGLIKELIHOOD, "chat", "tools"}  # tools: native or in the prompt
     assert backend.max_batch >= 256
     assert backend.settings()["gguf_file"] == smollm2_gguf.name
     assert "SmolLM2-135M-Instruct" in backend.model_id

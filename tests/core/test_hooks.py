@@ -802,3 +802,84 @@ def test_hook_gage_register_sandboxes():
             register_plugin(clash, "test-clash")
     finally:
         reset_plugins()
+
+
+class _AngleCalls:
+    markers = ("<<call>>",)
+
+    def parse(self, text):
+        name, _, args = text.partition("<<call>>")[2].partition("|")
+        return "", [{"id": "call_0", "type": "function", "function": {"name": name, "arguments": args}}], None
+
+
+class _ParserPlugin:
+    @hookimpl
+    def gage_register_tool_parsers(self, register):
+        register("angle", _AngleCalls)
+
+
+def test_hook_gage_register_tool_parsers():
+    from gage_eval.api import tools
+    from gage_eval.plugins import register_plugin, reset_plugins
+    from gage_plugins_builtin.tools.calls import parser_for_template
+
+    reset_plugins()
+    try:
+        registry = register_plugin(_ParserPlugin(), "angles")
+        assert registry.tool_parsers["angle"].plugin == "angles" and "hermes" in registry.tool_parsers
+        parser = tools.parser("angle")  # what --model-args tool_parser=angle gives a backend
+        assert parser.parse('<<call>>f|{"a": 1}')[1][0]["function"] == {"name": "f", "arguments": '{"a": 1}'}
+        # with no name, a chat template holding the plugin's marker picks it
+        assert isinstance(parser_for_template("{{ '<<call>>' }} {{ tools }}", tools.parser()), _AngleCalls)
+    finally:
+        reset_plugins()
+
+
+class _Counter:
+    """A stateful tool: its count starts at the row's metadata.start."""
+
+    def __init__(self, sample=None):
+        self.n = int(((sample or {}).get("metadata") or {}).get("start", 0))
+
+    def functions(self):
+        return ["bump"]
+
+    def call(self, name, arguments):
+        self.n += int(arguments.get("by", 1))
+        return {"n": self.n}
+
+    def definitions(self):
+        return []
+
+    def state(self):
+        return self.n
+
+
+class _ToolPlugin:
+    @hookimpl
+    def gage_register_tools(self, register):
+        register("counter", _Counter)
+
+
+def test_hook_gage_register_tools():
+    from gage_eval.api import Request, tools
+    from gage_eval.plugins import register_plugin, reset_plugins
+    from gage_plugins_builtin.tools.loop import Conversation
+
+    reset_plugins()
+    try:
+        registry = register_plugin(_ToolPlugin(), "counters")
+        assert registry.tools["counter"].plugin == "counters" and "bfcl_multi_turn" in registry.tools
+        assert tools.factory("counter")(sample={"metadata": {"start": 5}}).state() == 5
+        row = {"id": "r", "metadata": {"start": 2}}
+        req = Request(kind="generate", sample_id="r", messages=({"role": "user", "content": "go"},), chat=True,
+                      tool_loop={"tools": ["counter"], "row": row})
+        conv = Conversation(req)
+        call = {"id": "c", "type": "function", "function": {"name": "bump", "arguments": '{"by": 3}'}}
+        from gage_eval.api import ModelOutput
+
+        assert not conv.take(ModelOutput(text="", tool_calls=[call]))
+        assert conv.trajectory[-1]["content"][0]["text"] == '{"n": 5}'
+        assert conv.take(ModelOutput(text="done")) and conv.result().raw["tool_loop"]["states"] == [{"_Counter": 5}]
+    finally:
+        reset_plugins()

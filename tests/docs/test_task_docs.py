@@ -119,6 +119,14 @@ def test_every_builtin_component_is_documented_with_its_arguments(kind):
             f"{target} takes {constructor_args(target)} (in that order)")
 
 
+@pytest.mark.parametrize("kind, registered", [("Tools", builtin.TOOLS), ("Tool-call parsers", builtin.TOOL_PARSERS)])
+def test_every_builtin_tool_and_parser_is_documented(kind, registered):
+    """Tools and parsers take no task arguments (a tool is built from its row): the names alone."""
+    assert sorted(documented_components(kind)) == sorted(registered), (
+        f"docs/tasks.md '{kind}' lists {sorted(documented_components(kind))}; "
+        f"gage_plugins_builtin registers {sorted(registered)}")
+
+
 # -- the walkthroughs --------------------------------------------------------------------------
 
 @dataclass

@@ -1,4 +1,4 @@
-"""gage-eval-plugin-example: a backend, a metric, a writer, a schema and a task folder,
+"""gage-eval-plugin-example: a backend, a metric, a writer, a schema, a tool and task folders,
 registered through hooks.
 
 gage-eval finds this module through the entry point in pyproject.toml
@@ -47,6 +47,14 @@ def gage_register_schemas(register):
 
     register("example/trivia", schema.SCHEMA_PATH, checks=schema.errors, warnings=schema.warnings,
              rows=schema.reader)
+
+
+@hookimpl
+def gage_register_tools(register):
+    # a tool of the tool loop: the factory is called once per row with the row
+    from gage_eval_plugin_example.tool import Pantry
+
+    register("example/pantry", Pantry)
 
 
 @hookimpl
