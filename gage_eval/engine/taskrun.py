@@ -18,13 +18,11 @@ from gage_eval.api.options import use_run_values
 from gage_eval.config.options import RunOptions, shuffled_pick
 from gage_eval.plugins import Registry
 from gage_eval.tasks.requests import RequestBuilder
-from gage_eval.api.schemas import field_message
+from gage_eval.api.schemas import field_message, validation_errors
 from gage_eval.tasks.rows import RowChecker
 from gage_eval.api.sample import SCHEMA_VERSION
-from gage_eval.api.schemas import validation_errors
 from gage_eval.engine.summary import STAGES, derived_timings
-from gage_eval.tasks.spec import (TaskSpec, dataset_for_path, discover, metric_entries, read_task_file,
-                             with_dataset)
+from gage_eval.tasks.spec import TaskSpec, dataset_for_path, discover, metric_entries, read_task_file, with_dataset
 
 MAX_WARNINGS_SHOWN = 20  # per task, on the console; events.jsonl has all of them
 
