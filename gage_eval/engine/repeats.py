@@ -18,8 +18,7 @@ from gage_eval.engine.row import Row
 
 
 class Repeats:
-    """A task's repeats: ``n``, the ``k`` of its pass@k and maj@k metrics (those up to ``n``), and
-    the mean within-row variance of each metric over the rows written."""
+    """A task's repeats: ``n`` and the ``k`` of its pass@k and maj@k metrics (those up to ``n``)."""
 
     def __init__(self, spec: Mapping[str, Any], given: int | None, seed: int):
         self.n = int(given if given is not None else spec.get("n", 1))
@@ -29,7 +28,6 @@ class Repeats:
         self.maj_at = sorted({k for k in maj_at if k <= self.n}) if self.n > 1 else []
         self.generation = dict(spec.get("generation") or {})
         self.seed = seed
-        self.variance: dict[str, list[float]] = {}  # metric -> [sum of the rows' variances, rows]
 
     def expand(self, row: Row, warnings: list) -> Iterator[tuple[Row, list]]:
         """The row as the task draws it: itself, or its ``n`` repeats (the warnings go with the first)."""
@@ -42,22 +40,11 @@ class Repeats:
             yield row._replace(request=replace(row.request, gen={**gen, "seed": base + r}), repeat=r), \
                 warnings if r == 0 else []
 
-    def add(self, result: Mapping[str, Any]) -> None:
-        """Count a written row's per-metric variance over its answers (live and on resume)."""
-        if "repeats" not in result:
-            return
-        for name, value in (result.get("metrics") or {}).items():
-            if isinstance(value, Mapping) and value.get("variance") is not None:
-                total = self.variance.setdefault(name, [0.0, 0])
-                total[0] += value["variance"]
-                total[1] += 1
-
     def summary(self) -> dict:
         """summary.json's ``repeats`` of a task (empty when each row is answered once)."""
         if self.n <= 1:
             return {}
-        return {"repeats": {"n": self.n, "pass_at": self.pass_at, "maj_at": self.maj_at,
-                            "mean_item_variance": {k: round(s / c, 12) for k, (s, c) in self.variance.items() if c}}}
+        return {"repeats": {"n": self.n, "pass_at": self.pass_at, "maj_at": self.maj_at}}
 
 
 def gathered(n: int, write: Callable[[Row], None]) -> Callable[[Row], None]:

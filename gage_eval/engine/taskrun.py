@@ -22,8 +22,7 @@ from gage_eval.tasks.rows import RowChecker
 from gage_eval.api.sample import SCHEMA_VERSION
 from gage_eval.api.schemas import field_message, validation_errors
 from gage_eval.engine.summary import STAGES, derived_timings
-from gage_eval.tasks.spec import (TaskSpec, dataset_for_path, discover, metric_entries, read_task_file,
-                             with_dataset)
+from gage_eval.tasks.spec import TaskSpec, dataset_for_path, discover, metric_entries, read_task_file, with_dataset
 
 MAX_WARNINGS_SHOWN = 20  # per task, on the console; events.jsonl has all of them
 
@@ -229,7 +228,8 @@ class TaskRun:
                 yield Row(index, locator, row.sample, error={"stage": "template", "message": str(exc),
                                                              "locator": locator}), warnings
                 continue
-            yield from self.repeats.expand(Row(index, locator, row.sample, request, rendered), warnings)
+            built = Row(index, locator, row.sample, request, rendered)
+            yield from self.repeats.expand(built, warnings) if self.repeats.n > 1 else ((built, warnings),)
 
     def account(self, record: Mapping[str, Any]) -> None:
         """Count one written record and add its metric values; used live and on resume."""
@@ -258,7 +258,6 @@ class TaskRun:
             return
         self.counts["scored"] += 1
         self.aggregate.add(values, record.get("data_tag"), record, items)
-        self.repeats.add(result)
 
     def status(self, max_error_rate: float = 0.0) -> tuple[str, str | None]:
         """``ok``, ``errors`` (rows errored, more than ``max_error_rate`` of them) or ``failed``
@@ -299,7 +298,7 @@ class TaskRun:
             "counts": dict(self.counts, **({"by_counter": self.extra_counts} if self.extra_counts else {})),
             "errors_by_stage": self.errors_by_stage,
             "timings": {k: round(v, 6) for k, v in t.items()},
-            **{name: dict(part) for name, part in self.sections.items()}, **self.repeats.summary(),
+            **{name: dict(part) for name, part in self.sections.items()}, **(self.repeats.summary() if self.repeats.n > 1 else {}),
         }
 
 

@@ -99,7 +99,10 @@ def test_repeats_keep_every_answer_and_score_pass_at_k_maj_at_k_and_the_clustere
     assert clustered != pytest.approx(naive)
     assert {"pass@1", "pass@5", "maj@5"} <= set(task["metrics"])
     assert task["repeats"]["n"] == 5 and task["repeats"]["pass_at"] == [1, 5]
-    assert task["repeats"]["mean_item_variance"]["exact_match"] >= 0
+    for record, values in zip(records, per_answer):  # the per-item variance (n - 1) over the row's answers
+        m = sum(values) / 5
+        assert record["eval_result"]["metrics"]["exact_match"]["variance"] == pytest.approx(
+            sum((v - m) ** 2 for v in values) / 4)
     assert task["counts"]["total"] == len(QUESTIONS)
 
 
