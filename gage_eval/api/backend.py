@@ -128,6 +128,9 @@ class Backend:
     # settings() keys that change how requests travel, not what the model answers (batching,
     # timeouts, retries): a response cache leaves them out of the model's identity
     transport_args: tuple[str, ...] = ()
+    # the model has a chat template of its own (an instruct or chat model): a run whose tasks format
+    # their prompts without it is told how to apply it (lm-eval's hint)
+    chat_template: bool = False
 
     def open(self) -> None:
         """Load weights, start sessions. Called once, after the engine has checked

@@ -158,7 +158,11 @@ def gage_register_writers(register: Callable[[str, Callable[..., Any]], None]) -
         ``gage_register_options``), as the builtin ``report`` writer reads ``report``
         (``--no-report``). A default writer whose factory declares ``merged = True`` also
         writes a run ``gage-eval merge`` makes (the builtin ``instances``). The run folder's own
-        files (samples, summary.json) are written by the core's writers.
+        files (samples, summary.json) are written by the core's writers. Each plugin writer gets
+        its own copy of every record, event and summary, so what it changes reaches no file, count
+        or other writer; a writer that only reads them declares ``read_only = True`` (a class
+        attribute, a promise never to change them) and gets the core's objects uncopied (the
+        builtin ``instances`` does).
     :return: nothing.
     """
 

@@ -135,6 +135,15 @@ def build_summary(run_id: str, options: Any, runs: list, backends: tuple, wall: 
     return summary
 
 
+def _counted(task: Mapping[str, Any]) -> dict[str, dict[str, int]]:
+    """The sections backend wrappers counted for a task (api.running.Tally: the response cache's
+    hits and misses), which follow ``timings`` in its summary; those that counted nothing left out."""
+    keys = list(task)
+    after = keys[keys.index("timings") + 1:] if "timings" in keys else []
+    return {k: task[k] for k in after if isinstance(task[k], Mapping) and task[k]
+            and all(type(n) is int for n in task[k].values()) and any(task[k].values())}
+
+
 def _fmt(x: Any) -> str:
     return "-" if x is None else (f"{x:.4f}" if isinstance(x, float) else str(x))
 
@@ -153,10 +162,11 @@ def print_results(summary: dict, run_dir: Path) -> None:
 
     from gage_eval.api.errors import EXIT_MEANING
 
-    rows = [("task", "metric", "value", "stderr", "n")]
+    shots = str((summary["run"].get("settings") or {}).get("num_fewshot") or 0)  # lm-eval's n-shot (none given: 0)
+    rows = [("task", "metric", "value", "stderr", "n", "n-shot")]
     for name, task in summary["tasks"].items():
         for metric, entry in task["metrics"].items():
-            rows.append((name, metric, _fmt(entry["value"]), _fmt(entry["stderr"]), str(entry["n"])))
+            rows.append((name, metric, _fmt(entry["value"]), _fmt(entry["stderr"]), str(entry["n"]), shots))
     _print_table(rows)
     if summary.get("groups"):  # lm-eval's "Groups" table: each group over all the tasks under it
         rows = [("group", "metric", "value", "stderr", "n")]
@@ -169,6 +179,8 @@ def print_results(summary: dict, run_dir: Path) -> None:
         c = task["counts"]
         line = (f"{name}: {c['total']} rows, {c['scored']} scored, {c['errored']} errored"
                 + (f" ({c['judge_errors']} judge errors)" if c.get("judge_errors") else ""))
+        line += "".join(f"; {section} " + ", ".join(f"{n} {key.replace('_', ' ')}" for key, n in part.items())
+                        for section, part in _counted(task).items())
         if task.get("status") == "failed":
             line += f"; FAILED: {task['failure']}"
         elif task.get("status") == "errors":

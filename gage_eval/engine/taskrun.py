@@ -9,6 +9,7 @@ from typing import Any, Iterator, Mapping
 from gage_eval.api.backend import Backend
 from gage_eval.api.errors import GageError, did_you_mean
 from gage_eval.engine.executor import make_backend, model_backend
+from gage_eval.engine.hints import chat_template_hint
 from gage_eval.engine.idset import IdSet
 from gage_eval.engine.row import Row
 from gage_eval.api.metric import MISSING_FIELD_POLICIES, MissingFieldPolicy, TaskAggregate, metric_value
@@ -392,4 +393,5 @@ def make_backends(registry: Registry, opts: RunOptions, ready: list["TaskRun"]) 
         _check_capabilities([tr.spec for tr in ready if tr.judge], judge_backend,
                             opts.judge_model or opts.model, role="judge model")
     _check_capabilities([tr.spec for tr in ready], backend, opts.model, chat=opts.apply_chat_template)
+    chat_template_hint(backend, opts, [tr.spec for tr in ready])
     return backend, judge_backend

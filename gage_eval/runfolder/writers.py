@@ -8,7 +8,7 @@ truth, which ``--resume`` reads back) and ``summary.json``. A plugin adds format
 On ``--resume`` every writer starts each task afresh and first receives the records kept
 from before, in their order, so it rebuilds its output whole; it never needs to read back
 what it wrote. A plugin writer gets copies (it cannot change the record, the counts or the
-summary); one that fails, ``sys.exit`` included, is reported once and left out for the rest of
+summary), unless it declares ``read_only = True`` (it promises not to change them); one that fails, ``sys.exit`` included, is reported once and left out for the rest of
 the run: the samples file still holds every record, a resume rebuilds the writer's output, and
 ``--drop-writer NAME`` resumes without it.
 """
@@ -144,7 +144,7 @@ class WriterSet:
             try:  # each its own copy: what a plugin changes reaches no count, file or other writer
                 call = getattr(writer, method)
                 if getattr(call, "__func__", None) is not no_op:  # (nor copied for: a copy a record is not free)
-                    call(*[plugin_copy(a) for a in args])
+                    call(*(args if getattr(writer, "read_only", False) is True else [plugin_copy(a) for a in args]))
             except PLUGIN_FAULTS as exc:  # a bug, a full disk, sys.exit: its output is rebuilt by a resume
                 self.plugins.remove(writer)
                 why = fault_text(exc)

@@ -208,6 +208,7 @@ class TransformersBackend(Backend):
         if self._has_chat_template():
             caps.add("chat")
         self.capabilities = frozenset(caps)
+        self.chat_template = "chat" in caps
 
     # -- loading ---------------------------------------------------------------------------
 

@@ -26,6 +26,7 @@ def self_deployed_backends() -> frozenset[str]:
 
 class InstancesWriter(Writer):
     name = "instances"
+    read_only = True  # it builds new instances from each record and changes none (uncopied: tests/core/test_writers.py)
 
     def __init__(self) -> None:
         self.folder: RunFolder | None = None

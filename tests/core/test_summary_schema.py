@@ -48,8 +48,9 @@ def test_rows_errored_and_failed_task_validate(tmp_path, run_cli):
     assert result.exit_code == 1, result.output
     task = summary_of(tmp_path / "errors")["tasks"]["piqa"]
     assert task["status"] == "errors" and task["errors_by_stage"] == {"inference": 2}
-    result = run_cli("--tasks", "piqa", "--model", "dummy", "--data", "piqa=/no/such.jsonl", "-o", tmp_path,
-                     "--run-id", "failed", "-q")
+    (tmp_path / "empty.jsonl").write_text("")
+    result = run_cli("--tasks", "piqa", "--model", "dummy", "--data", f"piqa={tmp_path / 'empty.jsonl'}", "-o",
+                     tmp_path, "--run-id", "failed", "-q")  # (a missing file is refused before the run, exit 2)
     assert result.exit_code == 3, result.output
     summary = summary_of(tmp_path / "failed")
     assert summary["tasks"]["piqa"]["status"] == "failed" and summary["tasks"]["piqa"]["metrics"] == {}
@@ -114,11 +115,14 @@ def test_interrupted_then_resumed_run_validates(tmp_path, run_cli, monkeypatch):
     assert summary["run"]["interrupted"] is None and summary["tasks"]["piqa"]["counts"]["total"] == 20
 
 
-def test_settings_describe_every_run_option():
-    from gage_eval.engine.loop import RunOptions
+def test_settings_describe_every_core_setting_and_no_plugin_option():
+    """The core's settings are each described and required; the plugins' run options (the builtin's
+    cache, report, ...) are neither: a run has them only when their plugin was loaded."""
+    from gage_eval.config.options import RunOptions
 
     settings = load_schema("summary")["properties"]["run"]["properties"]["settings"]
-    assert set(settings["properties"]) == set(settings["required"]) == {f.name for f in fields(RunOptions)}
+    core = {f.name for f in fields(RunOptions)} - {"plugin_options"}  # flattened among the core's
+    assert set(settings["properties"]) == set(settings["required"]) == core
 
 
 @pytest.mark.parametrize("where, change, words", [
@@ -130,7 +134,9 @@ def test_settings_describe_every_run_option():
     ("status", lambda s: s["tasks"]["piqa"].__setitem__("status", "fine"), ["$.tasks.piqa.status", "'fine'"]),
     ("exit status", lambda s: s["run"].__setitem__("exit_status", None), ["$.run.exit_status", "None"]),
     ("unknown key", lambda s: s["run"].__setitem__("extra", 1), ["$.run", "'extra' was unexpected"]),
-    ("unknown option", lambda s: s["run"]["settings"].__setitem__("colour", "red"), ["$.run.settings", "'colour'"]),
+    ("core setting", lambda s: s["run"]["settings"].__setitem__("seed", "red"), ["$.run.settings.seed", "'red'"]),
+    ("missing setting", lambda s: s["run"]["settings"].pop("fewshot_data"),
+     ["$.run.settings", "'fewshot_data' is a required property"]),
     ("metric value", lambda s: s["tasks"]["piqa"]["metrics"]["acc"].__setitem__("value", "high"),
      ["$.tasks.piqa.metrics.acc.value", "'high'"]),
 ])
@@ -160,6 +166,8 @@ def test_open_where_plugins_add_keys(piqa_summary):
     extended["run"]["model"]["settings"]["anything"] = {"a": 1}
     extended["run"]["model"]["args"]["url"] = "http://x"
     extended["tasks"]["piqa"]["metrics"]["acc"]["ci90"] = [0.1, 0.9]
+    extended["run"]["settings"]["colour"] = "red"  # a third-party plugin's run option
+    assert "cache" not in piqa_summary["run"]["settings"]  # an Engine run without the builtin's options
     assert validation_errors(extended, "summary") == []
 
 
