@@ -7,6 +7,8 @@ import sys
 import time
 from typing import TextIO
 
+from gage_eval.api.backend import use_token_listener
+
 # seconds between plain progress lines when stderr is not a terminal
 def _interval() -> float:
     """GAGE_EVAL_PROGRESS_INTERVAL, or 10; a value that is no positive number is ignored, with a
@@ -73,6 +75,10 @@ class Progress:
         self._last_line = self._t0
         self._bar = None
         self._closed = False
+        self.tokens = 0  # generated so far (Backend.generated): a long batch moves before its rows finish
+        self._shown = self._t0
+        if not quiet:
+            use_token_listener(self._generated)
         if not quiet and _is_tty(self.stream):
             from tqdm import tqdm
 
@@ -85,13 +91,27 @@ class Progress:
             self.errored += n
         if self._bar is not None:
             if errored:
-                self._bar.set_postfix_str(f"{self.errored} errored", refresh=False)
+                self._bar.set_postfix_str(self._postfix(), refresh=False)
             self._bar.update(n)
         elif not self.quiet:
             now = time.monotonic()
             if now - self._last_line >= self._interval:
                 self._last_line = now
                 self._line(now)
+
+    def _generated(self, n: int) -> None:
+        self.tokens += n
+        now = time.monotonic()
+        if self._bar is not None and now - self._shown >= 0.2:
+            self._shown = now
+            self._bar.set_postfix_str(self._postfix())  # (refreshes the bar: its elapsed time moves too)
+        elif self._bar is None and now - self._last_line >= self._interval:
+            self._last_line = now
+            self._line(now)
+
+    def _postfix(self) -> str:
+        return ", ".join(part for part in (f"{self.errored} errored" if self.errored else "",
+                                           f"{self.tokens} tokens generated" if self.tokens else "") if part)
 
     def _line(self, now: float, final: bool = False) -> None:
         elapsed = now - self._t0
@@ -102,6 +122,8 @@ class Progress:
         parts.append(f"{rate:.1f} rows/s")
         if self.errored:
             parts.append(f"{self.errored} errored")
+        if self.tokens and not final:
+            parts.append(f"{self.tokens} tokens generated")
         if final:
             parts.append(f"done in {duration(elapsed)}")
         elif self.total and rate > 0 and self.count < self.total:
@@ -124,6 +146,8 @@ class Progress:
         if self._closed:
             return
         self._closed = True
+        if not self.quiet:
+            use_token_listener(None)
         if self._bar is not None:
             self._bar.close()
         elif not self.quiet:
