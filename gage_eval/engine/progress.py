@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import sys
 import time
-from typing import TextIO
+from typing import Callable, TextIO
 
 from gage_eval.api.backend import use_token_listener
 
@@ -84,6 +84,7 @@ class Progress:
 
             self._bar = tqdm(total=total, initial=start, desc=label, unit="row", file=self.stream,
                              dynamic_ncols=True, mininterval=0.1, smoothing=0.1, leave=True)
+            self._quiet_noise = _through_bar(self.message)
 
     def update(self, n: int = 1, errored: bool = False) -> None:
         self.count += n
@@ -149,9 +150,42 @@ class Progress:
         if not self.quiet:
             use_token_listener(None)
         if self._bar is not None:
+            self._quiet_noise()
             self._bar.close()
         elif not self.quiet:
             self._line(time.monotonic(), final=True)
+
+
+def _through_bar(say: Callable[[str], None]) -> Callable[[], None]:
+    """Library noise (Python warnings, transformers' log lines) printed above the bar instead of
+    through it while the bar is drawn; returns what puts things back."""
+    import logging
+    import warnings
+
+    shown = warnings.showwarning
+
+    def show(message, category, filename, lineno, file=None, line=None):  # (warnings' own signature)
+        say(f"{category.__name__}: {message}")
+
+    class Handler(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            say(f"{record.name}: {record.getMessage()}")
+
+    logger = logging.getLogger("transformers")
+    kept = logger.handlers[:]
+    propagate = logger.propagate
+    handler = Handler(logging.WARNING)
+    warnings.showwarning = show
+    if kept:  # transformers set up its stderr handler: ours replaces it while the bar runs
+        logger.handlers = [handler]
+        logger.propagate = False
+
+    def restore() -> None:
+        warnings.showwarning = shown
+        if kept:
+            logger.handlers, logger.propagate = kept, propagate
+
+    return restore
 
 
 def close_backends(layers: list, backends: tuple) -> None:
