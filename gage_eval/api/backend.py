@@ -4,7 +4,7 @@ from __future__ import annotations
 import asyncio
 import math
 from dataclasses import dataclass, field, replace
-from typing import Any, ClassVar, Iterator, Sequence
+from typing import Any, Callable, ClassVar, Iterator, Sequence
 
 from gage_eval.api.errors import GageError
 
@@ -85,6 +85,7 @@ class ModelOutput:
     is_greedy: list[bool] | None = None
     input_tokens: int | None = None
     output_tokens: int | None = None
+    # this row's own time: a batched backend gives each row its share of the batch's (not the whole)
     latency_ms: float | None = None
     time_to_first_token_ms: float | None = None
     finish_reason: str | None = None
@@ -168,6 +169,21 @@ class Backend:
 
     def close(self) -> None:
         """Release the model, sockets or processes this backend holds."""
+
+    def generated(self, tokens: int) -> None:
+        """Say that ``tokens`` more tokens were generated (call it as a long generation batch
+        goes): the progress bar shows them, so a batch whose rows finish together is seen moving."""
+        if _token_listener is not None:
+            _token_listener(tokens)
+
+
+_token_listener: Callable[[int], None] | None = None
+
+
+def use_token_listener(listener: Callable[[int], None] | None) -> None:
+    """The core's: who hears :meth:`Backend.generated` (the running task's progress bar; None: nobody)."""
+    global _token_listener
+    _token_listener = listener
 
 
 def stream_outputs(backend: Backend, requests: list) -> Iterator[tuple[int, ModelOutput]]:

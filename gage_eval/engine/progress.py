@@ -5,7 +5,9 @@ from __future__ import annotations
 import os
 import sys
 import time
-from typing import TextIO
+from typing import Callable, TextIO
+
+from gage_eval.api.backend import use_token_listener
 
 # seconds between plain progress lines when stderr is not a terminal
 def _interval() -> float:
@@ -73,11 +75,16 @@ class Progress:
         self._last_line = self._t0
         self._bar = None
         self._closed = False
+        self.tokens = 0  # generated so far (Backend.generated): a long batch moves before its rows finish
+        self._shown = self._t0
+        if not quiet:
+            use_token_listener(self._generated)
         if not quiet and _is_tty(self.stream):
             from tqdm import tqdm
 
             self._bar = tqdm(total=total, initial=start, desc=label, unit="row", file=self.stream,
                              dynamic_ncols=True, mininterval=0.1, smoothing=0.1, leave=True)
+            self._quiet_noise = _through_bar(self.message)
 
     def update(self, n: int = 1, errored: bool = False) -> None:
         self.count += n
@@ -85,13 +92,27 @@ class Progress:
             self.errored += n
         if self._bar is not None:
             if errored:
-                self._bar.set_postfix_str(f"{self.errored} errored", refresh=False)
+                self._bar.set_postfix_str(self._postfix(), refresh=False)
             self._bar.update(n)
         elif not self.quiet:
             now = time.monotonic()
             if now - self._last_line >= self._interval:
                 self._last_line = now
                 self._line(now)
+
+    def _generated(self, n: int) -> None:
+        self.tokens += n
+        now = time.monotonic()
+        if self._bar is not None and now - self._shown >= 0.2:
+            self._shown = now
+            self._bar.set_postfix_str(self._postfix())  # (refreshes the bar: its elapsed time moves too)
+        elif self._bar is None and now - self._last_line >= self._interval:
+            self._last_line = now
+            self._line(now)
+
+    def _postfix(self) -> str:
+        return ", ".join(part for part in (f"{self.errored} errored" if self.errored else "",
+                                           f"{self.tokens} tokens generated" if self.tokens else "") if part)
 
     def _line(self, now: float, final: bool = False) -> None:
         elapsed = now - self._t0
@@ -102,6 +123,8 @@ class Progress:
         parts.append(f"{rate:.1f} rows/s")
         if self.errored:
             parts.append(f"{self.errored} errored")
+        if self.tokens and not final:
+            parts.append(f"{self.tokens} tokens generated")
         if final:
             parts.append(f"done in {duration(elapsed)}")
         elif self.total and rate > 0 and self.count < self.total:
@@ -124,10 +147,45 @@ class Progress:
         if self._closed:
             return
         self._closed = True
+        if not self.quiet:
+            use_token_listener(None)
         if self._bar is not None:
+            self._quiet_noise()
             self._bar.close()
         elif not self.quiet:
             self._line(time.monotonic(), final=True)
+
+
+def _through_bar(say: Callable[[str], None]) -> Callable[[], None]:
+    """Library noise (Python warnings, transformers' log lines) printed above the bar instead of
+    through it while the bar is drawn; returns what puts things back."""
+    import logging
+    import warnings
+
+    shown = warnings.showwarning
+
+    def show(message, category, filename, lineno, file=None, line=None):  # (warnings' own signature)
+        say(f"{category.__name__}: {message}")
+
+    class Handler(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            say(f"{record.name}: {record.getMessage()}")
+
+    logger = logging.getLogger("transformers")
+    kept = logger.handlers[:]
+    propagate = logger.propagate
+    handler = Handler(logging.WARNING)
+    warnings.showwarning = show
+    if kept:  # transformers set up its stderr handler: ours replaces it while the bar runs
+        logger.handlers = [handler]
+        logger.propagate = False
+
+    def restore() -> None:
+        warnings.showwarning = shown
+        if kept:
+            logger.handlers, logger.propagate = kept, propagate
+
+    return restore
 
 
 def close_backends(layers: list, backends: tuple) -> None:

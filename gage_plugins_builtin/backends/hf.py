@@ -552,9 +552,9 @@ class TransformersBackend(Backend):
             with torch.inference_mode():
                 results = self._score_packed(layouts, rows)
             ms = (time.perf_counter() - t0) * 1000
-            for (i, ctx, conts), (lls, greedy) in zip(batch, results):
+            for (i, ctx, conts), (lls, greedy) in zip(batch, results):  # each row's share of the batch's time
                 yield i, ModelOutput(loglikelihoods=lls, is_greedy=greedy,
-                                     input_tokens=len(ctx) + sum(map(len, conts)), latency_ms=ms,
+                                     input_tokens=len(ctx) + sum(map(len, conts)), latency_ms=ms / len(batch),
                                      raw={"batch_questions": len(batch)})
         for i, ctx, conts in single:
             t0 = time.perf_counter()
@@ -822,14 +822,15 @@ class TransformersBackend(Backend):
         rows = hf_decode.decode_rows(self.model, prompts, settings, slots=slots,
                                      pad_id=pad if pad is not None else 0, eos_ids=self._eos_ids(),
                                      decode_text=lambda t: self.tokenizer.decode(t, skip_special_tokens=True),
-                                     device=self.device)
+                                     device=self.device, on_tokens=self.generated)
         for row in rows:
             text, stopped = cut_at_stop(self.tokenizer.decode(row.tokens, skip_special_tokens=True),
                                         settings["stop"])
             yield row.index, ModelOutput(text=text, input_tokens=row.prompt_len, output_tokens=len(row.tokens),
-                                         latency_ms=(row.ended - row.started) * 1000,
+                                         latency_ms=row.share * 1000,  # its part of the model's time
                                          finish_reason="stop" if stopped else row.reason,
-                                         formatted_prompt=members[row.index][1], raw={"batch_size": slots})
+                                         formatted_prompt=members[row.index][1],
+                                         raw={"batch_size": slots})
 
     def _generate_batch(self, chunk, seqs: list[list[int]], settings: dict) -> list[ModelOutput]:
         """``model.generate`` on one static batch, left-padded."""
@@ -852,6 +853,7 @@ class TransformersBackend(Backend):
             out = self.model.generate(input_ids=inp.to(self.device), attention_mask=mask.to(self.device), **kwargs)
         ms = (time.perf_counter() - t0) * 1000
         new = out[:, width:].tolist()
+        self.generated(sum(len(t) for t in new))
         eos_ids = self._eos_ids()
         results = []
         for r, tokens in enumerate(new):
@@ -865,6 +867,6 @@ class TransformersBackend(Backend):
             if stopped:
                 reason = "stop"
             results.append(ModelOutput(text=text, input_tokens=len(seqs[r]), output_tokens=len(kept),
-                                       latency_ms=ms, finish_reason=reason, formatted_prompt=chunk[r][1],
+                                       latency_ms=ms / len(chunk), finish_reason=reason, formatted_prompt=chunk[r][1],
                                        raw={"batch_size": len(chunk)}))
         return results

@@ -69,6 +69,7 @@ class Row:
     tokens: list[int] = field(default_factory=list)
     reason: str | None = None  # "stop" or "length" once finished
     ended: float = 0.0
+    share: float = 0.0  # seconds: each model call's time divided among the rows it ran for
 
 
 # model types whose layers keep a recurrent state, not keys and values
@@ -243,8 +244,12 @@ def decode(model: Any, prompts: Sequence[list[int]], settings: dict, *, slots: i
 
 
 def decode_rows(model: Any, prompts: Sequence[list[int]], settings: dict, *, slots: int, pad_id: int,
-                eos_ids: set[int], decode_text: Callable[[list[int]], str], device: Any) -> Iterator[Row]:
+                eos_ids: set[int], decode_text: Callable[[list[int]], str], device: Any,
+                on_tokens: Callable[[int], None] | None = None) -> Iterator[Row]:
     """:func:`decode`'s rows, each yielded the moment it finishes (``row.index`` names its prompt).
+    ``on_tokens(n)`` is told after each model call how many tokens it chose (one per row in it),
+    so a watcher sees a batch move before its rows finish; ``Row.share`` is the row's part of
+    the model's time (each call's time divided by the rows in it), not the batch's wall time.
 
     The model runs under ``torch.inference_mode`` one step at a time: the mode is off while
     the caller holds a row, and a caller that stops early leaves nothing behind.
@@ -315,7 +320,8 @@ def decode_rows(model: Any, prompts: Sequence[list[int]], settings: dict, *, slo
                 out = model(input_ids=ids.to(device), attention_mask=new_mask.to(device),
                             position_ids=pos.to(device), use_cache=True, **{cache_arg: new_cache}, **last_only)
                 first = choose(out.logits[:, -1, :]).to("cpu")
-                new_rows = [Row(index=i, prompt_len=len(prompts[i]), started=started, tokens=[int(t)])
+                took, stepped = (time.perf_counter() - started) / len(batch), len(batch)
+                new_rows = [Row(index=i, prompt_len=len(prompts[i]), started=started, tokens=[int(t)], share=took)
                             for i, t in zip(batch, first.tolist())]
                 new_pos = new_mask.sum(dim=1)
                 if cache is None:
@@ -337,13 +343,16 @@ def decode_rows(model: Any, prompts: Sequence[list[int]], settings: dict, *, slo
                 ended = [row for row in rows if row.reason is not None]
             else:
                 # one decoding step for every row
+                t_step = time.perf_counter()
                 step_mask = torch.cat([mask, torch.ones((len(rows), 1), dtype=torch.long)], dim=1)
                 out = model(input_ids=last[:, None].to(device), attention_mask=step_mask.to(device),
                             position_ids=positions[:, None].to(device), use_cache=True, **{cache_arg: cache})
                 chosen = choose(out.logits[:, -1, :]).to("cpu")
                 mask, positions, last = step_mask, positions + 1, chosen
+                took, stepped = (time.perf_counter() - t_step) / len(rows), len(rows)
                 keep = []
                 for r, (row, token) in enumerate(zip(rows, chosen.tolist())):
+                    row.share += took
                     row.tokens.append(int(token))
                     if finished(row):
                         ended.append(row)
@@ -351,6 +360,8 @@ def decode_rows(model: Any, prompts: Sequence[list[int]], settings: dict, *, slo
                         keep.append(r)
             if len(keep) < len(rows):
                 cache, mask, positions, last, rows = _drop(cache, mask, positions, last, rows, keep)
+        if on_tokens is not None:
+            on_tokens(stepped)
         yield from ended
 
 

@@ -174,3 +174,22 @@ def test_a_model_it_cannot_drive_is_named_with_the_reason():
     # a text model inside a multimodal config is judged by its text part
     assert "sliding" in hf_decode.unsupported_reason(
         _fake(NS(text_config=NS(model_type="mistral", sliding_window=8)), full))
+
+
+def test_the_watcher_sees_every_token_and_each_row_gets_its_share_of_the_time(tiny_llama):
+    """``on_tokens`` counts each token as its model call ends (a batch whose rows all finish at
+    the last step still moves); a row's share of the model's time is at most its wall time and
+    the shares together at most the whole decode's (issue 28: latency_ms means the row)."""
+    import time
+
+    told: list[int] = []
+    t0 = time.perf_counter()
+    rows = list(hf_decode.decode_rows(tiny_llama, PROMPTS, settings(), slots=3, pad_id=0, eos_ids=set(),
+                                      decode_text=lambda t: " ".join(map(str, t)), device="cpu",
+                                      on_tokens=told.append))
+    whole = time.perf_counter() - t0
+    assert sum(told) == sum(len(r.tokens) for r in rows) == 12 * len(PROMPTS)
+    assert len(told) > 12  # once per model call, not once per finished batch
+    for row in rows:
+        assert 0 < row.share <= row.ended - row.started
+    assert sum(r.share for r in rows) <= whole

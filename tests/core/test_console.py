@@ -82,3 +82,57 @@ def test_the_hint_is_said_only_where_it_applies(capsys):
     assert chat_template_hint(model, RunOptions(tasks=["plain"], apply_chat_template=False), [spec]) is None
     assert chat_template_hint(model, RunOptions(tasks=["plain"], quiet=True), [spec]) is None
     assert capsys.readouterr().err == ""
+
+
+def test_progress_moves_with_generated_tokens_before_any_row_finishes():
+    """A generation batch whose rows all finish at its last step (issue 28: 0/10 for minutes, then
+    10/10) is seen moving: a backend's Backend.generated reaches the running task's progress."""
+    import io
+
+    from gage_eval.api.backend import Backend
+    from gage_eval.engine.progress import Progress
+
+    stream = io.StringIO()
+    progress = Progress("piqa", total=10, stream=stream, interval=0)
+    Backend().generated(24)
+    Backend().generated(24)
+    assert progress.count == 0 and progress.tokens == 48
+    assert "0/10 rows (0%)" in stream.getvalue() and "48 tokens generated" in stream.getvalue()
+    progress.close()
+    Backend().generated(5)  # no task running: nobody hears it
+    assert progress.tokens == 48
+    quiet = Progress("piqa", total=10, stream=stream, quiet=True)
+    Backend().generated(3)
+    assert quiet.tokens == 0
+
+
+def test_library_noise_goes_above_the_bar_not_through_it():
+    """While a task's bar is drawn, a Python warning or a transformers log line is written as a line
+    of its own above the bar (Progress.message); afterwards both go where they went before."""
+    import io
+    import logging
+    import warnings
+
+    from gage_eval.engine.progress import Progress
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    logger = logging.getLogger("transformers")
+    before = logger.handlers[:]
+    if not before:  # as transformers sets it up: a handler of its own on its library logger
+        logger.addHandler(logging.StreamHandler(io.StringIO()))
+    handlers, shown = logger.handlers[:], warnings.showwarning
+    stream = Terminal()
+    progress = Progress("gen", total=3, stream=stream)
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        warnings.warn("`old_arg` is deprecated", FutureWarning)
+    logger.warning("Setting `pad_token_id` to `eos_token_id`")
+    progress.close()
+    text = stream.getvalue()
+    assert "gage-eval: FutureWarning: `old_arg` is deprecated\n" in text
+    assert "gage-eval: transformers: Setting `pad_token_id` to `eos_token_id`\n" in text
+    assert logger.handlers == handlers and warnings.showwarning is shown
+    logger.handlers = before
