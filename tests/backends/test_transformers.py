@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from gage_eval.api import hookimpl
-from gage_eval.api.backend import GENERATE, LOGLIKELIHOOD, Backend, ModelOutput, Request
+from gage_eval.api.backend import GENERATE, LOGLIKELIHOOD, LOGLIKELIHOOD_ROLLING, Backend, ModelOutput, Request
 from gage_eval.api.errors import GageError
 from gage_eval.plugins import register_plugin, reset_plugins
 
@@ -253,7 +253,7 @@ def test_constructor_is_cheap_and_reports_capabilities(smollm2_gguf):
 
     backend = smollm2_backend()
     assert backend.model is None and backend.tokenizer is None  # weights load in open()
-    assert backend.capabilities == {GENERATE, LOGLIKELIHOOD, "chat", "tools"}  # tools: native or in the prompt
+    assert backend.capabilities == {GENERATE, LOGLIKELIHOOD, LOGLIKELIHOOD_ROLLING, "chat", "tools"}  # tools: native or in the prompt
     assert backend.max_batch >= 256
     assert backend.settings()["gguf_file"] == smollm2_gguf.name
     assert "SmolLM2-135M-Instruct" in backend.model_id
