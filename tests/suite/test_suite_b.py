@@ -182,15 +182,16 @@ def test_offline_rows_are_the_ones_lm_eval_scored(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("task", ["arc_challenge", "boolq"])
-def test_real_model_scores_as_lm_eval(task, tmp_path, reuse_weights, run_cli):
-    """SmolLM2 (the bundled GGUF, float32, CPU; the default model): two rows score within 1e-4 of lm-eval."""
+def test_real_model_scores_as_lm_eval(task, tmp_path, smollm2_gguf):
+    """SmolLM2 (the bundled GGUF, float32, CPU): two rows score within 1e-4 of lm-eval."""
     rows = FIXTURE["tasks"][task][:2]
     data = tmp_path / f"{task}.jsonl"
     data.write_text("".join(json.dumps(r["doc"]) + "\n" for r in rows))
     out = tmp_path / "runs"
-    with reuse_weights():
-        result = run_cli("--tasks", task, "--data", f"{task}={data}", "-o", out, "--quiet")
-    assert result.exit_code == 0, result.output
+    proc = subprocess.run([sys.executable, "-m", "gage_eval.cli", "--tasks", task, "--data", f"{task}={data}",
+                           "-o", str(out), "--quiet"], capture_output=True, text=True, cwd=ROOT,
+                          env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert proc.returncode == 0, proc.stderr
     samples = next(p for p in out.rglob(f"{task}.jsonl") if p.parent.name == "samples")
     records = {json.loads(line)["id"]: json.loads(line) for line in samples.open()}
     assert sorted(records) == [f"{task}-0", f"{task}-1"]
