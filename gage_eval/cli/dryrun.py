@@ -1,7 +1,7 @@
 """``--dry-run``: the resolved settings and the first requests of each task, printed without
 loading a model or making a run folder.
 
-Tasks, rows and requests come from the engine's own pieces (:func:`~gage_eval.engine.taskrun.resolve_tasks`,
+Tasks, rows and requests come from the engine's own pieces (:func:`~gage_eval.tasks.resolve.resolve_tasks`,
 :class:`~gage_eval.engine.taskrun.TaskRun`, :class:`~gage_eval.tasks.rows.RowChecker` and the task's
 request builder), so what is shown is what a run would send. The backend is built, which
 checks its arguments, but never opened. The exit status is a run's: 0 when every row shown
@@ -19,7 +19,8 @@ import click
 
 from gage_eval.engine.executor import split_args
 from gage_eval.config.options import RunOptions, in_shard
-from gage_eval.engine.taskrun import TaskRun, _check_capabilities, make_backend, resolve_tasks
+from gage_eval.engine.taskrun import TaskRun, _check_capabilities, make_backend
+from gage_eval.tasks.resolve import resolve_tasks
 from gage_eval.api.errors import EXIT_ROW_ERRORS, EXIT_TASK_FAILED, GageError
 from gage_eval.plugins import load_plugins
 from gage_eval.api.secrets import mask, redact, strip_credentials

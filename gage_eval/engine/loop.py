@@ -38,8 +38,9 @@ from gage_eval.runfolder.rundir import record_inputs
 from gage_eval.engine.scoring import written_record
 from gage_eval.engine.summary import build_summary, versions
 from gage_eval.engine.row import Row
-from gage_eval.engine.taskrun import TaskRun, make_backends, resolve_tasks
+from gage_eval.engine.taskrun import TaskRun, make_backends
 from gage_eval.runfolder.writers import SamplesWriter, SummaryWriter, WriterSet, plugin_writers, writer_secrets
+from gage_eval.tasks.resolve import resolve_tasks
 
 __all__ = ["Engine", "RunOptions", "TaskRun"]
 

@@ -140,7 +140,8 @@ def check_shards(run_dirs: list[Path]) -> list[tuple[Path, RunOptions, dict, dic
 def merge(run_dirs: list[Path], out: Path, command: str = "") -> dict:
     """Write the merged run folder ``out``; returns its summary."""
     from gage_eval.plugins import load_plugins
-    from gage_eval.engine.taskrun import TaskRun, resolve_tasks
+    from gage_eval.engine.taskrun import TaskRun
+    from gage_eval.tasks.resolve import resolve_tasks
     from gage_eval.runfolder.writers import SamplesWriter, SummaryWriter, WriterSet, plugin_writers
 
     shards = check_shards(run_dirs)

@@ -9,7 +9,8 @@ from typing import Iterator
 
 from gage_eval.api.errors import GageError
 from gage_eval.config.options import load_options
-from gage_eval.engine.taskrun import TaskRun, resolve_tasks
+from gage_eval.engine.taskrun import TaskRun
+from gage_eval.tasks.resolve import resolve_tasks
 from gage_eval.plugins import load_plugins, stored_option_keys
 from gage_eval.tasks.rows import RowChecker
 

@@ -38,9 +38,10 @@ from gage_eval.engine.observers import Observers
 from gage_eval.engine.row import Row
 from gage_eval.engine.rowlog import RowLog
 from gage_eval.engine.stored import StoredBackend, stored_rows
-from gage_eval.engine.taskrun import TaskRun, _check_capabilities, resolve_tasks
+from gage_eval.engine.taskrun import TaskRun, _check_capabilities
 from gage_eval.runfolder.records import EventLog
 from gage_eval.runfolder.rundir import folder_digest
+from gage_eval.tasks.resolve import resolve_tasks
 
 def read_run(run_dir: Path) -> tuple[RunOptions, dict, dict]:
     """The run's options (config.json), its input hashes (inputs.json) and its summary (may be empty)."""
