@@ -47,6 +47,8 @@ except ImportError:  # pragma: no cover - orjson is a dependency; json stands in
 from gage_eval.api import Backend, BackendUse, FatalBackendError, GageError, ModelOutput, OutputError, Request
 from gage_eval.api import secrets as secret_rules
 
+from gage_plugins_builtin.backends.gguf_cache import file_sha256
+
 FILE_NAME = "responses.sqlite"
 FORMAT = "1"  # the stored format; another value in a file's meta table is refused
 BUSY_TIMEOUT_MS = 60_000
@@ -309,18 +311,10 @@ class ModelCache:
         memo = (path, st.st_size, st.st_mtime_ns)
         if memo not in self._media:
             try:
-                self._media[memo] = _file_digest(Path(path))
+                self._media[memo] = file_sha256(Path(path))
             except OSError:
                 return None
         return self._media[memo]
-
-
-def _file_digest(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def _secrets_digest(secrets: Sequence[str]) -> str:
