@@ -19,7 +19,7 @@ def write_stage(tr: Any, write: Callable[[Row], None]) -> tuple[Callable[[Row], 
     repeated task wait for all their answers (:func:`~gage_eval.engine.repeats.gathered`); with a
     metric that submits, each answer's scoring starts in the :class:`Background` first and the end
     writes the rows still running (without one, the end does nothing)."""
-    write = gathered(tr.repeats.n, write) if tr.repeats.n > 1 else write
+    write = gathered(tr.repeats.n, write)
     background = Background(tr.metrics, write)
     if not background.metrics:
         return write, lambda: None

@@ -35,12 +35,13 @@ from gage_eval.engine.executor import make_backend
 from gage_eval.engine.judging import Judging, judge_chunk
 from gage_eval.engine.loop import Engine
 from gage_eval.engine.observers import Observers
+from gage_eval.engine.progress import open_backends
 from gage_eval.engine.row import Row
 from gage_eval.engine.rowlog import RowLog
 from gage_eval.engine.stored import StoredBackend, stored_rows
 from gage_eval.engine.taskrun import TaskRun, _check_capabilities
 from gage_eval.runfolder.records import EventLog
-from gage_eval.runfolder.rundir import folder_digest
+from gage_eval.runfolder.rundir import fingerprint
 from gage_eval.tasks.resolve import resolve_tasks
 
 def read_run(run_dir: Path) -> tuple[RunOptions, dict, dict]:
@@ -62,8 +63,7 @@ def metric_entries(spec: Any, names: list[str], registry: Any) -> list:
     metric name) keeps the task's entry with its arguments; another registered metric is taken bare."""
     out: list = []
     for name in names:
-        own = [m for m in spec.metrics
-               if (m if isinstance(m, str) else m.get("as", m["name"])) == name]
+        own = [m for m, label in zip(spec.metrics, _metric_names(spec.metrics)) if label == name]
         own = own or [m for m in spec.metrics if isinstance(m, dict) and m["name"] == name and "as" not in m]
         if own:
             out.append(own[0])
@@ -105,7 +105,7 @@ class Rescore(Engine):
 
     def __init__(self, run_dir: Path, new_dir: Path, metrics: list[str] | None, judge_model: str | None,
                  judge_args: dict, tasks: list[str] | None, command: str, quiet: bool = False):
-        self.source_dir = run_dir
+        self.source_dir, self.source = run_dir, RunFolder(run_dir)
         was, self.source_inputs, self.source_summary = read_run(run_dir)
         self.metrics, self.rejudge = metrics, judge_model is not None
         if tasks:
@@ -138,11 +138,11 @@ class Rescore(Engine):
             specs = self._specs()
         runs = [TaskRun(spec, self.registry, self.options, failure) for spec, failure in specs]
         for tr in runs:
-            samples = RunFolder(self.source_dir).samples_file(tr.name)
+            samples = self.source.samples_file(tr.name)
             if not tr.failure and not os.path.lexists(samples):
                 tr.failure = f"{samples} is missing: the run wrote no row"
             elif not tr.failure:  # a damaged samples file is refused before NEW_DIR is made: nothing is left
-                for _ in RunFolder(self.source_dir).records(tr.name):
+                for _ in self.source.records(tr.name):
                     pass
         self.now = self._fingerprints(runs)  # (its warnings said before the judge is built, as before)
         return runs
@@ -172,11 +172,10 @@ class Rescore(Engine):
                 continue
             folder = tr.spec.folder
             before = self.source_inputs.get(tr.name) or {}
-            now[tr.name] = {"task_folder": {"path": str(folder), "sha256": folder_digest(folder)},
-                            "data": dict(before.get("data") or {})}
+            now[tr.name] = {**fingerprint(folder, ()), "data": dict(before.get("data") or {})}
             was = before.get("task_folder") or {}
             if not was:
-                print(f"gage-eval: warning: {tr.name}: {RunFolder(self.source_dir).inputs_file} has no hash of its "
+                print(f"gage-eval: warning: {tr.name}: {self.source.inputs_file} has no hash of its "
                       f"task folder, so {folder} cannot be checked against the one the run used", file=sys.stderr)
             elif was.get("sha256") != now[tr.name]["task_folder"]["sha256"] or was.get("path") != str(folder):
                 where = f"{was.get('path')} is now {folder}" if was.get("path") != str(folder) else str(folder)
@@ -212,15 +211,11 @@ class Rescore(Engine):
         self.folder.write_inputs(self.now)
 
     def _open(self, ready: list[TaskRun], backend: Any, judge_backend: Any, events: EventLog) -> float:
-        if not self.rejudge:
-            return 0.0
-        t0 = time.perf_counter()
-        judge_backend.open()
-        return time.perf_counter() - t0
+        return open_backends((("judge model", judge_backend, self.options.judge_model),), True) if self.rejudge else 0.0
 
     def _rows(self, tr: TaskRun, seen: Any) -> Iterator[tuple[Row, tuple]]:
         keep_judge = not (self.rejudge and tr.judge is not None)
-        for row in stored_rows(RunFolder(self.source_dir), tr.name, self.rejudge, keep_judge):
+        for row in stored_rows(self.source, tr.name, self.rejudge, keep_judge):
             yield row, ()
 
     def _stages(self, tr: TaskRun, staged: dict, write: Any) -> tuple[None, Judging | None]:

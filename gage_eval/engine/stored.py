@@ -9,6 +9,7 @@ from typing import Any, Iterator, Mapping
 
 from gage_eval.api.runfolder import RunFolder
 from gage_eval.engine.row import Answer, Judgement, Row
+from gage_eval.engine.taskrun import scrubbed_count
 
 STORED = ("predict_result", "eval_result")  # the parts of a record that are not the sample
 
@@ -65,8 +66,6 @@ def model_output_of(entry: Mapping[str, Any]) -> dict:
 def row_of(record: dict, index: int, locator: str, keep_judge: bool) -> Row:
     """The row a stored record came from, with its stored answer (and verdict), ready to be
     scored (and judged) again: the infer stage of a rescore."""
-    from gage_eval.engine.taskrun import scrubbed_count
-
     sample = {k: v for k, v in record.items() if k not in STORED}
     result = record.get("eval_result") or {}
     err = result.get("error") or {}
