@@ -152,8 +152,9 @@ def report_data(run_dirs: Sequence[Path | str], out_dir: Path, summaries: Mappin
         for task in run["tasks"]:
             where = reread.positions.get((run["index"], task["name"]))
             task["errors"] = task["errors"].sorted(lambda sid, t=task["name"], w=where: _key(_row_position(sid, t, w)))
-    order = sorted(store.entries, key=lambda e: (e[0], e[1], _sort_position(e, task_names, reread), e[2]))
-    positions = [_row_position(e[3], task_names[e[1]][1], reread.positions.get(task_names[e[1]])) for e in order]
+    placed = sorted(((e, _row_position(e[3], task_names[e[1]][1], reread.positions.get(task_names[e[1]])))
+                     for e in store.entries), key=lambda ep: (ep[0][0], ep[0][1], _key(ep[1]), ep[0][2]))
+    order, positions = [e for e, _ in placed], [p for _, p in placed]
     data_order = {f"{r}/{t}": (r, t) in reread.positions for r, t in task_names}
     table = _compare(runs)
     return {"runs": runs, "images": reread.embedded, "compare": table, "order": order,
@@ -165,11 +166,6 @@ def report_data(run_dirs: Sequence[Path | str], out_dir: Path, summaries: Mappin
 
 def _key(position: int | None) -> float:
     return float("inf") if position is None else position
-
-
-def _sort_position(entry: tuple, task_names: list[tuple[int, str]], reread: Reread) -> float:
-    run_task = task_names[entry[1]]
-    return _key(_row_position(entry[3], run_task[1], reread.positions.get(run_task)))
 
 
 def _task_view(run: int, name: str, t: Mapping[str, Any], ranges: Mapping[str, RowRange], errors: ErrorGroups,
