@@ -79,7 +79,7 @@ def interval(metric: Mapping[str, Any], rows: RowRange | None) -> dict:
         lo, hi = wilson(float(value), n)
         out.update(lo=lo, hi=hi, how="Wilson")
     elif isinstance(stderr, (int, float)) and not isinstance(stderr, bool):
-        lo, hi = value - stats.Z95 * stderr, value + stats.Z95 * stderr
+        lo, hi = stats.normal_interval(value, stderr)
         if unit:
             out.update(lo=max(lo, 0.0), hi=min(hi, 1.0), how="normal, clipped to [0, 1]")
         else:
