@@ -4,30 +4,15 @@ calls it there). Reads JSON lines {key, category, function, ground_truth, text} 
 decoder and AST checker import (filelock, tenacity, python-dotenv, tree_sitter 0.21.3,
 tree-sitter-java 0.21.0, tree-sitter-javascript 0.21.4); its model registry (which imports every
 provider's SDK) is replaced by one entry for a prompting model, whose function names are not
-rewritten (underscore_to_dot false), as BFCL treats its prompt models."""
+rewritten (underscore_to_dot false), as BFCL treats its prompt models (bfcl_side_common.py)."""
 from __future__ import annotations
 
-import json
-import sys
-import types
-from dataclasses import dataclass
+from bfcl_side_common import MODEL, answer  # (first: it replaces BFCL's model registry)
 
-MODEL = "gage-eval/prompting"
-
-
-@dataclass
-class _Config:
-    underscore_to_dot: bool = False
-
-
-registry = types.ModuleType("bfcl_eval.constants.model_config")
-registry.MODEL_CONFIG_MAPPING = {MODEL: _Config()}
-sys.modules["bfcl_eval.constants.model_config"] = registry
-
-from bfcl_eval.constants.enums import Language, ReturnFormat  # noqa: E402
-from bfcl_eval.eval_checker.ast_eval.ast_checker import ast_checker  # noqa: E402
-from bfcl_eval.model_handler.utils import default_decode_ast_prompting  # noqa: E402
-from bfcl_eval.utils import is_empty_output, is_function_calling_format_output  # noqa: E402
+from bfcl_eval.constants.enums import Language, ReturnFormat
+from bfcl_eval.eval_checker.ast_eval.ast_checker import ast_checker
+from bfcl_eval.model_handler.utils import default_decode_ast_prompting
+from bfcl_eval.utils import is_empty_output, is_function_calling_format_output
 
 
 def verdict(row: dict) -> tuple[bool, str]:
@@ -50,11 +35,4 @@ def verdict(row: dict) -> tuple[bool, str]:
     return bool(result["valid"]), result.get("error_type", "")
 
 
-for line in sys.stdin:
-    if line.strip():
-        row = json.loads(line)
-        try:
-            valid, kind = verdict(row)
-        except Exception as exc:  # the checker itself failing on a row is a finding, not a crash here
-            valid, kind = False, f"checker raised {type(exc).__name__}: {exc}"
-        print(json.dumps({"key": row["key"], "valid": valid, "error_type": kind}), flush=True)
+answer(lambda row, n: verdict(row))

@@ -7,26 +7,11 @@ decoded by its prompting decoder and the undecodable or empty ones skipped, then
 multi_turn_checker). Its model registry is replaced as in bfcl_checker_side.py."""
 from __future__ import annotations
 
-import json
-import sys
-import types
-from dataclasses import dataclass
+from bfcl_side_common import MODEL, answer  # (first: it replaces BFCL's model registry)
 
-MODEL = "gage-eval/prompting"
-
-
-@dataclass
-class _Config:
-    underscore_to_dot: bool = False
-
-
-registry = types.ModuleType("bfcl_eval.constants.model_config")
-registry.MODEL_CONFIG_MAPPING = {MODEL: _Config()}
-sys.modules["bfcl_eval.constants.model_config"] = registry
-
-from bfcl_eval.eval_checker.multi_turn_eval.multi_turn_checker import multi_turn_checker  # noqa: E402
-from bfcl_eval.eval_checker.multi_turn_eval.multi_turn_utils import is_empty_execute_response  # noqa: E402
-from bfcl_eval.model_handler.utils import default_decode_execute_prompting  # noqa: E402
+from bfcl_eval.eval_checker.multi_turn_eval.multi_turn_checker import multi_turn_checker
+from bfcl_eval.eval_checker.multi_turn_eval.multi_turn_utils import is_empty_execute_response
+from bfcl_eval.model_handler.utils import default_decode_execute_prompting
 
 
 def verdict(row: dict, n: int) -> tuple[bool, str]:
@@ -49,11 +34,4 @@ def verdict(row: dict, n: int) -> tuple[bool, str]:
     return bool(result["valid"]), result.get("error_type", "")
 
 
-for n, line in enumerate(sys.stdin):
-    if line.strip():
-        row = json.loads(line)
-        try:
-            valid, kind = verdict(row, n)
-        except Exception as exc:  # the checker failing on a row is a finding, not a crash here
-            valid, kind = False, f"checker raised {type(exc).__name__}: {exc}"
-        print(json.dumps({"key": row["key"], "valid": valid, "error_type": kind}), flush=True)
+answer(verdict)
