@@ -10,7 +10,7 @@ from typing import Any, Callable
 
 import pluggy
 
-from gage_eval.api import execution, hookspecs, schemas
+from gage_eval.api import hookspecs, registered
 from gage_eval.api.errors import GageError, did_you_mean
 from gage_eval.api.options import RunOption
 
@@ -243,9 +243,6 @@ def load_plugins() -> tuple[pluggy.PluginManager, Registry]:
         pm = make_plugin_manager()
         _registry = collect_registry(pm)
         _pm = pm
-        from gage_eval.api import tools  # handed the registry here, not at import: --help stays light
-
-        tools.use_registry(lambda: load_plugins()[1].tools, lambda: load_plugins()[1].tool_parsers)
     assert _registry is not None
     return _pm, _registry
 
@@ -283,20 +280,12 @@ def plugin_versions() -> dict[str, str]:
 
 def installed_data_packages() -> list[tuple[str, str]]:
     """The registered data packages that are installed, as ``(name, folder)`` in registration order
-    (builtins first); a root function that fails or returns None counts as not installed."""
-    _, registry = load_plugins()
-    out = []
-    for reg in registry.data_packages.values():
-        try:
-            root = reg.factory() if callable(reg.factory) else reg.factory
-        except Exception:  # a plugin's lookup must not break a run; the package is just not found
-            continue
-        if root is not None and os.path.isdir(root):
-            out.append((reg.name, str(root)))
-    return out
+    (builtins first): :func:`gage_eval.api.schemas.data_packages`."""
+    from gage_eval.api.schemas import data_packages
+
+    return data_packages()
 
 
-# the API's schema and data-package lookups read the registry through these (the API imports nothing above it)
-schemas.use_plugin_schemas(lambda: load_plugins()[1].schemas)
-schemas.use_data_packages(installed_data_packages)
-execution.use_sandboxes(lambda: load_plugins()[1].sandboxes)
+# the API reads what plugins registered (schemas, data packages, sandboxes, tools) through this
+# (the API imports nothing above it)
+registered.use_registry(lambda: load_plugins()[1])

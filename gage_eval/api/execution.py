@@ -14,8 +14,9 @@ from __future__ import annotations
 import sys
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Callable, ClassVar, Mapping
+from typing import Any, ClassVar, Mapping
 
+from gage_eval.api import registered
 from gage_eval.api.errors import GageError
 from gage_eval.api.options import run_value
 
@@ -97,16 +98,8 @@ class Sandbox:
         """Release what the sandbox holds (called at exit)."""
 
 
-_lookup: Callable[[], Mapping[str, Any]] | None = None
 _open: dict[tuple, Sandbox] = {}
 _lock = threading.Lock()
-
-
-def use_sandboxes(lookup: Callable[[], Mapping[str, Any]]) -> None:
-    """Set by the plugin manager: ``lookup()`` maps each registered sandbox name to an entry whose
-    ``factory(**args)`` builds it."""
-    global _lookup
-    _lookup = lookup
 
 
 def open_sandbox(name: str = "local", **args: Any) -> Sandbox:
@@ -122,7 +115,7 @@ def open_sandbox(name: str = "local", **args: Any) -> Sandbox:
 
 
 def _build(name: str, args: Mapping[str, Any]) -> Sandbox:
-    table = _lookup() if _lookup is not None else {}
+    table = registered.table("sandboxes")
     if name not in table:
         known = ", ".join(sorted(table)) or "none"
         raise GageError(f"unknown sandbox {name!r}; registered sandboxes: {known}")

@@ -11,8 +11,9 @@ import os
 import re
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable
 
+from gage_eval.api import registered
 from gage_eval.api.errors import GageError
 
 Check = Callable[[Any], list[tuple[str, str]]]
@@ -79,40 +80,24 @@ def schemas_dir() -> Path:
     raise GageError("the schemas folder is missing from this installation of gage-eval")
 
 
-_plugin_schemas: Callable[[], Mapping[str, Any]] = dict
-
-
-def use_plugin_schemas(source: Callable[[], Mapping[str, Any]]) -> None:
-    """Where the schemas plugins register come from: the plugin manager (:mod:`gage_eval.plugins`)
-    hands its registry's here when it is imported, so this module imports nothing above the API."""
-    global _plugin_schemas
-    _plugin_schemas = source
-
-
-_data_packages: Callable[[], list[tuple[str, str]]] = list
-
-
-def use_data_packages(source: Callable[[], list[tuple[str, str]]]) -> None:
-    """Where :func:`data_packages` reads the registered data packages from: the plugin manager
-    (:mod:`gage_eval.plugins`) hands its registry's here, as it does its schemas, so the API imports
-    nothing above it."""
-    global _data_packages
-    _data_packages = source
-
-
 def data_packages() -> list[tuple[str, str]]:
     """The data packages plugins registered (``gage_register_data_packages``) that are installed,
-    as ``(name, folder)`` in registration order, builtins first."""
-    return _data_packages()
-
-def _registered() -> Mapping[str, Any]:
-    """The schemas plugins registered, by name (loads the plugins once per process)."""
-    return _plugin_schemas()
+    as ``(name, folder)`` in registration order, builtins first; a root function that fails or
+    returns None counts as not installed."""
+    out = []
+    for reg in registered.table("data_packages").values():
+        try:
+            root = reg.factory() if callable(reg.factory) else reg.factory
+        except Exception:  # a plugin's lookup must not break a run; the package is just not found
+            continue
+        if root is not None and os.path.isdir(root):
+            out.append((reg.name, str(root)))
+    return out
 
 
 def schema_names() -> list[str]:
     """Every schema that can be named: gage-eval's own, EEE 0.3.0's, then the plugins' (sorted)."""
-    return [*SCHEMA_FILES, *EEE_SCHEMA_FILES, *sorted(_registered())]
+    return [*SCHEMA_FILES, *EEE_SCHEMA_FILES, *sorted(registered.table("schemas"))]
 
 
 def eee_schema_path(name: str) -> Path:
@@ -133,7 +118,7 @@ def schema_path(name: str) -> Path:
         return schemas_dir() / SCHEMA_FILES[name]
     if name in EEE_SCHEMA_FILES:
         return eee_schema_path(name)
-    entry = _registered().get(name)
+    entry = registered.table("schemas").get(name)
     if entry is None:
         raise GageError(f"unknown schema {name!r}; choose one of {', '.join(schema_names())}")
     return Path(entry.path)
@@ -143,7 +128,7 @@ def checks_for(name: str) -> tuple[Check | None, Check | None]:
     """The (error, warning) checks of schema ``name`` beside its JSON Schema; either may be None."""
     if name in _CORE_CHECKS:
         return _CORE_CHECKS[name]
-    entry = _registered().get(name)
+    entry = registered.table("schemas").get(name)
     return (entry.checks, entry.warnings) if entry is not None else (None, None)
 
 

@@ -13,6 +13,7 @@ import inspect
 import json
 from typing import Any, Callable, Mapping
 
+from gage_eval.api import registered
 from gage_eval.api.errors import GageError
 
 
@@ -63,20 +64,9 @@ class Tool:
         return str(value)
 
 
-_tools: Callable[[], Mapping[str, Any]] = dict
-_parsers: Callable[[], Mapping[str, Any]] = dict
-
-
-def use_registry(tools: Callable[[], Mapping[str, Any]], parsers: Callable[[], Mapping[str, Any]]) -> None:
-    """Where :func:`factory` and :func:`parser` read the registered tools and parsers from: the
-    plugin manager hands its registry's here, so the API imports nothing above it."""
-    global _tools, _parsers
-    _tools, _parsers = tools, parsers
-
-
 def factory(name: str) -> Callable[[Mapping[str, Any]], Any]:
     """The factory a plugin registered as tool ``name`` (``factory(sample=row)`` builds one row's instance)."""
-    table = _tools()
+    table = registered.table("tools")
     if name not in table:
         raise GageError(f"unknown tool {name!r}; registered: {', '.join(sorted(table)) or 'none'}")
     return table[name].factory
@@ -85,7 +75,7 @@ def factory(name: str) -> Callable[[Mapping[str, Any]], Any]:
 def parser(name: str | None = None) -> Any:
     """The tool-call parser a plugin registered as ``name`` (built by its factory), or, with no
     name, the registered names and factories (to pick one by a chat template's markers)."""
-    table = _parsers()
+    table = registered.table("tool_parsers")
     if name is None:
         return {k: reg.factory for k, reg in table.items()}
     if name not in table:
