@@ -35,10 +35,8 @@ def build_options(*, quiet, command, tasks=None, model=None, model_args=None, ju
         shuffle = True  # a seed given on the command line asks for shuffling
     task_names, overrides = _task_entries(cfg, tasks, limit, shuffle)
     shuffle, shuffle_seed = _shuffle(cfg, overrides, shuffle, shuffle_seed, seed)
-    file_data = {**(cfg.get("data") or {}), **{k: v["data"] for k, v in overrides.items() if v.get("data")}}
-    flagged = parse_data_overrides(data)
-    data_map = {**{k: v for k, v in file_data.items() if k in task_names}, **flagged}
-    _check_data_paths({k: v for k, v in data_map.items() if k in task_names}, flagged, config_file)
+    data_map, flagged = _task_paths(cfg, overrides, task_names, data, "data", "--data")
+    _check_paths({k: v for k, v in data_map.items() if k in task_names}, flagged, "--data", "data", config_file)
     if system_prompt is not None and not system_prompt:
         raise GageError("--system-prompt: empty; leave it out to keep the task's own prompts")
     models = cfg.get("models") or {}
@@ -223,12 +221,21 @@ def _with_device(model: str, args: dict, device: str, explicit: bool) -> dict:
     return {**args, "device": device}
 
 
-def _check_data_paths(data_map: dict, flagged: dict, config_file: str | None) -> None:
+def _task_paths(cfg: dict, overrides: dict, task_names: list[str], given: Any, key: str, flag: str
+                ) -> tuple[dict, dict]:
+    """``FLAG TASK=PATH`` over the run config's ``KEY`` and its tasks' own (those of the run's
+    tasks): every path by task, and those the flags gave."""
+    in_file = {**(cfg.get(key) or {}), **{k: v[key] for k, v in overrides.items() if v.get(key)}}
+    flagged = parse_data_overrides(given, flag)
+    return {**{k: v for k, v in in_file.items() if k in task_names}, **flagged}, flagged
+
+
+def _check_paths(paths: dict, flagged: dict, flag: str, key: str, config_file: str | None) -> None:
     """A data path that is not there is a usage error now, before any model loads or run folder is made
     (a task named only through its group is checked when its folder is read: the run resolves groups)."""
-    for task, path in data_map.items():
+    for task, path in paths.items():
         if not os.path.exists(os.path.expanduser(str(path))):
-            where = f"--data {task}={path}" if task in flagged else f"{config_file}: the data of task {task!r}"
+            where = f"{flag} {task}={path}" if task in flagged else f"{config_file}: the {key} of task {task!r}"
             raise GageError(f"{where}: {path} does not exist (no such file or folder)")
 
 
@@ -237,19 +244,8 @@ def _fewshot_data(cfg: dict, overrides: dict, task_names: list[str], given: Any,
     """``--fewshot-data TASK=PATH`` over the run config's ``fewshot_data`` and its tasks' own, each
     path there now (a usage error naming the flag or the key, before any model loads), absolute.
     Unless ``quiet``, a warning when the run's --num-fewshot (``shots``, else the file's) draws nothing."""
-    in_file = {**(cfg.get("fewshot_data") or {}),
-               **{k: v["fewshot_data"] for k, v in overrides.items() if v.get("fewshot_data")}}
-    flagged = {}
-    for value in given or ():
-        task, sep, path = str(value).partition("=")
-        if not sep or not task or not path:
-            raise GageError(f"--fewshot-data {value!r}: expected TASK=PATH")
-        flagged[task] = path
-    out = {**{k: v for k, v in in_file.items() if k in task_names}, **flagged}
-    for task, path in out.items():
-        if not os.path.exists(os.path.expanduser(str(path))):
-            where = f"--fewshot-data {task}={path}" if task in flagged else f"{config_file}: the fewshot_data of task {task!r}"
-            raise GageError(f"{where}: {path} does not exist (no such file or folder)")
+    out, flagged = _task_paths(cfg, overrides, task_names, given, "fewshot_data", "--fewshot-data")
+    _check_paths(out, flagged, "--fewshot-data", "fewshot_data", config_file)
     if out and not quiet and not (shots if shots is not None else cfg.get("num_fewshot")):
         click.echo("gage-eval: warning: --fewshot-data is read only with --num-fewshot K (K > 0); "
                    "without it no examples are drawn", err=True)

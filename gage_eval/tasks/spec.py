@@ -241,13 +241,13 @@ def _task_sources(folder: Path, origin: str) -> list[TaskSource]:
 
 
 # ---------------------------------------------------------------------------
-def parse_data_overrides(values: list[str]) -> dict[str, str]:
-    """``--data TASK=PATH`` pairs as a mapping."""
+def parse_data_overrides(values: Any, flag: str = "--data") -> dict[str, str]:
+    """``--data TASK=PATH`` pairs (or another flag's, ``--fewshot-data``) as a mapping."""
     out = {}
-    for value in values:
-        task, sep, path = value.partition("=")
+    for value in values or ():
+        task, sep, path = str(value).partition("=")
         if not sep or not task or not path:
-            raise GageError(f"--data {value!r}: expected TASK=PATH")
+            raise GageError(f"{flag} {value!r}: expected TASK=PATH")
         out[task] = path
     return out
 
