@@ -66,10 +66,10 @@ def type_parser(kind: str, minimum: int | None = None) -> tuple[Callable[[str], 
 
 
 PARSERS: dict[str, tuple[Callable[[str], Any], str]] = {
-    "output_dir": (_folder, "a folder"),
+    "output_dir": type_parser("folder"),
     "limit": (_whole(1), "a whole number of rows, 1 or more"),
-    "shuffle": (_flag, "true or false (1, 0, yes, no, on, off)"),
-    "shuffle_seed": (_whole(0), "a whole number, 0 or more"),
+    "shuffle": type_parser("switch"),
+    "shuffle_seed": type_parser("whole", 0),
 }
 
 
