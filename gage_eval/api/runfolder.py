@@ -27,7 +27,7 @@ from typing import IO, Any, Callable, Iterable, Iterator, Mapping
 
 from gage_eval.api.errors import GageError, OutputError
 from gage_eval.api.jsonio import SPECIAL_FILES
-from gage_eval.api.jsonlines import JsonlAppender, finite
+from gage_eval.api.jsonlines import JsonlAppender, dumps
 from gage_eval.api.strictjson import json_type
 
 CONFIG_FILE = "config.json"
@@ -268,11 +268,7 @@ def output_error(path: Path, exc: OSError) -> OutputError:
 def write_json_atomic(path: Path, obj: Any) -> None:
     """``obj`` as indented strict JSON (NaN and infinities as null), replacing ``path`` whole or
     not at all; a failed write is an :class:`OutputError`."""
-    opts: dict[str, Any] = {"ensure_ascii": False, "indent": 2, "default": str, "allow_nan": False}
-    try:
-        text = json.dumps(obj, **opts)
-    except ValueError:  # rare: only then walk the value
-        text = json.dumps(finite(obj), **opts)
+    text = dumps(obj, indent=2, separators=(",", ": "))
     tmp = path.with_suffix(path.suffix + ".tmp")
     try:
         tmp.write_text(text + "\n", encoding="utf-8")
