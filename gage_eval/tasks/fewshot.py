@@ -57,23 +57,20 @@ class FewShotConfig:
     def from_spec(cls, spec: TaskSpec, given_path: str | None = None) -> "FewShotConfig | None":
         """The task's ``fewshot:`` section, or the run's ``given_path`` for it (None: the task's)."""
         raw = spec.raw.get("fewshot") if spec.raw else None
-        if given_path is not None:
-            raw = raw if isinstance(raw, dict) else {}
-            return cls(path=given_path, sampler=raw.get("sampler", "random"), seed=raw.get("seed"),
-                       delimiter=raw.get("delimiter", DEFAULT_DELIMITER),
-                       leave_out_evaluated=raw.get("leave_out_evaluated", True),
-                       given=f"--fewshot-data {spec.name}={given_path}")
-        if raw is None:
+        if raw is None and given_path is None:
             return None
-        where = f"{spec.folder / TASK_FILE}: key 'fewshot'"
+        raw = raw if isinstance(raw, dict) else {}
+        drawn = {"sampler": raw.get("sampler", "random"), "seed": raw.get("seed"),  # (the task's, whatever the rows)
+                 "delimiter": raw.get("delimiter", DEFAULT_DELIMITER),
+                 "leave_out_evaluated": raw.get("leave_out_evaluated", True)}
+        if given_path is not None:
+            return cls(path=given_path, given=f"--fewshot-data {spec.name}={given_path}", **drawn)
         if ("path" in raw) == ("split" in raw):
-            raise GageError(f"{where}: give exactly one of 'path' (a file of rows in the task folder) "
-                            f"or 'split' (another split of the task's dataset)")
+            raise GageError(f"{spec.folder / TASK_FILE}: key 'fewshot': give exactly one of 'path' (a file of rows "
+                            f"in the task folder) or 'split' (another split of the task's dataset)")
         fallback = raw.get("fallback") or {}  # (read only for a split: a file of the folder is always there)
-        return cls(path=raw.get("path"), split=raw.get("split"), sampler=raw.get("sampler", "random"),
-                   seed=raw.get("seed"), delimiter=raw.get("delimiter", DEFAULT_DELIMITER),
-                   leave_out_evaluated=raw.get("leave_out_evaluated", True), fallback=fallback.get("path"),
-                   fallback_note=fallback.get("note", ""))
+        return cls(path=raw.get("path"), split=raw.get("split"), fallback=fallback.get("path"),
+                   fallback_note=fallback.get("note", ""), **drawn)
 
 
 @dataclass
