@@ -239,6 +239,39 @@ class Credentials:
         return {"auth": f"check {what}", "forbidden": f"check that {what} may use this model and endpoint"}
 
 
+def _given_headers(headers: Mapping[str, Any] | None, extra: Mapping[str, Any]) -> dict[str, str]:
+    """``headers`` and each ``header_NAME=VALUE`` of the other arguments (any other is refused)."""
+    given = {str(k): str(v) for k, v in (headers or {}).items()}
+    unknown = []
+    for key, value in extra.items():
+        if key.startswith("header_") and len(key) > len("header_"):
+            given[key[len("header_"):]] = str(value)
+        else:
+            unknown.append(key)
+    if unknown:
+        raise GageError(f"openai backend: unknown argument(s) {', '.join(sorted(unknown))} (extra HTTP "
+                        f"headers are written header_NAME=VALUE)")
+    return given
+
+
+def _default_concurrency() -> Any:
+    """The machine's default: GAGE_EVAL_CONCURRENCY (spec 004: GAGE_EVAL_THREADS), else 32."""
+    env = next((n for n in ENV_CONCURRENCY if os.environ.get(n, "").strip()), None)
+    return _number(f"concurrency (environment variable {env})", os.environ[env], int, 1) if env else 32
+
+
+def _proxy_secrets(proxies: Sequence[str | None]) -> tuple[str, ...]:
+    """The proxies' passwords, never echoed in an error message (with the user:password pair and
+    its Basic token, which a proxy may quote back)."""
+    out: tuple[str, ...] = ()
+    for proxy in dict.fromkeys(p for p in proxies if p):
+        _, proxy_user, proxy_password = secrets.url_credentials(proxy)
+        if proxy_password:
+            pair = f"{proxy_user or ''}:{proxy_password}"
+            out += (proxy_password, pair, base64.b64encode(pair.encode()).decode())
+    return out
+
+
 class OpenAIBackend(Backend):
     name = "openai"
     # how requests travel (batching, concurrency, timeouts, retries, the circuit breaker, streaming,
@@ -265,18 +298,9 @@ class OpenAIBackend(Backend):
             raise GageError("openai backend: do not put the key in --model-args (it would sit in your shell "
                             "history); export it and name the variable with api_key_env=VAR "
                             "(default OPENAI_API_KEY)")
-        given_headers = {str(k): str(v) for k, v in (headers or {}).items()}
         # images: resized by Qwen2.5-VL's rule when min_pixels/max_pixels/image_factor is given (media.ImageResize)
         self.resize, self.default_prompt, self.image_settings = image_args(extra, default_prompt, "openai backend")
-        unknown = []
-        for key, value in extra.items():
-            if key.startswith("header_") and len(key) > len("header_"):
-                given_headers[key[len("header_"):]] = str(value)
-            else:
-                unknown.append(key)
-        if unknown:
-            raise GageError(f"openai backend: unknown argument(s) {', '.join(sorted(unknown))} (extra HTTP "
-                            f"headers are written header_NAME=VALUE)")
+        given_headers = _given_headers(headers, extra)
         self.header_names = sorted(given_headers)
         # several base URLs (A|B, or a list): one Credentials each (user-info may differ), one router
         self.endpoint_credentials = [Credentials(normalize_base_url(u), api_key_env, given_headers)
@@ -293,10 +317,7 @@ class OpenAIBackend(Backend):
         self.api_key_env = self.credentials.api_key_env
         self.secrets: tuple[str, ...] = tuple(dict.fromkeys(s for c in self.endpoint_credentials
                                                             for s in c.secrets))
-        if concurrency is None:  # the machine's default: GAGE_EVAL_CONCURRENCY (spec 004: GAGE_EVAL_THREADS), else 32
-            env = next((n for n in ENV_CONCURRENCY if os.environ.get(n, "").strip()), None)
-            concurrency = _number(f"concurrency (environment variable {env})", os.environ[env], int, 1) if env else 32
-        self.concurrency = _number("concurrency", concurrency, int, 1)
+        self.concurrency = _number("concurrency", _default_concurrency() if concurrency is None else concurrency, int, 1)
         self.max_tokens = _number("max_tokens", max_tokens, int, 1)
         self.stream_replies = _flag("stream", stream)  # not self.stream: that is Backend.stream
         self.vision = _flag("vision", vision)
@@ -324,11 +345,7 @@ class OpenAIBackend(Backend):
             self.max_batch = _number("batch_size", batch_size, int, 1)
         self.seed = None if seed is None else _number("seed", seed, int, NO_MINIMUM)
         proxies = [env_proxy(c.base) for c in self.endpoint_credentials]
-        for proxy in dict.fromkeys(p for p in proxies if p):  # never echo a proxy's password in an error message
-            _, proxy_user, proxy_password = secrets.url_credentials(proxy)
-            if proxy_password:
-                pair = f"{proxy_user or ''}:{proxy_password}"  # (and its Basic token, which a proxy may quote back)
-                self.secrets += (proxy_password, pair, base64.b64encode(pair.encode()).decode())
+        self.secrets += _proxy_secrets(proxies)
         proxy = proxies[0]
         not_found = "no such endpoint there: check base_url (it usually ends in /v1) and endpoint"
         several = len(self.base_urls) > 1
