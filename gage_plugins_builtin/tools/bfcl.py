@@ -11,6 +11,7 @@ from typing import Any, Iterator, Mapping
 from gage_eval.api import GageError, Loader, Metric, MetricContext, Preprocessor, RowContext, RowError, text_segment
 
 from gage_plugins_builtin.tools.bfcl_checker import check_calls
+from gage_plugins_builtin.tools.calls import call_arguments
 
 PACKAGE = "bfcl_eval"
 INSTALL = "pip install --no-deps bfcl-eval==2026.3.23"
@@ -136,12 +137,10 @@ def decoded_calls(tool_calls: Any, tools: Any, tool_choice: Any) -> tuple[list[d
             return None, f"tool call {i} ({fn['name']}) although tool_choice is none"
         if fn["name"] not in known:
             return None, f"tool call {i} names an unknown function {fn['name']!r}"
-        args = fn.get("arguments")
-        if isinstance(args, str):
-            try:
-                args = json.loads(args) if args.strip() else {}
-            except ValueError as exc:
-                return None, f"tool call {i} ({fn['name']}): arguments are not valid JSON: {exc}"
+        try:
+            args = call_arguments(fn.get("arguments"))
+        except ValueError as exc:
+            return None, f"tool call {i} ({fn['name']}): arguments are not valid JSON: {exc}"
         if not isinstance(args, dict):
             return None, f"tool call {i} ({fn['name']}): arguments are not a JSON object"
         out.append({fn["name"]: args})

@@ -22,6 +22,14 @@ def tool_call(name: str, arguments: Any, index: int = 0, call_id: str | None = N
     return {"id": call_id or f"call_{index}", "type": "function", "function": {"name": name, "arguments": text}}
 
 
+def call_arguments(arguments: Any) -> Any:
+    """A call's arguments as a value: JSON text parsed (blank text is ``{}``), anything else as it is;
+    ValueError when the text is not JSON."""
+    if isinstance(arguments, str):
+        return json.loads(arguments) if arguments.strip() else {}
+    return arguments
+
+
 def tool_functions(tools: Sequence[Mapping[str, Any]] | None) -> list[dict]:
     """The function definitions of OpenAI-style tools (a bare function definition passes as it is)."""
     return [dict(t["function"]) if isinstance(t.get("function"), Mapping) else dict(t) for t in tools or ()]

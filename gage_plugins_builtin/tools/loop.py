@@ -15,11 +15,12 @@ steps taken, why it stopped and, per user turn, the tools' ``state()``.
 """
 from __future__ import annotations
 
-import json
 from dataclasses import replace
 from typing import Any, Iterator, Mapping, Sequence
 
 from gage_eval.api import Backend, BackendUse, ModelOutput, Request, text_segment, tools
+
+from gage_plugins_builtin.tools.calls import call_arguments
 
 MAX_STEPS = 20  # BFCL's MAXIMUM_STEP_LIMIT
 
@@ -49,12 +50,10 @@ class Toolbox:
         tool = self.owner.get(name) if isinstance(name, str) else None
         if tool is None:
             return f"Error: unknown function {name!r}; the functions: {', '.join(sorted(self.owner))}"
-        args = fn.get("arguments")
-        if isinstance(args, str):
-            try:
-                args = json.loads(args) if args.strip() else {}
-            except ValueError as exc:
-                return f"Error: the arguments of {name} are not valid JSON: {exc}"
+        try:
+            args = call_arguments(fn.get("arguments"))
+        except ValueError as exc:
+            return f"Error: the arguments of {name} are not valid JSON: {exc}"
         if not isinstance(args, dict):
             return f"Error: the arguments of {name} are not a JSON object"
         try:

@@ -14,15 +14,16 @@ from typing import Any, Iterable, Mapping
 
 from gage_eval.api import Metric, MetricContext
 
+from gage_plugins_builtin.tools.calls import call_arguments
+
 MODES = ("exact", "in_order", "set")
 
 
 def _canonical_arguments(arguments: Any) -> str:
-    if isinstance(arguments, str):
-        try:
-            arguments = json.loads(arguments) if arguments.strip() else {}
-        except ValueError:
-            return "\x00" + arguments  # (unparsable: equal only to the same text)
+    try:
+        arguments = call_arguments(arguments)
+    except ValueError:
+        return "\x00" + arguments  # (unparsable: equal only to the same text)
     return json.dumps(arguments, sort_keys=True, ensure_ascii=False)
 
 
