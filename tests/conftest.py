@@ -77,6 +77,16 @@ def disable_plugins(monkeypatch):
 
 
 @pytest.fixture
+def fresh_plugins():
+    """A clean plugin manager for the test; the process-wide one is restored after."""
+    from gage_eval import plugins
+
+    plugins.reset_plugins()
+    yield plugins
+    plugins.reset_plugins()
+
+
+@pytest.fixture
 def run_cli():
     """Run the gage-eval command line in-process; returns the click Result."""
     from click.testing import CliRunner

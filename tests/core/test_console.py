@@ -10,7 +10,6 @@ import pytest
 from gage_eval.api import hookimpl
 from gage_eval.config.options import RunOptions
 from gage_eval.engine.hints import chat_template_hint
-from gage_eval.plugins import register_plugin, reset_plugins
 from gage_plugins_builtin.backends.dummy import DummyBackend
 
 
@@ -47,15 +46,13 @@ class ChatDummy(DummyBackend):
 
 
 @pytest.fixture
-def chat_dummy():
+def chat_dummy(fresh_plugins):
     class Plugin:
         @hookimpl
         def gage_register_backends(self, register):
             register("chatdummy", ChatDummy)
 
-    register_plugin(Plugin(), "test-chat-dummy")
-    yield
-    reset_plugins()
+    fresh_plugins.register_plugin(Plugin(), "test-chat-dummy")
 
 
 def test_a_chat_model_on_a_plain_task_gets_lm_evals_hint(run_cli, tmp_path, chat_dummy):

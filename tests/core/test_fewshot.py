@@ -10,7 +10,7 @@ import pytest
 from gage_eval.api import hookimpl
 from gage_eval.engine.loop import Engine, RunOptions, TaskRun
 from gage_eval.tasks.fewshot import FewShotSampler
-from gage_eval.plugins import load_plugins, register_plugin, reset_plugins
+from gage_eval.plugins import load_plugins
 from gage_eval.tasks.rows import RowChecker
 from gage_eval.api.schemas import validation_errors
 from gage_eval.tasks.spec import read_task_file
@@ -190,15 +190,13 @@ class _Splits:
 
 
 @pytest.fixture
-def split_loader():
+def split_loader(fresh_plugins):
     class Plugin:
         @hookimpl
         def gage_register_loaders(self, register):
             register("splits", _Splits)
 
-    register_plugin(Plugin(), "test-fewshot-splits")
-    yield
-    reset_plugins()
+    fresh_plugins.register_plugin(Plugin(), "test-fewshot-splits")
 
 
 def test_a_split_of_the_tasks_dataset(tmp_path, split_loader):

@@ -767,13 +767,12 @@ def test_hook_gage_wrap_backend(fresh_plugins, run_cli, tmp_path):
     assert "shout" not in json.loads((tmp_path / "b" / "summary.json").read_text())["run"]
 
 
-def test_hook_gage_register_sandboxes():
+def test_hook_gage_register_sandboxes(fresh_plugins):
     """A plugin's sandbox runs the code_exec metric's jobs; a duplicate name is refused naming both plugins."""
     import types
 
     from gage_eval.api import MetricContext, execution
     from gage_eval.api.errors import GageError
-    from gage_eval.plugins import register_plugin, reset_plugins
 
     seen = []
 
@@ -786,22 +785,18 @@ def test_hook_gage_register_sandboxes():
 
     plugin = types.SimpleNamespace(gage_register_sandboxes=hookimpl(lambda register: register("test/recording", Recording)))
     clash = types.SimpleNamespace(gage_register_sandboxes=hookimpl(lambda register: register("local", Recording)))
-    reset_plugins()
-    try:
-        register_plugin(plugin, "test-sandbox")
-        from gage_plugins_builtin.code.metric import CodeExec
+    fresh_plugins.register_plugin(plugin, "test-sandbox")
+    from gage_plugins_builtin.code.metric import CodeExec
 
-        metric = CodeExec(sandbox="test/recording")
-        sample = {"id": "s", "sandbox": {"env": {"K": "v"}, "setup": "true"},
-                  "metadata": {"execution": {"type": "code_exec", "entry_point": "f",
-                                             "test_cases": [{"input": "1", "output": "1"}]}}}
-        result = metric.compute(MetricContext(sample=sample, model_output={"text": "def f(x):\n    return x\n"}))
-        assert result["sandbox"] == "test/recording" and result["tests"][0]["status"] == "error"
-        assert seen and seen[0].env == {"K": "v"} and seen[0].setup == "true" and "program.py" in seen[0].files
-        with pytest.raises(GageError, match="registered by both plugin 'builtin' and plugin 'test-clash'"):
-            register_plugin(clash, "test-clash")
-    finally:
-        reset_plugins()
+    metric = CodeExec(sandbox="test/recording")
+    sample = {"id": "s", "sandbox": {"env": {"K": "v"}, "setup": "true"},
+              "metadata": {"execution": {"type": "code_exec", "entry_point": "f",
+                                         "test_cases": [{"input": "1", "output": "1"}]}}}
+    result = metric.compute(MetricContext(sample=sample, model_output={"text": "def f(x):\n    return x\n"}))
+    assert result["sandbox"] == "test/recording" and result["tests"][0]["status"] == "error"
+    assert seen and seen[0].env == {"K": "v"} and seen[0].setup == "true" and "program.py" in seen[0].files
+    with pytest.raises(GageError, match="registered by both plugin 'builtin' and plugin 'test-clash'"):
+        fresh_plugins.register_plugin(clash, "test-clash")
 
 
 class _AngleCalls:
@@ -818,21 +813,16 @@ class _ParserPlugin:
         register("angle", _AngleCalls)
 
 
-def test_hook_gage_register_tool_parsers():
+def test_hook_gage_register_tool_parsers(fresh_plugins):
     from gage_eval.api import tools
-    from gage_eval.plugins import register_plugin, reset_plugins
     from gage_plugins_builtin.tools.calls import parser_for_template
 
-    reset_plugins()
-    try:
-        registry = register_plugin(_ParserPlugin(), "angles")
-        assert registry.tool_parsers["angle"].plugin == "angles" and "hermes" in registry.tool_parsers
-        parser = tools.parser("angle")  # what --model-args tool_parser=angle gives a backend
-        assert parser.parse('<<call>>f|{"a": 1}')[1][0]["function"] == {"name": "f", "arguments": '{"a": 1}'}
-        # with no name, a chat template holding the plugin's marker picks it
-        assert isinstance(parser_for_template("{{ '<<call>>' }} {{ tools }}", tools.parser()), _AngleCalls)
-    finally:
-        reset_plugins()
+    registry = fresh_plugins.register_plugin(_ParserPlugin(), "angles")
+    assert registry.tool_parsers["angle"].plugin == "angles" and "hermes" in registry.tool_parsers
+    parser = tools.parser("angle")  # what --model-args tool_parser=angle gives a backend
+    assert parser.parse('<<call>>f|{"a": 1}')[1][0]["function"] == {"name": "f", "arguments": '{"a": 1}'}
+    # with no name, a chat template holding the plugin's marker picks it
+    assert isinstance(parser_for_template("{{ '<<call>>' }} {{ tools }}", tools.parser()), _AngleCalls)
 
 
 class _Counter:
@@ -861,25 +851,20 @@ class _ToolPlugin:
         register("counter", _Counter)
 
 
-def test_hook_gage_register_tools():
+def test_hook_gage_register_tools(fresh_plugins):
     from gage_eval.api import Request, tools
-    from gage_eval.plugins import register_plugin, reset_plugins
     from gage_plugins_builtin.tools.loop import Conversation
 
-    reset_plugins()
-    try:
-        registry = register_plugin(_ToolPlugin(), "counters")
-        assert registry.tools["counter"].plugin == "counters" and "bfcl_multi_turn" in registry.tools
-        assert tools.factory("counter")(sample={"metadata": {"start": 5}}).state() == 5
-        row = {"id": "r", "metadata": {"start": 2}}
-        req = Request(kind="generate", sample_id="r", messages=({"role": "user", "content": "go"},), chat=True,
-                      tool_loop={"tools": ["counter"], "row": row})
-        conv = Conversation(req)
-        call = {"id": "c", "type": "function", "function": {"name": "bump", "arguments": '{"by": 3}'}}
-        from gage_eval.api import ModelOutput
+    registry = fresh_plugins.register_plugin(_ToolPlugin(), "counters")
+    assert registry.tools["counter"].plugin == "counters" and "bfcl_multi_turn" in registry.tools
+    assert tools.factory("counter")(sample={"metadata": {"start": 5}}).state() == 5
+    row = {"id": "r", "metadata": {"start": 2}}
+    req = Request(kind="generate", sample_id="r", messages=({"role": "user", "content": "go"},), chat=True,
+                  tool_loop={"tools": ["counter"], "row": row})
+    conv = Conversation(req)
+    call = {"id": "c", "type": "function", "function": {"name": "bump", "arguments": '{"by": 3}'}}
+    from gage_eval.api import ModelOutput
 
-        assert not conv.take(ModelOutput(text="", tool_calls=[call]))
-        assert conv.trajectory[-1]["content"][0]["text"] == '{"n": 5}'
-        assert conv.take(ModelOutput(text="done")) and conv.result().raw["tool_loop"]["states"] == [{"_Counter": 5}]
-    finally:
-        reset_plugins()
+    assert not conv.take(ModelOutput(text="", tool_calls=[call]))
+    assert conv.trajectory[-1]["content"][0]["text"] == '{"n": 5}'
+    assert conv.take(ModelOutput(text="done")) and conv.result().raw["tool_loop"]["states"] == [{"_Counter": 5}]

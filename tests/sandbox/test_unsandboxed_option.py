@@ -9,7 +9,6 @@ import shutil
 
 import pytest
 
-from gage_eval import plugins
 from gage_eval.api import GageError, execution, hookimpl
 
 pytestmark = pytest.mark.skipif(shutil.which("prlimit") is None,
@@ -27,13 +26,6 @@ class Sandboxes:
     @hookimpl
     def gage_register_sandboxes(self, register):
         register("test/broken", Broken)
-
-
-@pytest.fixture
-def fresh_plugins():
-    plugins.reset_plugins()
-    yield plugins
-    plugins.reset_plugins()
 
 
 def test_unsandboxed_needs_the_plugin_option(fresh_plugins, run_cli, tmp_path):

@@ -24,15 +24,6 @@ def no_packages(monkeypatch):
 
 
 @pytest.fixture
-def fresh_plugins():
-    """A clean plugin manager for the test; the process-wide one is restored after."""
-    from gage_eval import plugins
-    plugins.reset_plugins()
-    yield plugins
-    plugins.reset_plugins()
-
-
-@pytest.fixture
 def offline(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")

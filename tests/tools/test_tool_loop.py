@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from gage_eval import plugins
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "gage-eval-plugin-example"
@@ -34,14 +33,12 @@ SCRIPT = {
 
 
 @pytest.fixture
-def example_plugin(monkeypatch):
+def example_plugin(monkeypatch, fresh_plugins):
     monkeypatch.syspath_prepend(str(EXAMPLE))
-    plugins.reset_plugins()
     import gage_eval_plugin_example
 
-    plugins.register_plugin(gage_eval_plugin_example, "example")
-    yield gage_eval_plugin_example
-    plugins.reset_plugins()
+    fresh_plugins.register_plugin(gage_eval_plugin_example, "example")
+    return gage_eval_plugin_example
 
 
 def run(run_cli, tmp_path, script, run_id, *extra):
