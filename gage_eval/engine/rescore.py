@@ -13,7 +13,9 @@ nothing changed, the new summary's tasks equal the original's (timings aside).
 
 Rows that errored before scoring (reading, template, inference) are written as they were;
 rows that errored at the metric stage are scored again; judge errors are kept unless the
-judge runs again (``--judge-model``). ``--metrics`` replaces each task's metric list.
+judge runs again (``--judge-model``: each answer of a repeated row is judged on its own, and
+the row's mean, pass@k and maj@k come from the new verdicts). ``--metrics`` replaces each
+task's metric list.
 """
 from __future__ import annotations
 
@@ -215,6 +217,7 @@ class Rescore(Engine):
 
     def _rows(self, tr: TaskRun, seen: Any) -> Iterator[tuple[Row, tuple]]:
         keep_judge = not (self.rejudge and tr.judge is not None)
+        tr.order.lost()  # (rows numbered by their line in the stored file: the data's order is not known)
         for row in stored_rows(self.source, tr.name, self.rejudge, keep_judge):
             yield row, ()
 
@@ -227,9 +230,7 @@ class Rescore(Engine):
         """A window in its stored order (the samples file comes out in the run's order): the rows
         scored again are judged together first when the judge runs again."""
         if judging is not None:
-            todo = [pos for pos, row in enumerate(window) if "eval_result" not in row.sample]
-            for pos, row in zip(todo, judging.judge(tr, [window[pos] for pos in todo])):
-                window[pos] = row
+            _judge_window(tr, window, judging)
         for row in window:
             write(row)
 
@@ -240,6 +241,22 @@ class Rescore(Engine):
         self.writers.write(tr.name, it.sample)
         tr.timings["writing_s"] += time.perf_counter() - t_w
         tr.account(it.sample)
+
+
+def _judge_window(tr: TaskRun, window: list[Row], judging: Judging) -> None:
+    """The rows of ``window`` scored again, judged together in place: a repeated row's answers
+    each on its own (as the run judged them), the row then carrying them in their order."""
+    todo = [(pos, r) for pos, row in enumerate(window) if "eval_result" not in row.sample
+            for r in (range(len(row.repeats)) if row.repeats else (None,))]
+    judged = judging.judge(tr, [window[pos] if r is None else window[pos].repeats[r] for pos, r in todo])
+    answers: dict[int, list[Row]] = {}
+    for (pos, r), row in zip(todo, judged):
+        if r is None:
+            window[pos] = row
+        else:
+            answers.setdefault(pos, []).append(row)
+    for pos, rows in answers.items():
+        window[pos] = window[pos]._replace(repeats=tuple(rows))
 
 
 def _command(run_dir: str, metrics: str | None, judge_model: str | None, judge_args: dict, tasks: tuple,

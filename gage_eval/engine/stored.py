@@ -76,7 +76,7 @@ def row_of(record: dict, index: int, locator: str, keep_judge: bool) -> Row:
                  if keep_judge and result.get("judge") is not None else None)
     if isinstance(result.get("repeats"), list) and not err:  # a repeated row: each answer scored again
         return Row(index, locator, sample, repeats=tuple(
-            Row(index, locator, sample, answer=answer._replace(model_output=model_output_of(entry),
+            Row(index, locator, sample, answer=answer._replace(model_output=model_output_of(entry), stored=[entry],
                                                                scrubbed=answer.scrubbed if r == 0 else 0),
                 judgement=Judgement(StoredVerdict(rep["judge"])) if keep_judge and rep.get("judge") else None,
                 repeat=r) for r, (entry, rep) in enumerate(zip(pred, result["repeats"]))))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shutil
 import sys
+import zlib
 from pathlib import Path
 
 import pytest
@@ -193,6 +194,72 @@ def test_judge_runs_again_with_judge_model_and_its_secret_is_masked(tmp_path, ru
     summary = json.loads((tmp_path / "new" / "summary.json").read_text())
     assert summary["run"]["judge"]["args"]["api_key"] == "***"
     validate_summary(tmp_path / "new")
+
+
+class AnswerJudge(DummyBackend):
+    """A judge whose verdict follows what it is asked (so each repeated answer gets its own):
+    correct when the prompt's crc32 is even (odd with ``flip``)."""
+
+    def __init__(self, flip: int = 0, **kwargs):
+        super().__init__(**kwargs)
+        self.flip = bool(int(flip))
+
+    def run(self, requests):
+        from gage_eval.api.backend import ModelOutput
+
+        outs = []
+        for req in requests:
+            asked = json.dumps(req.messages if req.messages is not None else req.prompt, sort_keys=True)
+            good = (zlib.crc32(asked.encode()) % 2 == 0) != self.flip
+            outs.append(ModelOutput(text=f"Verdict: {'correct' if good else 'incorrect'}"))
+        return outs
+
+
+class AnswerJudgePlugin:
+    @hookimpl
+    def gage_register_backends(self, register):
+        register("answer_judge", AnswerJudge)
+
+
+def test_judge_model_judges_every_answer_of_a_repeated_row(tmp_path, run_cli, fresh_plugins):
+    """--judge-model on a run with --repeats: each of a row's answers is judged again (its own
+    prompt and verdict in eval_result.repeats), and the row's mean, pass@k and maj@k come from them."""
+    fresh_plugins.register_plugin(AnswerJudgePlugin(), "answer-judge-test")
+    result = run_cli("--tasks", "legal_eval_v1", "--model", "dummy", "--model-args", "response=letter",
+                     "--judge-model", "answer_judge", "--repeats", 3, "-o", tmp_path, "--run-id", "src", "-q")
+    assert result.exit_code == 0, result.output
+    src = records(tmp_path / "src", "legal_eval_v1")
+    judged = [r for r in src if r["task_type"] != "mcq"]
+    assert judged and all(len(r["eval_result"]["repeats"]) == 3 for r in src)
+    scores = [rep["judge"]["score"] for r in judged for rep in r["eval_result"]["repeats"]]
+    assert 0 < sum(s >= 0.7 for s in scores) < len(scores)  # the answers' verdicts differ
+    same = rescore(tmp_path / "src", "--judge-model", "answer_judge", "-o", tmp_path / "same", "-q")
+    assert same.exit_code == 0, same.output
+    assert records(tmp_path / "same", "legal_eval_v1") == src
+    assert tasks_part(tmp_path / "same") == tasks_part(tmp_path / "src")
+    flipped = rescore(tmp_path / "src", "--judge-model", "answer_judge", "--judge-args", "flip=1",
+                      "-o", tmp_path / "flip", "-q")
+    assert flipped.exit_code == 0, flipped.output
+    for was, now in zip(src, records(tmp_path / "flip", "legal_eval_v1")):
+        assert now["predict_result"] == was["predict_result"]  # every answer kept
+        reps, old = now["eval_result"]["repeats"], was["eval_result"]["repeats"]
+        assert len(reps) == 3
+        if was["task_type"] == "mcq":  # no judge: scored as before
+            assert now["eval_result"] == was["eval_result"]
+            continue
+        for r, (rep, before) in enumerate(zip(reps, old)):
+            assert rep["judge"]["prompts"] == before["judge"]["prompts"]  # asked about answer r again
+            if was["task_type"] == "reference_qa":
+                assert rep["judge"]["score"] == 1.0 - before["judge"]["score"]
+        passed = [rep["overall"]["passed"] for rep in reps]
+        metrics = now["eval_result"]["metrics"]
+        assert metrics["pass@1"]["value"] == pytest.approx(sum(passed) / 3)
+        assert metrics["pass@3"]["value"] == float(any(passed))
+        assert metrics["maj@3"]["value"] == float(passed[metrics["maj@3"]["repeat"]])
+        assert metrics["score"]["repeats"] == [rep["metrics"]["score"]["value"] for rep in reps]
+    summary = tasks_part(tmp_path / "flip")["legal_eval_v1"]
+    assert summary["metrics"]["judge_score"]["n"] == len(judged)
+    validate_summary(tmp_path / "flip")
 
 
 def test_task_option_rescores_one_task(tmp_path, run_cli):
