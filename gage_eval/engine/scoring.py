@@ -106,12 +106,16 @@ def repeated_record(tr: Any, row: Row) -> dict:
     and its scores in ``eval_result.repeats``; each metric's value is its mean over the answers
     (with their ``variance``), plus pass@k (Chen et al.'s unbiased estimator over the answers whose
     primary metric passed) and maj@k (the majority answer among the first k, extracted where the
-    primary metric extracts one). A failed answer fails the row (resume draws all again)."""
+    primary metric extracts one). A failed answer fails the row (resume draws all again), its
+    record still holding every answer and each one's scores (a rescore judges them again)."""
     subs = [finish_record(tr, sub) for sub in row.repeats]
-    for sub in subs:
-        if (sub.get("eval_result") or {}).get("error"):
-            return sub
-    results = [sub["eval_result"] for sub in subs]
+    results = [sub.get("eval_result") or {} for sub in subs]
+    entries = [dict(sub["predict_result"][0], index=r, **_seed(one)) for r, (sub, one)
+               in enumerate(zip(subs, row.repeats)) if sub.get("predict_result")]
+    scores = [{k: r[k] for k in ("metrics", "overall", "judge", "error") if k in r} for r in results]
+    for sub, result in zip(subs, results):
+        if result.get("error"):
+            return {**sub, "predict_result": entries, "eval_result": {**result, "repeats": scores}}
     metrics = {name: results[0]["metrics"][name] if name in tr.aggregate.corpus
                else _mean_of([r["metrics"][name] for r in results]) for name in results[0]["metrics"]}
     passed = [bool(r["overall"].get("passed")) for r in results]
@@ -124,11 +128,10 @@ def repeated_record(tr: Any, row: Row) -> dict:
         metrics.setdefault(f"maj@{k}", _majority(answers[:k], passed[:k]))
     pv = metrics[tr.primary]["value"] if isinstance(metrics.get(tr.primary), dict) else None
     record = dict(row.sample)
-    record["predict_result"] = [dict(sub["predict_result"][0], index=r, **_seed(one)) for r, (sub, one)
-                                in enumerate(zip(subs, row.repeats)) if sub.get("predict_result")]
+    record["predict_result"] = entries
     result: dict[str, Any] = {"metrics": metrics, "overall": {
         "score": pv, "metric": tr.primary, "passed": pv is not None and pv >= 1.0 - 1e-9, "method": tr.primary},
-        "repeats": [{k: r[k] for k in ("metrics", "overall", "judge") if k in r} for r in results]}
+        "repeats": scores}
     counters = {k: True for r in results for k in r.get("counters") or {}}
     if counters:
         result["counters"] = counters

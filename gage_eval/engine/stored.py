@@ -74,12 +74,13 @@ def row_of(record: dict, index: int, locator: str, keep_judge: bool) -> Row:
                     record.get("predict_result"))  # scrubbed: the model's replies masked then (the judge's: its verdict)
     judgement = (Judgement(StoredVerdict(result["judge"]))
                  if keep_judge and result.get("judge") is not None else None)
-    if isinstance(result.get("repeats"), list) and not err:  # a repeated row: each answer scored again
+    reps = result.get("repeats")  # a repeated row (one that failed too, holding every answer): each scored again
+    if isinstance(reps, list) and (not err or len(reps) == len(pred) > 1):
         return Row(index, locator, sample, repeats=tuple(
             Row(index, locator, sample, answer=answer._replace(model_output=model_output_of(entry), stored=[entry],
                                                                scrubbed=answer.scrubbed if r == 0 else 0),
                 judgement=Judgement(StoredVerdict(rep["judge"])) if keep_judge and rep.get("judge") else None,
-                repeat=r) for r, (entry, rep) in enumerate(zip(pred, result["repeats"]))))
+                repeat=r) for r, (entry, rep) in enumerate(zip(pred, reps))))
     return Row(index, err.get("locator") or locator, sample, answer=answer, judgement=judgement)
 
 

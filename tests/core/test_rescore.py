@@ -262,6 +262,29 @@ def test_judge_model_judges_every_answer_of_a_repeated_row(tmp_path, run_cli, fr
     validate_summary(tmp_path / "flip")
 
 
+def test_a_repeated_row_whose_judge_failed_keeps_every_answer_and_is_judged_again(tmp_path, run_cli):
+    """One answer's judge error fails its row, whose record still holds all n answers and their
+    scores; --judge-model judges them all again, giving the run a judge that never failed gives."""
+    base = ["--tasks", "legal_eval_v1", "--model", "dummy", "--model-args", "response=letter", "--judge-model",
+            "dummy", "--repeats", 3, "-o", tmp_path, "-q", "--max-error-rate", 1]
+    assert run_cli(*base, "--judge-args", golden.JUDGE_ARGS, "--run-id", "clean").exit_code == 0
+    assert run_cli(*base, "--judge-args", golden.JUDGE_ARGS + ",fail_every=2", "--run-id", "src").exit_code == 0
+    clean, src = records(tmp_path / "clean", "legal_eval_v1"), records(tmp_path / "src", "legal_eval_v1")
+    failed = [r for r in src if r["eval_result"].get("error")]
+    assert failed and all(r["eval_result"]["error"]["stage"] == "judge" for r in failed)
+    for rec in failed:
+        assert [p["index"] for p in rec["predict_result"]] == [0, 1, 2]
+        assert len(rec["eval_result"]["repeats"]) == 3
+    result = rescore(tmp_path / "src", "--judge-model", "dummy", "--judge-args", golden.JUDGE_ARGS,
+                     "-o", tmp_path / "new", "-q")
+    assert result.exit_code == 0, result.output
+    new = records(tmp_path / "new", "legal_eval_v1")
+    assert [r["eval_result"] for r in new] == [r["eval_result"] for r in clean]
+    assert [[p["message"] for p in r["predict_result"]] for r in new] == \
+        [[p["message"] for p in r["predict_result"]] for r in clean]
+    assert tasks_part(tmp_path / "new") == tasks_part(tmp_path / "clean")
+
+
 def test_task_option_rescores_one_task(tmp_path, run_cli):
     result = run_cli("--tasks", "piqa,piqa_mi", "--include-path", TEST_TASKS, "--model", "dummy", "-o", tmp_path,
                      "--run-id", "src", "-q")
