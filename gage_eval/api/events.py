@@ -49,6 +49,9 @@ class TaskDone:
     task: str
     counts: Mapping[str, int]
     metrics: Mapping[str, Any]
+    #: True: samples/<task>.jsonl holds this run's records of the task in its data's order, the n-th
+    #: record the n-th row that passed its checks (none kept from before a resume, none out of turn)
+    in_data_order: bool = False
 
 
 @dataclass(frozen=True)

@@ -18,8 +18,9 @@ def write_stage(tr: Any, write: Callable[[Row], None]) -> tuple[Callable[[Row], 
     """What a task's answered rows go through before ``write``, and what ends it: the rows of a
     repeated task wait for all their answers (:func:`~gage_eval.engine.repeats.gathered`); with a
     metric that submits, each answer's scoring starts in the :class:`Background` first and the end
-    writes the rows still running (without one, the end does nothing)."""
-    write = gathered(tr.repeats.n, write)
+    writes the rows still running (without one, the end does nothing). The order the rows are
+    written in is noted (``tr.order``, :class:`~gage_eval.engine.row.WriteOrder`)."""
+    write = gathered(tr.repeats.n, tr.order.noting(write))
     background = Background(tr.metrics, write)
     if not background.metrics:
         return write, lambda: None

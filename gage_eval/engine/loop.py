@@ -223,7 +223,7 @@ class Engine:
         log.task_end(tr)
         result = tr.summary()
         events.emit("task_done", task=tr.name, counts=tr.counts, timings=result["timings"])
-        event = TaskDone(self.run_id, tr.name, dict(tr.counts), result["metrics"])
+        event = TaskDone(self.run_id, tr.name, dict(tr.counts), result["metrics"], tr.in_data_order())
         self.writers.task_end(event)
         self._notify("gage_task_done", event)
 

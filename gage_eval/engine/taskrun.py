@@ -13,7 +13,7 @@ from gage_eval.engine.executor import make_backend, model_backend
 from gage_eval.engine.hints import chat_template_hint
 from gage_eval.engine.idset import IdSet
 from gage_eval.engine.repeats import Repeats
-from gage_eval.engine.row import Row
+from gage_eval.engine.row import Row, WriteOrder
 from gage_eval.api.metric import MISSING_FIELD_POLICIES, MissingFieldPolicy, TaskAggregate, metric_value
 from gage_eval.api.options import use_run_values
 from gage_eval.config.options import RunOptions, shuffled_pick
@@ -77,6 +77,7 @@ class TaskRun:
         self.judge = None
         self.primary = spec.primary_metric
         self.repeats = Repeats(spec.repeats, options.repeats, options.seed)
+        self.order = WriteOrder()  # whether the rows are written in the data's order (write_stage notes them)
         if failure is None:
             use_run_values(options.plugin_options)  # (a component may read them while built: api.options.run_value)
             try:
@@ -259,6 +260,12 @@ class TaskRun:
             return
         self.counts["scored"] += 1
         self.aggregate.add(values, record.get("data_tag"), record, items)
+
+    def in_data_order(self) -> bool:
+        """Whether ``samples/<task>.jsonl`` holds the task's records in its data's order, the n-th
+        record the n-th row that passed its checks (:class:`~gage_eval.engine.row.WriteOrder`):
+        every record written this run (none kept from before a resume), the task not stopped part way."""
+        return self.failure is None and self.order.kept and self.order.rows == self.counts["total"]
 
     def status(self, max_error_rate: float = 0.0) -> tuple[str, str | None]:
         """``ok``, ``errors`` (rows errored, more than ``max_error_rate`` of them) or ``failed``

@@ -108,14 +108,16 @@ def _row_position(sid: str, task: str, positions: Mapping[str, int] | None) -> i
 
 
 def report_data(run_dirs: Sequence[Path | str], out_dir: Path, summaries: Mapping[Path, Mapping[str, Any]] | None,
-                warn: Callable[[str], None] | None, spool: Any) -> dict:
+                warn: Callable[[str], None] | None, spool: Any, ordered: Mapping[Path, Iterable[str]] | None = None
+                ) -> dict:
     """Everything the page shows, from the run folders (the first is the reference column),
     except the samples: each sample's compact JSON goes to ``spool`` (a binary file), so memory
     stays flat however many samples the runs hold; ``data["order"]`` lists where each one is,
-    in the order the page lists them (per run and task, by the row's position in the data)."""
+    in the order the page lists them (per run and task, by the row's position in the data: read
+    from the samples file for the tasks ``ordered`` names per run folder, see :class:`.reread.Reread`)."""
     warn = warn or print_warning
     dirs = [Path(d) for d in run_dirs]
-    reread = Reread(out_dir)
+    reread = Reread(out_dir, {(i, t) for i, d in enumerate(dirs) for t in (ordered or {}).get(d, ())})
     store = _Spool(spool)
     runs, task_names, stored = [], [], []
     for i, run_dir in enumerate(dirs):
@@ -131,6 +133,7 @@ def report_data(run_dirs: Sequence[Path | str], out_dir: Path, summaries: Mappin
             for _, record in RunFolder(run_dir).records(name):
                 view = compact(record, i, name, run_dir, reread)
                 store.add(i, len(task_names) - 1, _json_for_script(view), view["id"])
+                reread.written(i, name, view["id"])
                 n_samples += 1
                 for metric, value in (view.get("v") or {}).items():
                     try:
@@ -295,11 +298,13 @@ def template_env() -> Any:
 
 def render_report(run_dirs: Sequence[Path | str], out: Path | str,
                   summaries: Mapping[Path, Mapping[str, Any]] | None = None,
-                  warn: Callable[[str], None] | None = None) -> Path:
-    """Write the report of ``run_dirs`` to ``out`` (replaced whole); returns its path."""
+                  warn: Callable[[str], None] | None = None, ordered: Mapping[Path, Iterable[str]] | None = None
+                  ) -> Path:
+    """Write the report of ``run_dirs`` to ``out`` (replaced whole); returns its path. ``ordered``:
+    per run folder, the tasks whose samples file the engine wrote in the data's order."""
     out = Path(out)
     with tempfile.TemporaryFile("w+b") as spool:
-        data = report_data(run_dirs, out.parent.resolve(), summaries, warn, spool=spool)
+        data = report_data(run_dirs, out.parent.resolve(), summaries, warn, spool=spool, ordered=ordered)
         rest = {"images": data["images"], "page": PAGE_SIZE,
                 "runs": [{"id": r["id"], "tasks": [t["name"] for t in r["tasks"]]} for r in data["runs"]],
                 "summaries": [r["summary"] for r in data["runs"]], "data_order": data["data_order"]}

@@ -4,7 +4,9 @@ through the run's config.json, loader and preprocessor), the URLs with those has
 embedded as small JPEG thumbnails (at most :data:`MAX_IMAGES` per report); a local image path
 is referenced relative to the report instead; a row that cannot be read again shows a
 placeholder. The same pass over the rows gives each sample's position in its data
-(:class:`Reread`), the order the sample browser lists them in."""
+(:class:`Reread`), the order the sample browser lists them in; where the engine wrote a task's
+samples file in the data's order (``TaskDone.in_data_order``), the positions are the file's own
+(:meth:`Reread.written`) and its rows are read again only for the images it elided."""
 from __future__ import annotations
 
 import base64
@@ -12,7 +14,7 @@ import hashlib
 import io
 import os
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Collection, Iterable, Sequence
 
 from gage_eval.api import reread_samples
 
@@ -36,13 +38,21 @@ def _url_digest(url: str) -> str:
 
 class Reread:
     """What the report learns from the rows read again: the images (thumbnails by key, shared by
-    the samples that show them) and each sample id's position in its data."""
+    the samples that show them) and each sample id's position in its data. ``ordered``: the
+    (run, task) pairs whose samples file is in the data's order."""
 
-    def __init__(self, out_dir: Path):
+    def __init__(self, out_dir: Path, ordered: Collection[tuple[int, str]] = ()):
         self.out_dir = out_dir
+        self.ordered = set(ordered)
         self.embedded: dict[str, str] = {}  # key -> data URL (a thumbnail)
         self.wanted: dict[tuple[int, str], set[str]] = {}  # (run, task) -> elided hashes to recover
         self.positions: dict[tuple[int, str], dict[str, int]] = {}  # (run, task) -> {sample id: position}
+
+    def written(self, run: int, task: str, sid: str) -> None:
+        """The next record of a samples file: in a file in the data's order, its position is its place there."""
+        if (run, task) in self.ordered:
+            where = self.positions.setdefault((run, task), {})
+            where.setdefault(sid, len(where))
 
     def ref(self, url: str, run: int, task: str, run_dir: Path) -> dict:
         """The image part of a message segment: {"k": key} for an embedded thumbnail, {"src": ...}
@@ -69,12 +79,20 @@ class Reread:
 
     def recover(self, run_dirs: Sequence[Path], tasks: Iterable[tuple[int, str]], warn: Callable[[str], None]) -> None:
         """Read the rows of ``tasks`` ((run, task) pairs) again: each sample's position in its data
-        and the thumbnails of the images the samples file keeps only as hashes."""
+        and the thumbnails of the images the samples file keeps only as hashes; a task whose
+        samples file is in the data's order is read again only for such images."""
         budget = MAX_IMAGES - len(self.embedded)
         for run, task in tasks:
+            if (run, task) in self.ordered and not self.wanted.get((run, task)):
+                self.positions.setdefault((run, task), {})  # (a task with no record has its order too)
+                continue
             try:
                 budget -= self._reread_task(run, run_dirs[run], task, self.wanted.get((run, task), set()), budget)
             except Exception as exc:  # a report shows what it can: the rows may have moved
+                if (run, task) in self.ordered:  # (listed in the samples file's order, the data's)
+                    warn(f"report: the images of task {task!r} could not be read again ({type(exc).__name__}: "
+                         f"{exc}); image placeholders are shown")
+                    continue
                 images = "; image placeholders are shown" if self.wanted.get((run, task)) else ""
                 warn(f"report: the rows of task {task!r} could not be read again ({type(exc).__name__}: {exc}); "
                      f"its samples are listed in the order they finished{images}")
@@ -83,7 +101,10 @@ class Reread:
         found = 0
         todo = set(hashes)
         positions: dict[str, int] = {}
+        ordered = (run, task) in self.ordered  # (its positions are the samples file's: only the images are wanted)
         for position, sample in enumerate(reread_samples(run_dir, task)):
+            if ordered and (not todo or found >= budget):
+                return found
             positions.setdefault(str(sample.get("id")), position)
             if not todo or found >= budget:
                 continue
@@ -95,7 +116,8 @@ class Reread:
                     if thumb:
                         self.embedded[digest] = thumb
                         found += 1
-        self.positions[(run, task)] = positions
+        if not ordered:
+            self.positions[(run, task)] = positions
         return found
 
 

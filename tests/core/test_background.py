@@ -11,7 +11,7 @@ from types import SimpleNamespace
 
 from gage_eval.engine.background import write_stage
 from gage_eval.engine.repeats import Repeats
-from gage_eval.engine.row import Answer, Row
+from gage_eval.engine.row import Answer, Row, WriteOrder
 
 
 class Slow:
@@ -26,7 +26,7 @@ class Slow:
 
 
 def task(metrics, n=None):
-    return SimpleNamespace(metrics=metrics, repeats=Repeats({}, n, 1234))
+    return SimpleNamespace(metrics=metrics, repeats=Repeats({}, n, 1234), order=WriteOrder())
 
 
 def rows(n):
@@ -34,13 +34,19 @@ def rows(n):
 
 
 def test_no_submitting_metric_leaves_the_write_stage_alone():
-    write = [].append
-    assert write_stage(task([("m", object())]), write)[0] is write
+    tr, written = task([("m", object())]), []
+    write, finish = write_stage(tr, lambda row: written.append(row.sample["id"]))
+    for row in rows(3):
+        write(row)
+    assert written == ["0", "1", "2"]  # written at once, in the data's order (noted)
+    finish()
+    assert written == ["0", "1", "2"] and (tr.order.rows, tr.order.kept) == (3, True)
 
 
 def test_rows_wait_for_their_results_and_the_end_writes_the_rest():
     metric, written = Slow(), []
-    write, finish = write_stage(task([("m", metric)]), lambda row: written.append(row.sample["id"]))
+    tr = task([("m", metric)])
+    write, finish = write_stage(tr, lambda row: written.append(row.sample["id"]))
     for row in rows(3):
         write(row)
     write(Row(3, "f:3", {"id": "3"}, error={"stage": "inference", "message": "x", "locator": "f:3"}))
@@ -48,6 +54,7 @@ def test_rows_wait_for_their_results_and_the_end_writes_the_rest():
     metric.gate.set()
     finish()
     assert sorted(written) == ["0", "1", "2", "3"]
+    assert (tr.order.rows, tr.order.kept) == (4, False)  # row 3 came out first: the data's order is lost
 
 
 def test_a_task_stopped_by_an_exception_drops_the_rows_still_running():
