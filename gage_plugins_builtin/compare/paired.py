@@ -11,6 +11,7 @@ from typing import Any, Callable, Iterable, Mapping
 from gage_eval.api import GageError, RunFolder, metric_value, stats
 
 from gage_plugins_builtin.compare import CONFIDENCE, DEFAULT_SAMPLES, DEFAULT_SEED, DOWN, UP
+from gage_plugins_builtin.compare.groups import compare_groups
 from gage_plugins_builtin.report.runsettings import ABSENT, settings_of
 
 _DIGITS = re.compile(r"(\d+)")
@@ -165,7 +166,9 @@ def _add_intervals(compared: dict[str, dict[str, Any]], diffs: Mapping[str, list
 
 
 def compare_task(run_a: StoredRun, run_b: StoredRun, task: str, *, resamples: int, seed: int,
-                 warn: Callable[[str], None]) -> dict[str, Any]:
+                 warn: Callable[[str], None], pairs: dict | None = None) -> dict[str, Any]:
+    """One task compared; ``pairs`` (when given) gets each compared metric's paired values,
+    ``{metric: (ids, A's values, B's values)}``, which the groups' comparison pools."""
     sum_a, sum_b = run_a.tasks[task], run_b.tasks[task]
     metrics_a = list((sum_a.get("metrics") or {}).keys())
     metrics_b = set((sum_b.get("metrics") or {}).keys())
@@ -195,6 +198,8 @@ def compare_task(run_a: StoredRun, run_b: StoredRun, task: str, *, resamples: in
         missing[name] = len(paired) - len(ids)
         compared[name] = _paired_metric(ids, a, b)
         diffs[name] = [y - x for x, y in zip(a, b)]
+        if pairs is not None:
+            pairs[name] = (ids, a, b)
 
     for name in names:
         ids = [sid for sid in paired if row_a[sid][1].get(name) is not None and row_b[sid][1].get(name) is not None]
@@ -270,7 +275,13 @@ def compare_runs(path_a: Path, path_b: Path, *, tasks: Iterable[str] = (), resam
         "tasks_only_in_b": sorted(in_b - set(in_a)),
         "tasks": {},
     }
+    pairs: dict[str, dict] = {}
     for task in selected:
-        result["tasks"][task] = compare_task(run_a, run_b, task, resamples=resamples, seed=seed, warn=warn)
+        result["tasks"][task] = compare_task(run_a, run_b, task, resamples=resamples, seed=seed, warn=warn,
+                                             pairs=pairs.setdefault(task, {}))
+    groups_a, groups_b = run_a.summary.get("groups") or {}, run_b.summary.get("groups") or {}
+    result["groups"] = compare_groups(groups_a, groups_b, pairs, resamples=resamples, seed=seed)
+    result["groups_only_in_a"] = [g for g in groups_a if g not in groups_b]
+    result["groups_only_in_b"] = [g for g in groups_b if g not in groups_a]
     result["settings"] = settings_diff(run_a, run_b, selected)
     return result

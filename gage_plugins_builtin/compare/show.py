@@ -44,9 +44,49 @@ def metric_rows(task_result: Mapping[str, Any]) -> list[list[str]]:
     return rows
 
 
-def _table(rows: list[list[str]]) -> list[str]:
+def group_rows(result: Mapping[str, Any]) -> list[list[str]]:
+    """The groups' table (console and HTML): a header and one row per group and metric, A and B
+    the groups' values in summary.json, the interval and McNemar's test over their tasks' paired rows."""
+    rows = [["group", "metric", "weighting", "tasks", "n", "A", "B", "B-A",
+             f"{int(CONFIDENCE * 100)}% CI (bootstrap)", "McNemar p", UP, DOWN]]
+    for name, g in (result.get("groups") or {}).items():
+        label = "  " * g["depth"] + ("- " if g["depth"] else "") + str(g["alias"])
+        for metric, m in g["metrics"].items():
+            p = m["paired"] or {}
+            mc = p.get("mcnemar")
+            tasks = m["tasks_a"] if m["tasks_a"] == m["tasks_b"] else f"{m['tasks_a']}/{m['tasks_b']}"
+            n = m["n_a"] if m["n_a"] == m["n_b"] else f"{m['n_a']}/{m['n_b']}"
+            rows.append([label, metric, "size" if m["weight_by_size"] else "task", str(tasks), str(n),
+                         _num(m["mean_a"]), _num(m["mean_b"]), _num(m["diff"], True), _ci(p.get("ci")),
+                         _p(mc["p"]) if mc else "-", str(mc["c"]) if mc else "-", str(mc["b"]) if mc else "-"])
+    return rows
+
+
+def group_notes(result: Mapping[str, Any]) -> list[str]:
+    """What the groups' table leaves out: a paired part over fewer rows than the group's (its own
+    means and difference), or none, and why."""
+    lines = []
+    for name, g in (result.get("groups") or {}).items():
+        for metric, m in g["metrics"].items():
+            p = m["paired"]
+            if p is None:
+                lines.append(f"{g['alias']} {metric}: no paired interval, {m['unpaired']}; B-A is the difference "
+                             f"of the two groups' values")
+            elif p["n"] != m["n_a"] or p["n"] != m["n_b"]:
+                lines.append(f"{g['alias']} {metric}: the interval is over the {p['n']} paired rows (n A {m['n_a']}, "
+                             f"B {m['n_b']}), where A {_num(p['mean_a'])}, B {_num(p['mean_b'])}, "
+                             f"B-A {_num(p['diff'], True)}")
+        for side in ("a", "b"):
+            if g[f"metrics_only_in_{side}"]:
+                lines.append(f"{g['alias']}: metrics only in {side.upper()} (not compared): "
+                             f"{', '.join(g[f'metrics_only_in_{side}'])}")
+    return lines
+
+
+def _table(rows: list[list[str]], left: int = 1) -> list[str]:
+    """Rows as aligned text: the first ``left`` columns to the left, the rest (numbers) to the right."""
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))).rstrip()
+    return ["  ".join(c.ljust(w) if i < left else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))).rstrip()
             for r in rows]
 
 
@@ -78,6 +118,15 @@ def render_console(result: Mapping[str, Any]) -> str:
                 if ids_:
                     more = f" ... (+{len(ids_) - SHOW_FLIPS} more; --json lists all)" if len(ids_) > SHOW_FLIPS else ""
                     lines.append(f"  {name} {way} ({len(ids_)}): {', '.join(ids_[:SHOW_FLIPS])}{more}")
+    if result.get("groups"):
+        lines += ["", "groups: A and B as summary.json aggregates them (weighting: by task size, or each task once);",
+                  "  the interval and McNemar's test over their tasks' paired rows, resampled within each task"]
+        lines += ["  " + line for line in _table(group_rows(result), left=3)]
+        lines += ["  " + line for line in group_notes(result)]
+    for side in ("a", "b"):
+        if result.get(f"groups_only_in_{side}"):
+            only = ", ".join(result[f"groups_only_in_{side}"])
+            lines.append(f"groups only in {side.upper()} (not compared): {only}")
     rows = result["settings"]
     differ = [r for r in rows if not r["same"]]
     lines += ["", f"settings: {len(differ)} differ, {len(rows) - len(differ)} the same"]
@@ -181,8 +230,9 @@ def render_html(result: Mapping[str, Any], views: Mapping[str, Mapping[str, dict
     if views is None:
         views = flip_views(result)
     tables = {task: metric_rows(t) for task, t in result["tasks"].items()}
+    groups = group_rows(result) if result.get("groups") else None
     settings = [s for s in result["settings"] if not s["same"]] + [s for s in result["settings"] if s["same"]]
     differ = sum(1 for s in result["settings"] if not s["same"])
     return template_env().get_template("compare.html.jinja").render(
-        r=result, tables=tables, differ=differ, show=show, settings=settings, views=views, up=UP,
-        max_side=MAX_SIDE_BY_SIDE, generator=pages.PAGE_GENERATOR)
+        r=result, tables=tables, groups=groups, group_notes=group_notes(result), differ=differ, show=show,
+        settings=settings, views=views, up=UP, max_side=MAX_SIDE_BY_SIDE, generator=pages.PAGE_GENERATOR)

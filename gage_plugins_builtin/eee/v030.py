@@ -8,7 +8,8 @@ checkout. 0.2.0 (spec 002, :func:`gage_plugins_builtin.eee.v020.build_instance`)
 How a run maps onto them:
 
 - The aggregate holds one ``evaluation_results`` entry per task and metric of summary.json
-  (value, stderr, n), then one per data_tag slice and metric. Its ``evaluation_id`` is the run
+  (value, stderr, n), then one per data_tag slice and metric, then one per group of summary.json
+  and metric it aggregates (:mod:`gage_plugins_builtin.eee.groups`). Its ``evaluation_id`` is the run
   id, as in the instance records.
 - The 0.3.0 schema asks for one instance record per aggregate result a sample contributes to,
   so a sample with K metric values gets K records, each with the ``evaluation_result_id`` of its
@@ -353,9 +354,14 @@ def build_aggregate(summary: Mapping[str, Any], *, notes: MetricNotes | None = N
     run = summary.get("run") or {}
     versions = run.get("versions") or {}
     evaluated = _epoch(run.get("created"))
+    from gage_plugins_builtin.eee.groups import group_results, groups_of_tasks  # (it builds on this module)
+
+    in_groups = groups_of_tasks(summary)
     results = []
     for task, entry in (summary.get("tasks") or {}).items():
-        results.extend(_task_results(task, entry, run, notes, inputs or {}, evaluated, self_deployed))
+        results.extend(_task_results(task, entry, run, notes, inputs or {}, evaluated, self_deployed,
+                                     in_groups.get(task, [])))
+    results.extend(group_results(summary, notes, evaluated))
     source_details = {"run_id": run.get("id"), "exit_status": run.get("exit_status"),
                       "interrupted": run.get("interrupted")}
     record: dict[str, Any] = {
@@ -379,8 +385,10 @@ def build_aggregate(summary: Mapping[str, Any], *, notes: MetricNotes | None = N
 
 
 def _task_results(task: str, entry: Mapping[str, Any], run: Mapping[str, Any], notes: MetricNotes,
-                  inputs: Mapping[str, Any], evaluated: Any, self_deployed: Collection[str]) -> list[dict]:
-    """One task's evaluation results: each metric (primary first), then each data_tag slice."""
+                  inputs: Mapping[str, Any], evaluated: Any, self_deployed: Collection[str],
+                  in_groups: list[str]) -> list[dict]:
+    """One task's evaluation results: each metric (primary first), then each data_tag slice;
+    ``in_groups``: the groups of summary.json that count the task, which its results name."""
     folder_name = (entry.get("source") or {}).get("folder")
     folder = Path(folder_name) if folder_name else None
     spec = _task_file(folder)
@@ -397,6 +405,8 @@ def _task_results(task: str, entry: Mapping[str, Any], run: Mapping[str, Any], n
         extra: dict[str, Any] = {}
         if scoring is not None and (task, metric) in notes.judged:
             extra["llm_scoring"] = scoring
+        if in_groups and tag is None:  # the level of a part, beside its groups' results (eee.groups)
+            extra["additional_details"] = {"level": "task", "in_groups": json.dumps(in_groups)}
         name = task if tag is None else f"{task}/{tag[0]}={tag[1]}"
         res = _result(task, metric, stats, higher=higher.get(metric, True), proportion=notes.proportion(task, metric),
                       name=name, source=source, tag=tag, evaluated=evaluated, extra=extra)

@@ -8,11 +8,13 @@ metric's range (:mod:`.intervals`: summary.json's bootstrap interval, or Wilson'
 proportion), values over few rows marked, as a table and an inline SVG plot; the slices by
 ``data_tag`` with a plot per tag; the counts, the counters in words and the row errors grouped
 by their masked message (:mod:`.wording`); timings; settings, model and versions as tables.
-Several runs: a combined table and plot, and what differs between the runs (n-shot, model,
-settings). Then a sample browser (search, filters, pages of 50) drawn by a little plain
-JavaScript from a compact JSON blob embedded in the page (:mod:`.samples`), the samples of a
-task in the order of their rows in the data (:mod:`.reread`). No network: styles, script and
-images are inline, so the file works from ``file://`` and offline.
+The groups of summary.json (``--tasks`` naming a group: lm-eval's groups table) come before the
+tasks, each with its members and its aggregate rows exactly as summary.json has them (the core
+aggregates; the page computes nothing). Several runs: a combined table and plot (groups too), and
+what differs between the runs (n-shot, model, settings). Then a sample browser (search, filters,
+pages of 50) drawn by a little plain JavaScript from a compact JSON blob embedded in the page
+(:mod:`.samples`), the samples of a task in the order of their rows in the data (:mod:`.reread`).
+No network: styles, script and images are inline, so the file works from ``file://`` and offline.
 
 The writer that writes it at the end of a run is :mod:`.writer`; ``gage-eval report`` is :mod:`.command`.
 """
@@ -146,7 +148,7 @@ def report_data(run_dirs: Sequence[Path | str], out_dir: Path, summaries: Mappin
             version = task_version(stored[-1], name)
             tasks.append(_task_view(i, name, t, ranges, errors, n_samples, None if version is ABSENT else version))
         runs.append({"index": i, "id": run["id"] or run_dir.name, "dir": str(run_dir), "run": run, "tasks": tasks,
-                     "summary": summary, "n_shot": _n_shot(run),
+                     "groups": group_views(summary), "summary": summary, "n_shot": _n_shot(run),
                      "tables": {"model": setting_rows({"model": run["model"], "judge": run["judge"]}),
                                 "settings": setting_rows(run["settings"] or {}),
                                 "versions": setting_rows(run["versions"] or {})}})
@@ -160,7 +162,8 @@ def report_data(run_dirs: Sequence[Path | str], out_dir: Path, summaries: Mappin
     order, positions = [e for e, _ in placed], [p for _, p in placed]
     data_order = {f"{r}/{t}": (r, t) in reread.positions for r, t in task_names}
     table = _compare(runs)
-    return {"runs": runs, "images": reread.embedded, "compare": table, "order": order,
+    return {"runs": runs, "images": reread.embedded, "compare": table, "compare_groups": _compare_groups(runs),
+            "order": order,
             "positions": positions, "data_order": data_order, "differ": _differences(stored, runs),
             "combined": bar_plot([dict(c, label=f"{row['task']} · {row['metric']}") for row in table
                                   for c in row["cells"] if c], label="label") if len(runs) > 1 else None,
@@ -240,6 +243,35 @@ def _compare(runs: list[dict]) -> list[dict]:
     return list(rows.values())
 
 
+def group_views(summary: Mapping[str, Any]) -> list[dict]:
+    """summary.json's groups as the page shows them: each group (depth first, as the console's
+    table) with its members, its tasks and, per metric it aggregates, summary.json's figures as they are."""
+    out = []
+    for name, g in (summary.get("groups") or {}).items():
+        if not isinstance(g, Mapping):
+            continue
+        metrics = [{"metric": m, "value": e.get("value"), "stderr": e.get("stderr"), "n": e.get("n"),
+                    "tasks": e.get("tasks"), "weight_by_size": e.get("weight_by_size", True),
+                    "missing": list(e.get("missing") or [])}
+                   for m, e in (g.get("metrics") or {}).items() if isinstance(e, Mapping)]
+        out.append({"name": name, "alias": g.get("alias") or name, "depth": g.get("depth") or 0,
+                    "members": list(g.get("members") or []), "tasks": list(g.get("tasks") or []), "metrics": metrics})
+    return out
+
+
+def _compare_groups(runs: list[dict]) -> list[dict]:
+    """The groups' rows of the several-runs table: (group, metric) in first-seen order, a cell per run."""
+    rows: dict[tuple, dict] = OrderedDict()
+    for run in runs:
+        for g in run["groups"]:
+            for m in g["metrics"]:
+                row = rows.setdefault((g["name"], m["metric"]), {"group": g["name"], "alias": g["alias"],
+                                                                 "depth": g["depth"], "metric": m["metric"],
+                                                                 "cells": [None] * len(runs)})
+                row["cells"][run["index"]] = m
+    return list(rows.values())
+
+
 def _differences(stored: list[_Stored], runs: list[dict]) -> list[dict]:
     """What differs between several runs: n-shot first, then the model, the settings that change
     results, task versions and data (compare's settings diff, for any number of runs)."""
@@ -309,8 +341,8 @@ def render_report(run_dirs: Sequence[Path | str], out: Path | str,
                 "runs": [{"id": r["id"], "tasks": [t["name"] for t in r["tasks"]]} for r in data["runs"]],
                 "summaries": [r["summary"] for r in data["runs"]], "data_order": data["data_order"]}
         html = template_env().get_template(TEMPLATE).render(
-            runs=data["runs"], compare=data["compare"], differ=data["differ"], combined=data["combined"],
-            n_samples=data["n_samples"], page_size=PAGE_SIZE, generator=pages.PAGE_GENERATOR,
+            runs=data["runs"], compare=data["compare"], compare_groups=data["compare_groups"], differ=data["differ"],
+            combined=data["combined"], n_samples=data["n_samples"], page_size=PAGE_SIZE, generator=pages.PAGE_GENERATOR,
             in_data_order=all(data["data_order"].values()))
         # Every value the template shows is HTML-escaped, so this element (rendered empty) can come
         # only from the template itself: the samples' JSON goes between its tags.
