@@ -49,17 +49,26 @@ def is_secret_query_name(name: Any) -> bool:
     return is_secret_key(name) or bool(SECRET_QUERY_NAME.search(name))
 
 
-def redact(value: Any, secrets: tuple[str, ...] = ()) -> Any:
+# mappings keyed by names the user chose, not by settings, and how many levels of names: tasks
+# (a task "auth"), --data and per-task settings by task, metrics, templates and data files, slices
+# by data_tag column, value and metric (a value "password"); what lies under a name is redacted as usual
+NAME_LEVELS = {"tasks": 1, "data": 1, "fewshot_data": 1, "task_overrides": 1, "metrics": 1, "templates": 1,
+               "slices": 3}
+
+
+def redact(value: Any, secrets: tuple[str, ...] = (), _names: int = 0) -> Any:
     """A copy of ``value`` with secret keys masked, URL user-info and known secret strings removed."""
     if isinstance(value, dict):
         out = {}
         for k, v in value.items():
-            if is_secret_key(k) and v not in (None, ""):
+            if _names:
+                out[k] = redact(v, secrets, _names - 1)
+            elif is_secret_key(k) and v not in (None, ""):
                 out[k] = REDACTED
             elif HEADERS_KEY.match(str(k)) and isinstance(v, dict):
                 out[k] = {name: REDACTED if x not in (None, "") else x for name, x in v.items()}
             else:
-                out[k] = redact(v, secrets)
+                out[k] = redact(v, secrets, NAME_LEVELS.get(str(k), 0))
         return out
     if isinstance(value, (list, tuple)):
         return [redact(v, secrets) for v in value]
