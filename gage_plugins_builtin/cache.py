@@ -44,7 +44,7 @@ try:
 except ImportError:  # pragma: no cover - orjson is a dependency; json stands in without it
     _orjson = None
 
-from gage_eval.api import Backend, BackendUse, FatalBackendError, GageError, ModelOutput, OutputError, Request
+from gage_eval.api import Backend, FatalBackendError, GageError, ModelOutput, OutputError, Request, running
 from gage_eval.api import secrets as secret_rules
 
 from gage_plugins_builtin.backends.gguf_cache import file_sha256
@@ -371,7 +371,7 @@ class CachedBackend(Backend):
     (``use.keeps``) are stored. Counts hits and misses per task (``cache`` in summary.json; the
     judge's as ``judge_hits``, ``judge_misses``)."""
 
-    def __init__(self, backend: Backend, use: BackendUse):
+    def __init__(self, backend: Backend, use: running.BackendUse):
         self.inner, self.use = backend, use
         self.max_batch = getattr(backend, "max_batch", 64)  # (the engine sizes judge chunks by these)
         self.concurrency = getattr(backend, "concurrency", None)

@@ -29,7 +29,7 @@ import os
 from pathlib import Path
 from typing import Any, Iterator
 
-from gage_eval.api import GageError, RowError, data_packages, iter_json_rows
+from gage_eval.api import GageError, RowError, data_packages, jsonio
 
 ENV_PACKAGES = "GAGE_EVAL_DATA_PACKAGES"
 OFFLINE_VARS = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
@@ -188,7 +188,7 @@ class SplitFolder:
     def __iter__(self) -> Iterator[tuple[str, Any]]:
         if not self.saved:
             for path in self.paths:
-                for lineno, record, error in iter_json_rows(path):
+                for lineno, record, error in jsonio.iter_json_rows(path):
                     yield f"{path}:{lineno}", RowError(error) if error is not None else record
             return
         i = 0

@@ -7,7 +7,7 @@ import stat
 from pathlib import Path
 from typing import Any, Iterator
 
-from gage_eval.api import GageError, Loader, RowError, check_data_file, iter_json_rows, json_type
+from gage_eval.api import GageError, Loader, RowError, jsonio
 
 
 def _resolve(path: str, base_dir: str | None) -> Path:
@@ -38,7 +38,7 @@ class JsonlLoader(Loader):
         self._files = self.files()
         self._total: int | None = None
         for file in self._files:
-            check_data_file(file)
+            jsonio.check_data_file(file)
 
     def files(self) -> list[Path]:
         if self.path.is_dir():
@@ -58,12 +58,12 @@ class JsonlLoader(Loader):
     def __iter__(self) -> Iterator[tuple[str, Any]]:
         for file in self._files:
             name = str(file)  # (once a file, not once a row)
-            for lineno, record, error in iter_json_rows(file):
+            for lineno, record, error in jsonio.iter_json_rows(file):
                 locator = f"{name}:{lineno}"
                 if error is not None:
                     yield locator, RowError(error)
                 elif not isinstance(record, dict):
-                    yield locator, RowError(f"expected a JSON object, got {json_type(record)}")
+                    yield locator, RowError(f"expected a JSON object, got {jsonio.json_type(record)}")
                 else:
                     yield locator, record
 

@@ -30,7 +30,7 @@ import uuid
 from collections import deque
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
-from gage_eval.api import Backend, Executor, FatalBackendError, GageError, ModelOutput, Request
+from gage_eval.api import Backend, FatalBackendError, GageError, ModelOutput, Request, running
 
 # model args the executor takes (never passed to the backend)
 EXECUTOR_KEYS = ("replicas", "num_cpus", "num_gpus", "replica_restarts")
@@ -51,7 +51,7 @@ class Plan:
         return f"{self.replicas} Ray replica{'s' if self.replicas != 1 else ''} ({each} each)"
 
 
-class RayExecutor(Executor):
+class RayExecutor(running.Executor):
     """``--executor ray``: the replica plan from the model args, :class:`RayBackend` for the engine."""
 
     model_args = EXECUTOR_KEYS

@@ -38,8 +38,9 @@ What is here, by what a plugin does with it:
   declared attributes ``data_dir``, ``data_files``, ``files()``, ``total()``,
   ``input_schema``, ``data_roots()``), :class:`RowContext`, the Sample v1 helpers (building
   messages and references, reading their text: :func:`user_message`, :func:`content_text`,
-  :func:`from_legacy`, ...), the strict JSON row reader (:func:`iter_json_rows`,
-  :func:`check_data_file`, :func:`json_type`), the namespace :mod:`paths` (file and URL checks
+  :func:`from_legacy`, ...), the strict JSON row reader, the namespace :mod:`jsonio`
+  (``jsonio.iter_json_rows``, ``jsonio.check_data_file``, ``jsonio.json_type``: how the jsonl
+  loader and ``gage-eval validate`` read a row), the namespace :mod:`paths` (file and URL checks
   for paths in data: ``paths.data_path``, ``paths.checked_url``, ``paths.base_folder``,
   ``paths.context_for``, ``paths.REMOTE_SCHEMES``), :func:`validation_errors` (a plugin adds
   schemas with ``gage_register_schemas``), :func:`data_packages` (the installed data packages
@@ -54,9 +55,10 @@ What is here, by what a plugin does with it:
   ``gage_register_writers`` (fed each finished record and the run's end).
 - run options: :class:`RunOption`, what ``gage_register_options`` declares (a flag and run config
   key of a plugin's own; its value reaches the plugin as ``RunStart.options[key]``).
-- how the backends run: :class:`BackendUse`, what ``gage_wrap_backend`` tells a wrapper of a
-  run's backend (role, secrets, settings, what may be kept, per-task counts), and
-  :class:`Executor`, the contract of an executor ``gage_register_executors`` adds.
+- how the backends run, the namespace :mod:`running`: ``running.BackendUse``, what
+  ``gage_wrap_backend`` tells a wrapper of a run's backend (role, secrets, settings, what may be
+  kept, per-task counts), and ``running.Executor``, the contract of an executor
+  ``gage_register_executors`` adds.
 - running generated code, the namespace :mod:`execution`: ``execution.Sandbox`` (the contract
   of a sandbox ``gage_register_sandboxes`` adds), ``execution.Job``, ``execution.Limits``,
   ``execution.JobResult`` (its ``status`` one of ``execution.Status``) and
@@ -64,11 +66,11 @@ What is here, by what a plugin does with it:
 - events, the namespace :mod:`events`: ``events.RunStart``, ``events.SampleDone``,
   ``events.TaskDone``, ``events.RunEnd``, the frozen objects the event hooks receive.
 - run folders: :class:`RunFolder` (a stored run's layout and its strict readers:
-  ``config()``, ``inputs()``, ``summary()``, ``records(task)``, the paths of its files), the
-  namespace :mod:`pages` for pages written beside runs (``pages.write_page``,
-  ``pages.check_page_output``, ``pages.PAGE_GENERATOR``); :func:`reread_samples` (a stored
-  run's task rows read again from its data, as the report does for the images its samples keep
-  only as hashes) and :func:`read_yaml` (a YAML file read strictly, as task files are).
+  ``config()``, ``inputs()``, ``summary()``, ``records(task)``, the paths of its files, and
+  ``reread_samples(task)``: the task's rows read again from its data, as the report does for the
+  images its samples keep only as hashes), the namespace :mod:`pages` for pages written beside
+  runs (``pages.write_page``, ``pages.check_page_output``, ``pages.PAGE_GENERATOR``) and
+  :func:`read_yaml` (a YAML file read strictly, as task files are).
 - statistics, the namespace :mod:`stats`: ``stats.Z95`` (the 95% normal quantile of
   summary.json's ``ci95.normal``), ``stats.quantile`` (of sorted values, linear between order
   statistics), the bootstrap and the cluster-robust stderr of summary.json.
@@ -86,23 +88,20 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # what static tools see; at run time __getattr__ below loads each name on first use
-    from gage_eval.api import events, execution, loglikelihood, pages, paths, secrets, stats, tools
+    from gage_eval.api import events, execution, jsonio, loglikelihood, pages, paths, running, secrets, stats, tools
     from gage_eval.api.backend import (GENERATE, LOGLIKELIHOOD, LOGLIKELIHOOD_ROLLING, Backend, ModelOutput, Request,
                                        cut_at_stop)
     from gage_eval.api.errors import (FatalBackendError, GageError, OutputError, RowError)
     from gage_eval.api.hookspecs import hookimpl
-    from gage_eval.api.jsonio import (check_data_file, iter_json_rows)
     from gage_eval.api.judge import (Judge, Verdict)
     from gage_eval.api.loader import (Loader, Preprocessor, SampleIdentity)
     from gage_eval.api.metric import (Metric, MetricContext, metric_value)
     from gage_eval.api.options import RunOption
-    from gage_eval.api.runfolder import RunFolder, reread_samples
-    from gage_eval.api.running import BackendUse, Executor
+    from gage_eval.api.runfolder import RunFolder
     from gage_eval.api.sample import (MEDIA_SEGMENTS, SCHEMA_VERSION, RowContext, content_text, from_legacy,
                                       last_user_text, messages_text, normalize_references, reference_text,
                                       reference_texts, text_chat, text_segment, user_message)
     from gage_eval.api.schemas import (data_packages, validation_errors)
-    from gage_eval.api.strictjson import json_type
     from gage_eval.api.templates import Template
     from gage_eval.api.writer import Writer
     from gage_eval.api.yamlio import read_yaml
@@ -122,8 +121,7 @@ __all__ = [
     # metrics
     "Metric", "MetricContext", "metric_value",
     # rows: loader and preprocessor contracts, context, reading, validation; paths in data as a namespace
-    "Loader", "Preprocessor", "RowContext", "SampleIdentity", "iter_json_rows", "check_data_file", "json_type",
-    "data_packages", "validation_errors", "paths",
+    "Loader", "Preprocessor", "RowContext", "SampleIdentity", "jsonio", "data_packages", "validation_errors", "paths",
     # Sample v1 helpers
     "SCHEMA_VERSION", "MEDIA_SEGMENTS", "text_segment", "user_message", "content_text", "messages_text", "text_chat",
     "last_user_text", "reference_text", "reference_texts", "normalize_references", "from_legacy",
@@ -131,14 +129,14 @@ __all__ = [
     "GageError", "FatalBackendError", "OutputError", "RowError",
     # writers and run options
     "Writer", "RunOption",
-    # how the backends run: a backend wrapper's view of its role, executors
-    "BackendUse", "Executor",
+    # how the backends run, as a namespace: running.BackendUse (a backend wrapper's view), running.Executor
+    "running",
     # running generated code, as a namespace: execution.open_sandbox(...), execution.Job, ...
     "execution",
     # events the observer hooks receive, as a namespace: events.RunStart, ...
     "events",
     # run folders: reading a stored run back; pages written beside runs, as a namespace: pages.write_page(...)
-    "RunFolder", "reread_samples", "read_yaml", "pages",
+    "RunFolder", "read_yaml", "pages",
     # statistics, as a namespace: stats.Z95, stats.quantile(...)
     "stats",
     # secrets, as a namespace: secrets.mask(...)
@@ -152,7 +150,7 @@ _NAMES = {
     "events": "events",
     "execution": "execution",
     "hookspecs": "hookimpl",
-    "jsonio": "check_data_file iter_json_rows",
+    "jsonio": "jsonio",
     "judge": "Judge Verdict",
     "loader": "Loader Preprocessor SampleIdentity",
     "loglikelihood": "loglikelihood",
@@ -160,14 +158,13 @@ _NAMES = {
     "options": "RunOption",
     "pages": "pages",
     "paths": "paths",
-    "runfolder": "RunFolder reread_samples",
+    "runfolder": "RunFolder",
     "stats": "stats",
-    "running": "BackendUse Executor",
+    "running": "running",
     "secrets": "secrets",
     "sample": ("MEDIA_SEGMENTS SCHEMA_VERSION RowContext content_text from_legacy last_user_text messages_text "
                "normalize_references reference_text reference_texts text_chat text_segment user_message"),
     "schemas": "data_packages validation_errors",
-    "strictjson": "json_type",
     "templates": "Template",
     "tools": "tools",
     "writer": "Writer",

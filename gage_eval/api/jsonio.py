@@ -12,8 +12,10 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from gage_eval.api.errors import InputError
-from gage_eval.api.strictjson import (MAX_DEPTH, JsonProblem, RowProblem, column, decode, path_at, row_error,
-                                      too_deep_at)
+from gage_eval.api.strictjson import (MAX_DEPTH, JsonProblem, RowProblem, column, decode, json_type, path_at,
+                                      row_error, too_deep_at)
+
+__all__ = ["check_data_file", "iter_json_rows", "json_type"]  # what the API's namespace jsonio offers plugins
 
 BOM = b"\xef\xbb\xbf"
 

@@ -335,6 +335,16 @@ class RunFolder:
         """(line number, record) of ``samples/<task>.jsonl``, each checked; nothing when it is missing."""
         return iter_run_records(self.path, self.samples_file(task))
 
+    def reread_samples(self, task: str) -> Iterator[dict]:
+        """The Sample records of ``task`` read again from the task's data as the run read them (its
+        config.json, task folder, loader and preprocessor); rows that fail their checks are left out.
+        What a samples file keeps only as a hash (a long ``data:`` image) is whole here. A GageError
+        when the data cannot be read again."""
+        if _reread is None:
+            raise GageError(f"{self.path}: the rows of task {task!r} can be read again only inside gage-eval's "
+                            f"engine or command line")
+        yield from _reread(self.path, task)
+
     # writing: whole files, replaced atomically
     def write_config(self, options: Mapping[str, Any]) -> None:
         write_json_atomic(self.config_file, options)
@@ -362,17 +372,8 @@ _reread: Callable[[Path, str], Iterable[dict]] | None = None
 
 
 def use_reread(source: Callable[[Path, str], Iterable[dict]]) -> None:
-    """Where :func:`reread_samples` reads rows from: the core's row pipeline, handed here by the engine."""
+    """Where :meth:`RunFolder.reread_samples` reads rows from: the core's row pipeline, handed here by
+    the engine."""
     global _reread
     _reread = source
 
-
-def reread_samples(run_dir: Path, task: str) -> Iterator[dict]:
-    """The Sample records of ``task`` in the stored run ``run_dir``, read again from the task's data
-    as the run read them (its config.json, task folder, loader and preprocessor); rows that fail
-    their checks are left out. What a samples file keeps only as a hash (a long ``data:`` image)
-    is whole here. A GageError when the data cannot be read again."""
-    if _reread is None:
-        raise GageError(f"{run_dir}: the rows of task {task!r} can be read again only inside gage-eval's "
-                        f"engine or command line")
-    yield from _reread(Path(run_dir), task)

@@ -1,7 +1,8 @@
 """A stored run's task rows read again from its data, as the run read them: its config.json, the
 task folder, the plugins' loader and preprocessor, the row checks. The report needs the images a
-samples file keeps only as hashes; plugins reach this through :func:`gage_eval.api.reread_samples`,
-to which the engine and the command line hand it (``api.runfolder.use_reread``)."""
+samples file keeps only as hashes; plugins reach this through
+:meth:`gage_eval.api.RunFolder.reread_samples`, to which the engine and the command line hand it
+(``api.runfolder.use_reread``)."""
 from __future__ import annotations
 
 from pathlib import Path

@@ -1,5 +1,5 @@
 """The report's images: a samples file keeps a long ``data:`` URL only as a placeholder with its
-sha256, so the rows are read again from the task's data (:func:`gage_eval.api.reread_samples`,
+sha256, so the rows are read again from the task's data (:meth:`gage_eval.api.RunFolder.reread_samples`,
 through the run's config.json, loader and preprocessor), the URLs with those hashes found and
 embedded as small JPEG thumbnails (at most :data:`MAX_IMAGES` per report); a local image path
 is referenced relative to the report instead; a row that cannot be read again shows a
@@ -16,7 +16,7 @@ import os
 from pathlib import Path
 from typing import Any, Callable, Collection, Iterable, Sequence
 
-from gage_eval.api import reread_samples
+from gage_eval.api import RunFolder
 
 MAX_IMAGES = 2_000  # thumbnails embedded per report
 THUMB_PX = 320  # a thumbnail's longer side
@@ -102,7 +102,7 @@ class Reread:
         todo = set(hashes)
         positions: dict[str, int] = {}
         ordered = (run, task) in self.ordered  # (its positions are the samples file's: only the images are wanted)
-        for position, sample in enumerate(reread_samples(run_dir, task)):
+        for position, sample in enumerate(RunFolder(run_dir).reread_samples(task)):
             if ordered and (not todo or found >= budget):
                 return found
             positions.setdefault(str(sample.get("id")), position)

@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any, Iterator, Mapping, Sequence
 
-from gage_eval.api import Backend, BackendUse, ModelOutput, Request, text_segment, tools
+from gage_eval.api import Backend, ModelOutput, Request, running, text_segment, tools
 
 from gage_plugins_builtin.tools.calls import call_arguments
 
@@ -139,7 +139,7 @@ class ToolLoopBackend(Backend):
     """The model's backend with the tool loop in front: requests without ``tool_loop`` pass
     through untouched; each with one is carried out as a :class:`Conversation`."""
 
-    def __init__(self, backend: Any, use: BackendUse, owned: Any = None):
+    def __init__(self, backend: Any, use: running.BackendUse, owned: Any = None):
         self.inner, self.use, self.owned = backend, use, owned
         self.max_batch = getattr(backend, "max_batch", 64)
         self.concurrency = getattr(backend, "concurrency", None)

@@ -1,7 +1,7 @@
 """The front door is small and true (issue 24): every name of ``gage_eval.api`` has one spelling.
 
 A helper family is a namespace (``loglikelihood``, ``paths``, ``secrets``, ``stats``, ``pages``,
-``events``): its members are reached through it and are not also names of the API; no two names
+``events``, ``jsonio``, ``running``): its members are reached through it and are not also names of the API; no two names
 of the API are the same object; and ``gage_eval`` itself re-exports none of them.
 """
 from __future__ import annotations
@@ -51,3 +51,10 @@ def test_the_checks_above_can_fail():
     module = names["loglikelihood"]
     assert module.encode_pair.__module__ == module.__name__
     assert "encode_pair" not in api.__all__
+
+
+def test_the_api_has_forty_to_fifty_names():
+    """Issue 24's bound on the front door: about 40 to 50 names. A family of helpers joins a
+    namespace (jsonio, running, ...) rather than adding its members one by one."""
+    assert 40 <= len(api.__all__) <= 50, (len(api.__all__), api.__all__)
+    assert {"jsonio", "running"} <= {n for n, v in _names().items() if isinstance(v, types.ModuleType)}
