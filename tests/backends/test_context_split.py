@@ -135,17 +135,6 @@ CASES = [
 ]
 
 
-@pytest.fixture(scope="module")
-def smollm2(smollm2_gguf):
-    pytest.importorskip("torch")
-    pytest.importorskip("transformers")
-    from gage_plugins_builtin.backends.hf import smollm2_backend
-
-    backend = smollm2_backend(batch_size="auto")
-    backend.open()
-    return backend
-
-
 def _direct(backend, context: str, continuation: str) -> float:
     """log p(continuation | context) straight from the model: the tokens are built here by the
     rule's definition, and the model sees them whole (no packing, no cache)."""

@@ -46,15 +46,6 @@ MIXED = [
 ]
 
 
-@pytest.fixture(scope="module")
-def smollm2(smollm2_gguf):
-    from gage_plugins_builtin.backends.hf import smollm2_backend
-
-    backend = smollm2_backend(batch_size="auto")
-    backend.open()
-    return backend
-
-
 def _same(streamed, ran) -> None:
     assert streamed.error == ran.error
     assert streamed.text == ran.text

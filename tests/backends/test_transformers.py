@@ -17,15 +17,6 @@ pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 
-@pytest.fixture(scope="session")
-def smollm2(smollm2_gguf):
-    from gage_plugins_builtin.backends.hf import smollm2_backend
-
-    backend = smollm2_backend(batch_size="auto")
-    backend.open()
-    return backend
-
-
 def _ll(prompt: str, *choices: str, sid: str = "x") -> Request:
     return Request(kind=LOGLIKELIHOOD, sample_id=sid, prompt=prompt, continuations=tuple(choices))
 
@@ -115,25 +106,6 @@ def test_image_segment_on_text_model_is_an_error_on_that_output(smollm2):
     assert good.error is None and good.loglikelihoods
 
 
-class _Shared(Backend):
-    """The session's SmolLM2 behind the registry, so CLI runs reuse the loaded weights."""
-
-    name = "smollm2_shared"
-
-    def __init__(self, inner, batch_size="auto", **unused):
-        self.inner = inner
-        inner.batch_size = None if str(batch_size) == "auto" else int(batch_size)
-        self.capabilities = inner.capabilities
-        self.max_batch = inner.max_batch
-        self.model_id = inner.model_id
-
-    def settings(self):
-        return self.inner.settings()
-
-    def run(self, requests):
-        return self.inner.run(requests)
-
-
 class _GenerateOnly(Backend):
     name = "generate_only"
     capabilities = frozenset({GENERATE})
@@ -150,11 +122,10 @@ class _GenerateOnly(Backend):
 
 
 @pytest.fixture
-def test_backends(smollm2):
+def test_backends():
     class Plugin:
         @hookimpl
         def gage_register_backends(self, register):
-            register("smollm2_shared", lambda **kw: _Shared(smollm2, **kw))
             register("generate_only", lambda **kw: _GenerateOnly(**kw))
 
     register_plugin(Plugin(), "test-transformers-backends")
@@ -168,29 +139,34 @@ def _samples(run_root: Path) -> list[dict]:
 
 
 @pytest.mark.slow
-def test_piqa_batch_1_and_16_agree(shared_data, test_backends, run_cli, tmp_path):
+def test_piqa_batch_1_and_16_agree(shared_data, reuse_weights, run_cli, tmp_path):
     data = shared_data / "piqa" / "derived" / "validation.jsonl"
     if not data.is_file():
         pytest.skip(f"needs {data}")
     results = {}
     saved = None
-    for bs in ("1", "16"):
+    for bs in ("1", "16"):  # 10 rows of 2 choices: with 16, a full pass and a ragged one
         out = tmp_path / f"b{bs}"
-        res = run_cli("--tasks", "piqa", "--data", f"piqa={data}", "--model", "smollm2_shared",
-                      "--batch-size", bs, "--limit", "24", "-o", out, "-q")
+        with reuse_weights():  # (the CLI's own smollm2 backend, batch size bs, over the session's weights)
+            res = run_cli("--tasks", "piqa", "--data", f"piqa={data}", "--model", "smollm2",
+                          "--batch-size", bs, "--limit", "10", "-o", out, "-q")
         assert res.exit_code == 0, res.output
         summary = json.loads(sorted(out.rglob("summary.json"))[-1].read_text())
         results[bs] = (summary["tasks"]["piqa"]["metrics"], _samples(out))
         saved = saved or summary
     (m1, s1), (m16, s16) = results["1"], results["16"]
-    assert len(s1) == len(s16) == 24
+    assert len(s1) == len(s16) == 10
+    passes = lambda samples: sorted(r["predict_result"][0]["raw"]["batch_questions"] for r in samples)  # noqa: E731
+    assert passes(s1) == [1] * 10 and passes(s16) == [2] * 2 + [8] * 8  # 16 choices a pass, then the 4 left
     for metric in ("acc", "acc_norm"):
         assert m1[metric]["value"] == m16[metric]["value"]
-    for a, b in zip(s1, s16):
-        la, lb = a["predict_result"][0]["loglikelihoods"], b["predict_result"][0]["loglikelihoods"]
-        assert all(abs(x - y) < 1e-4 for x, y in zip(la, lb))
+    by_id = {r["id"]: r["predict_result"][0]["loglikelihoods"] for r in s16}  # (written as each pass ends)
+    assert sorted(by_id) == sorted(r["id"] for r in s1)
+    for a in s1:
+        la, lb = a["predict_result"][0]["loglikelihoods"], by_id[a["id"]]
+        assert len(la) == len(lb) == 2 and all(abs(x - y) < 1e-4 for x, y in zip(la, lb))
     # the first dev question, as lm-eval 0.4.13's hf backend scores it (DESIGN.md)
-    first = s1[0]["predict_result"][0]["loglikelihoods"]
+    first = next(r for r in s1 if r["id"] == "piqa-0")["predict_result"][0]["loglikelihoods"]
     assert abs(first[0] - (-110.699)) < 2e-3 and abs(first[1] - (-110.983)) < 2e-3
 
 

@@ -272,12 +272,14 @@ def test_no_secret_reaches_the_cache_file(run_cli, tmp_path, monkeypatch, where)
     assert "fake-model" in description and server.url.split("//")[1] in description
 
 
-def test_a_second_smollm2_run_asks_the_model_nothing(smollm2_gguf, run_cli, tmp_path):
+@pytest.mark.slow
+def test_a_second_smollm2_run_asks_the_model_nothing(reuse_weights, run_cli, tmp_path):
     """The default model (SmolLM2 GGUF through transformers): the rerun is all hits, same summary."""
     summaries = []
     for run_id in ("a", "b"):
-        result = run_cli("--tasks", "piqa", "--limit", "6", "-o", tmp_path / "runs", "--run-id", run_id, "-q",
-                         "--cache", tmp_path / "cache")
+        with reuse_weights():
+            result = run_cli("--tasks", "piqa", "--limit", "6", "-o", tmp_path / "runs", "--run-id", run_id, "-q",
+                             "--cache", tmp_path / "cache")
         assert result.exit_code == 0, result.output
         summaries.append(json.loads((tmp_path / "runs" / run_id / "summary.json").read_text()))
     assert summaries[0]["run"]["cache"]["misses"] == 6

@@ -160,18 +160,6 @@ def test_openai_backend_without_a_tokenizer_refuses_chat_log_likelihoods():
 
 # --- against lm-eval on the real SmolLM2 ----------------------------------------------------------
 
-@pytest.fixture(scope="module")
-def smollm2(smollm2_gguf):
-    pytest.importorskip("torch")
-    pytest.importorskip("transformers")
-    from gage_plugins_builtin.backends.hf import smollm2_backend
-
-    backend = smollm2_backend(batch_size="auto")
-    backend.open()
-    yield backend
-    backend.close()
-
-
 def built(folder: Path, **controls) -> list:
     """(request, rendered) for each data row of a task folder, built as a run builds them."""
     spec = read_task_file(folder)

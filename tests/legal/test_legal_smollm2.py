@@ -12,8 +12,7 @@ MERGED = "legal_eval_v1/data/for_eval/merged_legal_eval_v1.jsonl"
 
 
 @pytest.mark.slow
-def test_smollm2_model_and_judge_end_to_end(shared_data, smollm2_gguf, tmp_path, run_cli):
-    pytest.importorskip("transformers")
+def test_smollm2_model_and_judge_end_to_end(shared_data, reuse_weights, tmp_path, run_cli):
     rows = [json.loads(l) for l in (shared_data / MERGED).read_text().splitlines()]
     picked = []
     for kind in ("mcq", "reference_qa", "rubric_qa"):
@@ -38,7 +37,8 @@ def test_smollm2_model_and_judge_end_to_end(shared_data, smollm2_gguf, tmp_path,
             data: {data}
             generation: {{max_new_tokens: 24}}
         """))
-    result = run_cli("--config", cfg, "-o", tmp_path / "runs", "--run-id", "s", "-q")
+    with reuse_weights():
+        result = run_cli("--config", cfg, "-o", tmp_path / "runs", "--run-id", "s", "-q")
     summary = json.loads((tmp_path / "runs" / "s" / "summary.json").read_text())
     task = summary["tasks"]["legal_eval_v1"]
     counts = task["counts"]

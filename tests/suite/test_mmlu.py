@@ -225,12 +225,13 @@ def test_tasks_mmlu_runs_the_group_and_reports_it(run_cli, tmp_path):
 
 @needs_olmo
 @pytest.mark.slow
-def test_smollm2_scores_two_subjects_as_lm_eval_does(run_cli, tmp_path, smollm2_gguf):
+def test_smollm2_scores_two_subjects_as_lm_eval_does(run_cli, tmp_path, reuse_weights):
     wanted = {i: r for i, r in FIVE["rows"].items()
               if i.rsplit("-", 1)[0] in ("mmlu_abstract_algebra", "mmlu_anatomy") and i.endswith("-0")}
     assert wanted
     tasks = ",".join(sorted({i.rsplit("-", 1)[0] for i in wanted}))
-    result = run_cli("--tasks", tasks, "--limit", "1", "--num-fewshot", "5", "-o", tmp_path)
+    with reuse_weights():
+        result = run_cli("--tasks", tasks, "--limit", "1", "--num-fewshot", "5", "-o", tmp_path)
     assert result.exit_code == 0, result.output
     run = next(tmp_path.rglob("summary.json")).parent
     for sid, lm in wanted.items():

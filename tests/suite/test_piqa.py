@@ -47,9 +47,10 @@ def test_prompts_and_continuations_equal_lm_evals(real_piqa):
 
 
 @pytest.mark.slow
-def test_loglikelihoods_and_answers_equal_lm_evals(real_piqa, smollm2_gguf, run_cli, tmp_path):
-    result = run_cli("--tasks", "piqa", "--limit", str(len(ROWS)), "--model-args", "dtype=float32",
-                     "-o", tmp_path, "--run-id", "r", "-q")
+def test_loglikelihoods_and_answers_equal_lm_evals(real_piqa, reuse_weights, run_cli, tmp_path):
+    with reuse_weights():
+        result = run_cli("--tasks", "piqa", "--limit", str(len(ROWS)), "--model-args", "dtype=float32",
+                         "-o", tmp_path, "--run-id", "r", "-q")
     assert result.exit_code == 0, result.output
     records = [json.loads(line) for line in (tmp_path / "r" / "samples" / "piqa.jsonl").read_text().splitlines()]
     by_row = {int(r["id"].rsplit("-", 1)[1]): r for r in records}

@@ -151,10 +151,10 @@ def test_offline_rows_are_the_ones_lm_eval_scored(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("task", ["arc_challenge", "boolq"])
-def test_real_model_scores_as_lm_eval(task, tmp_path, smollm2_gguf):
-    """SmolLM2 (the bundled GGUF, float32, CPU): two rows score within 1e-4 of lm-eval."""
+def test_real_model_scores_as_lm_eval(task, tmp_path, reuse_weights, run_cli):
+    """SmolLM2 (the bundled GGUF, float32, CPU; the default model): two rows score within 1e-4 of lm-eval."""
     rows = FIXTURE["tasks"][task][:2]
-    records = real_model_records(task, [r["doc"] for r in rows], tmp_path)
+    records = real_model_records(task, [r["doc"] for r in rows], tmp_path, run_cli, reuse_weights)
     assert sorted(records) == [f"{task}-0", f"{task}-1"]
     for i, row in enumerate(rows):
         got = records[f"{task}-{i}"]["predict_result"][0]["loglikelihoods"]

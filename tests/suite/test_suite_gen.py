@@ -150,10 +150,10 @@ def test_offline_rows_are_the_ones_lm_eval_generated_for(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("task", TASKS)
-def test_real_model_generates_as_lm_eval(task, tmp_path, smollm2_gguf):
+def test_real_model_generates_as_lm_eval(task, tmp_path, reuse_weights, run_cli):
     """SmolLM2 (the bundled GGUF, float32, CPU, greedy): three rows generate lm-eval's text and score."""
     rows = FIXTURE["tasks"][task][:3]
-    records = real_model_records(task, [r["doc"] for r in rows], tmp_path)
+    records = real_model_records(task, [r["doc"] for r in rows], tmp_path, run_cli, reuse_weights)
     for i, row in enumerate(rows):
         rec = records[f"{task}-{i}"]
         text = "".join(c["text"] for c in rec["predict_result"][0]["message"]["content"])
