@@ -22,6 +22,8 @@ from typing import Any, Mapping
 
 from gage_eval.api import Preprocessor, RowContext, SCHEMA_VERSION, user_message
 
+from gage_plugins_builtin.suite_choice import text_field
+
 _SPACES = re.compile(r"\s+")
 
 
@@ -35,11 +37,7 @@ def count_bytes(text: str) -> int:
 
 
 def _document(record: Mapping[str, Any], field: str) -> str:
-    if field not in record:
-        raise KeyError(field)
-    text = record[field]
-    if not isinstance(text, str):
-        raise ValueError(f"field {field!r} must be a string, got {type(text).__name__}")
+    text = text_field(record, field)
     if not text:
         raise ValueError(f"field {field!r} is empty: a document needs at least one token to score")
     return text

@@ -39,7 +39,8 @@ def _sample(ctx: RowContext, question: str, choices: Sequence[str], gold: int, m
     }
 
 
-def _text(record: Mapping[str, Any], name: str) -> str:
+def text_field(record: Mapping[str, Any], name: str) -> str:
+    """The string field ``name`` of ``record`` (KeyError when missing, ValueError when not a string)."""
     if name not in record:
         raise KeyError(name)
     value = record[name]
@@ -63,8 +64,8 @@ class HellaSwag(Preprocessor):
     letter up, the rest down), cleaned by :func:`hellaswag_clean` as each ending is."""
 
     def __call__(self, record: Mapping[str, Any], ctx: RowContext) -> dict:
-        context = _text(record, "ctx_a") + " " + _text(record, "ctx_b").capitalize()
-        query = hellaswag_clean(_text(record, "activity_label") + ": " + context)
+        context = text_field(record, "ctx_a") + " " + text_field(record, "ctx_b").capitalize()
+        query = hellaswag_clean(text_field(record, "activity_label") + ": " + context)
         endings = record.get("endings")
         if not isinstance(endings, list) or not endings or not all(isinstance(e, str) for e in endings):
             raise ValueError("field 'endings' must be a non-empty list of strings")
@@ -79,13 +80,13 @@ class Winogrande(Preprocessor):
     (the task sets ``request.choices_are_contexts``)."""
 
     def __call__(self, record: Mapping[str, Any], ctx: RowContext) -> dict:
-        sentence = _text(record, "sentence")
+        sentence = text_field(record, "sentence")
         blank = sentence.find("_")
         if blank < 0:
             raise ValueError("field 'sentence' has no blank '_'")
         head, rest = sentence[:blank], sentence[blank + 1:].strip()
-        choices = [head + _text(record, "option1"), head + _text(record, "option2")]
-        answer = _text(record, "answer").strip()
+        choices = [head + text_field(record, "option1"), head + text_field(record, "option2")]
+        answer = text_field(record, "answer").strip()
         if answer not in ("1", "2"):
             raise ValueError(f"field 'answer' must be '1' or '2', got {answer!r}")
         return _sample(ctx, sentence, choices, int(answer) - 1, {"rest": rest})
@@ -106,11 +107,11 @@ class Copa(Preprocessor):
     as lm-eval scores it)."""
 
     def __call__(self, record: Mapping[str, Any], ctx: RowContext) -> dict:
-        question = _text(record, "question")
+        question = text_field(record, "question")
         if question not in _CONNECTIVES:
             raise ValueError(f"field 'question' must be 'cause' or 'effect', got {question!r}")
-        context = _text(record, "premise").strip()[:-1] + " " + _CONNECTIVES[question]
-        choices = [" " + _lower_first(_text(record, "choice1")), " " + _lower_first(_text(record, "choice2"))]
+        context = text_field(record, "premise").strip()[:-1] + " " + _CONNECTIVES[question]
+        choices = [" " + _lower_first(text_field(record, "choice1")), " " + _lower_first(text_field(record, "choice2"))]
         return _sample(ctx, context, choices, _index(record, "label"), {"connective": _CONNECTIVES[question]})
 
 
@@ -130,5 +131,5 @@ class FixedChoices(Preprocessor):
         self.answer = answer
 
     def __call__(self, record: Mapping[str, Any], ctx: RowContext) -> dict:
-        texts = {name: _text(record, name) for name in self.fields}
+        texts = {name: text_field(record, name) for name in self.fields}
         return _sample(ctx, texts[self.fields[0]], self.choices, _index(record, self.answer), texts)
