@@ -207,6 +207,7 @@ def test_compare_over_fewer_paired_rows_says_so_on_the_console_and_the_page(runs
     assert "gtop acc: the interval is over the 23 paired rows (n A 24, B 24)" in text
     page = html.read_text()
     assert 'id="groups"' in page and "the interval is over the 23 paired rows" in page
+    assert page.index('id="groups"') < page.index('id="task-gt_a"')  # the groups first, as in the report
     assert page.count('class="group-row"') == 3 and 'data-group="gfirst"' in page
 
 
