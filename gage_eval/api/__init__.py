@@ -68,9 +68,8 @@ What is here, by what a plugin does with it:
 - run folders: :class:`RunFolder` (a stored run's layout and its strict readers:
   ``config()``, ``inputs()``, ``summary()``, ``records(task)``, the paths of its files, and
   ``reread_samples(task)``: the task's rows read again from its data, as the report does for the
-  images its samples keep only as hashes), the namespace :mod:`pages` for pages written beside
-  runs (``pages.write_page``, ``pages.check_page_output``, ``pages.PAGE_GENERATOR``) and
-  :func:`read_yaml` (a YAML file read strictly, as task files are).
+  images its samples keep only as hashes) and :func:`read_yaml` (a YAML file read strictly, as
+  task files are).
 - statistics, the namespace :mod:`stats`: ``stats.Z95`` (the 95% normal quantile of
   summary.json's ``ci95.normal``), ``stats.quantile`` (of sorted values, linear between order
   statistics), the bootstrap and the cluster-robust stderr of summary.json.
@@ -88,7 +87,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # what static tools see; at run time __getattr__ below loads each name on first use
-    from gage_eval.api import events, execution, jsonio, loglikelihood, pages, paths, running, secrets, stats, tools
+    from gage_eval.api import events, execution, jsonio, loglikelihood, paths, running, secrets, stats, tools
     from gage_eval.api.backend import (GENERATE, LOGLIKELIHOOD, LOGLIKELIHOOD_ROLLING, Backend, ModelOutput, Request,
                                        cut_at_stop)
     from gage_eval.api.errors import (FatalBackendError, GageError, OutputError, RowError)
@@ -135,8 +134,8 @@ __all__ = [
     "execution",
     # events the observer hooks receive, as a namespace: events.RunStart, ...
     "events",
-    # run folders: reading a stored run back; pages written beside runs, as a namespace: pages.write_page(...)
-    "RunFolder", "read_yaml", "pages",
+    # run folders: reading a stored run back; YAML read strictly
+    "RunFolder", "read_yaml",
     # statistics, as a namespace: stats.Z95, stats.quantile(...)
     "stats",
     # secrets, as a namespace: secrets.mask(...)
@@ -156,7 +155,6 @@ _NAMES = {
     "loglikelihood": "loglikelihood",
     "metric": "Metric MetricContext metric_value",
     "options": "RunOption",
-    "pages": "pages",
     "paths": "paths",
     "runfolder": "RunFolder",
     "stats": "stats",

@@ -15,7 +15,7 @@ from gage_eval.api.errors import InputError
 from gage_eval.api.strictjson import (MAX_DEPTH, JsonProblem, RowProblem, column, decode, json_type, path_at,
                                       row_error, too_deep_at)
 
-__all__ = ["check_data_file", "iter_json_rows", "json_type"]  # what the API's namespace jsonio offers plugins
+__all__ = ["check_data_file", "file_kind", "iter_json_rows", "json_type"]  # what the namespace jsonio offers plugins
 
 BOM = b"\xef\xbb\xbf"
 
@@ -31,6 +31,12 @@ def file_problem(head: bytes, kind: str) -> str | None:
 
 SPECIAL_FILES = {stat.S_IFIFO: "a FIFO", stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device",
                  stat.S_IFSOCK: "a socket"}
+_KINDS = {**SPECIAL_FILES, stat.S_IFDIR: "a folder", stat.S_IFLNK: "a symlink"}
+
+
+def file_kind(mode: int) -> str:
+    """What a file's mode says it is, for a message (a FIFO, a folder, ...)."""
+    return _KINDS.get(stat.S_IFMT(mode), "not a regular file")
 
 
 def not_regular(path: Path) -> str | None:

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import IO, Any, Callable, Iterable, Iterator, Mapping
 
 from gage_eval.api.errors import GageError, OutputError
-from gage_eval.api.jsonio import SPECIAL_FILES
+from gage_eval.api.jsonio import file_kind
 from gage_eval.api.jsonlines import JsonlAppender, dumps
 from gage_eval.api.strictjson import json_type
 
@@ -42,8 +42,6 @@ REPORT_FILE = "report.html"
 MAX_JSON_BYTES = 64 << 20  # summary.json, config.json, inputs.json: a real one is a few kB
 MAX_LINE_BYTES = 64 << 20  # one record of samples/<task>.jsonl (media are elided, text clipped by no one)
 RUN_ID = re.compile(r"[A-Za-z0-9._-]{1,200}")  # a run id: one folder name
-
-_KINDS = {**SPECIAL_FILES, stat.S_IFDIR: "a folder", stat.S_IFLNK: "a symlink"}
 
 
 class MissingRunFile(GageError):
@@ -63,11 +61,6 @@ def check_task_name(name: Any, where: str) -> None:
 
 
 # -- opening: the folder's own regular files, bounded -------------------------------------------
-
-def file_kind(mode: int) -> str:
-    """What a file's mode says it is, for a message (a FIFO, a folder, ...)."""
-    return _KINDS.get(stat.S_IFMT(mode), "not a regular file")
-
 
 def open_run_file(run_dir: Path, path: Path) -> tuple[IO[bytes], int] | None:
     """``path`` (inside ``run_dir``) opened for reading with its size; None when it does not exist."""

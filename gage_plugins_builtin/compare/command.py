@@ -27,7 +27,8 @@ def compare_command(run_a, run_b, tasks, resamples, seed, html_file, as_json):
     """Compare two run folders sample by sample: per task and metric the means, the difference
     B-A with a paired bootstrap 95% interval, McNemar's exact test and the flipped samples for
     binary metrics, and the settings that differ. Exits 2 when the runs cannot be aligned."""
-    from gage_eval.api import GageError, pages
+    from gage_eval.api import GageError
+    from gage_plugins_builtin import pages
 
     from gage_plugins_builtin.compare.paired import compare_runs
     from gage_plugins_builtin.compare.show import render_console, render_html

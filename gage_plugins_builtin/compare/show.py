@@ -5,8 +5,7 @@ import json
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from gage_eval.api import pages
-
+from gage_plugins_builtin import pages
 from gage_plugins_builtin.compare import CONFIDENCE, DOWN, SHOW_FLIPS, UP
 
 

@@ -15,7 +15,8 @@ def report_command(run_dirs: tuple[Path, ...], output: Path | None) -> None:
     """Write one self-contained HTML report of one or more run folders (several: side by side).
     It is never written into a run folder (but as the one run's own report.html) nor over a file
     that is not a page gage-eval wrote."""
-    from gage_eval.api import GageError, pages
+    from gage_eval.api import GageError
+    from gage_plugins_builtin import pages
 
     from gage_plugins_builtin.report.page import render_report
 

@@ -28,8 +28,9 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, NamedTuple, Sequence
 
-from gage_eval.api import GageError, RunFolder, metric_value, pages
+from gage_eval.api import GageError, RunFolder, metric_value
 
+from gage_plugins_builtin import pages
 from gage_plugins_builtin.report.intervals import SMALL_N, RowRange, interval
 from gage_plugins_builtin.report.plots import bar_plot
 from gage_plugins_builtin.report.reread import Reread

@@ -1,7 +1,7 @@
 """The front door is small and true (issue 24): every name of ``gage_eval.api`` has one spelling.
 
-A helper family is a namespace (``loglikelihood``, ``paths``, ``secrets``, ``stats``, ``pages``,
-``events``, ``jsonio``, ``running``): its members are reached through it and are not also names of the API; no two names
+A helper family is a namespace (``loglikelihood``, ``paths``, ``secrets``, ``stats``, ``events``,
+``jsonio``, ``running``, ...): its members are reached through it and are not also names of the API; no two names
 of the API are the same object; and ``gage_eval`` itself re-exports none of them.
 """
 from __future__ import annotations

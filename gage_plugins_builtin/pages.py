@@ -1,5 +1,6 @@
 """Writing a page beside runs (report.html, compare --html): never inside a run folder other than
-as that run's own report.html, nor over a file that is not a page gage-eval wrote."""
+as that run's own report.html, nor over a file that is not a page gage-eval wrote. The report and
+compare commands and the report writer share it."""
 from __future__ import annotations
 
 import os
@@ -8,8 +9,7 @@ import stat
 from pathlib import Path
 from typing import Iterable
 
-from gage_eval.api.errors import GageError
-from gage_eval.api.runfolder import file_kind, is_run_folder
+from gage_eval.api import GageError, OutputError, RunFolder, jsonio
 
 # The page's mark: a file that has it in its head is a page gage-eval wrote, and may be replaced.
 PAGE_GENERATOR = '<meta name="generator" content="gage-eval">'
@@ -23,7 +23,7 @@ def check_page_output(out: Path, run_dirs: list[Path], option: str, own_report: 
     if own_report is None or target != own_report.parent.resolve() / own_report.name:
         roots = {d.resolve() for d in run_dirs}
         for folder in target.parents:
-            if folder in roots or is_run_folder(folder):
+            if folder in roots or RunFolder(folder).is_run():
                 raise GageError(f"{option} {out}: inside the run folder {folder}; gage-eval never writes into "
                                 f"a run folder (its files are the record of the run): write the page elsewhere")
     try:
@@ -34,7 +34,7 @@ def check_page_output(out: Path, run_dirs: list[Path], option: str, own_report: 
         raise GageError(f"{option} {out}: cannot check it ({exc.strerror or exc})") from None
     if stat.S_ISREG(st.st_mode) and _is_page(target):
         return
-    what = file_kind(st.st_mode) if not stat.S_ISREG(st.st_mode) else "a file gage-eval did not write as a page"
+    what = jsonio.file_kind(st.st_mode) if not stat.S_ISREG(st.st_mode) else "a file gage-eval did not write as a page"
     raise GageError(f"{option} {out}: it exists and is {what}; gage-eval replaces only a report or compare "
                     f"page it wrote: choose a new file name")
 
@@ -56,8 +56,6 @@ def write_page(out: Path, chunks: Iterable[str], make_folder: bool = True) -> No
     """The page written whole or not at all: a new temporary file beside ``out``, renamed over it
     (its folder made first when ``make_folder``)."""
     import secrets
-
-    from gage_eval.api.errors import OutputError
 
     tmp = out.with_name(f".{out.name}.{secrets.token_hex(6)}.tmp")
     try:
