@@ -7,10 +7,10 @@ Run it with lm-eval's Python (it imports lm_eval, not gage_eval), on a gage-eval
     python benchmarks/group_outputs_vs_lm_eval.py RUN_A COMPARE_JSON
 
 For each group of run A's summary.json (``--tasks mmlu``: mmlu and its four categories), lm-eval's
-TaskManager gives the group's leaf tasks from lm-eval's own group and tag definitions, and
-``lm_eval.api.metrics`` aggregates the run's per-task value, stderr and row count as lm-eval's
-``Group.aggregate`` does (``aggregate_subtask_metrics``; ``pooled_sample_stderr`` for a size-weighted
-group, ``unweighted_mean_stderr`` otherwise). The table then puts beside it what summary.json, the
+task index gives the group's definition (its group config, a tag as its tasks), built into lm-eval's
+own ``Group`` (stand-in leaf tasks that carry only their names: no dataset is loaded), and
+``Group.aggregate`` aggregates the run's per-task value, stderr and row count as lm-eval aggregates
+its own (``aggregate_subtask_metrics``; ``pooled_sample_stderr`` for a size-weighted group). The table then puts beside it what summary.json, the
 console's source, report.html (its data-key cells), compare (``mean_a``/``mean_b``) and the EEE
 aggregate (``eee_aggregate.json``) hold for the same group, and the largest difference of each.
 """
@@ -22,33 +22,51 @@ import sys
 from pathlib import Path
 
 
-def lm_eval_leaves(tm, name: str) -> list[str]:
+def lm_eval_group(tm, name: str):
+    """lm-eval's own Group of ``name``, built from its task index (group configs; a tag as its
+    tasks), with stand-in leaf Tasks that carry only their names (no dataset is loaded)."""
+    from lm_eval.api.group import Group
+    from lm_eval.api.task import Task
+
+    class Leaf(Task):
+        task_name = None  # lm-eval keys a child by task_name
+
+        def __init__(self, leaf: str):  # noqa: D107 (no dataset: only the name is read)
+            self.task_name = leaf
+
+    Leaf.__abstractmethods__ = frozenset()  # never asked for documents or requests
+
     entry = tm.task_index[name]
-    kind = entry.kind.name
-    if kind == "TAG":
-        return sorted(entry.tags)
-    if kind != "GROUP":
-        return [name]
-    out: list[str] = []
+    group = Group.from_config(dict(entry.cfg))
     for member in entry.cfg["task"]:
-        out.extend(lm_eval_leaves(tm, member))
-    return out
+        kind = tm.task_index[member].kind.name
+        if kind == "GROUP":
+            group.add(lm_eval_group(tm, member))
+        elif kind == "TAG":
+            for leaf in sorted(tm.task_index[member].tags):
+                group.add(Leaf(leaf))
+        else:
+            group.add(Leaf(member))
+    return group
 
 
-def lm_eval_group(tm, name: str, tasks: dict) -> dict:
-    from lm_eval.api.metrics import aggregate_subtask_metrics, pooled_sample_stderr, unweighted_mean_stderr
-
-    cfg = tm.task_index[name].cfg
-    leaves = lm_eval_leaves(tm, name)
-    out = {"leaves": leaves}
-    for agg in cfg.get("aggregate_metric_list") or []:
-        metric, by_size = agg["metric"], agg.get("weight_by_size", True)
-        values = [tasks[t]["metrics"][metric]["value"] for t in leaves]
-        sizes = [tasks[t]["metrics"][metric]["n"] for t in leaves]
-        stderrs = [tasks[t]["metrics"][metric]["stderr"] for t in leaves]
-        stderr = pooled_sample_stderr(stderrs, sizes) if by_size else unweighted_mean_stderr(stderrs)
-        out[metric] = {"value": aggregate_subtask_metrics(values, sizes, by_size), "stderr": stderr, "n": sum(sizes)}
-    return out
+def lm_eval_numbers(tm, name: str, tasks: dict) -> dict:
+    """What lm-eval's Group.aggregate makes of the run's per-task figures, per metric."""
+    group = lm_eval_group(tm, name)
+    leaves = [t.task_name for t in group.get_all_tasks()]
+    task_metrics = {}
+    for t in leaves:
+        entry = {"sample_len": None}
+        for metric, m in tasks[t]["metrics"].items():
+            entry[f"{metric},none"], entry[f"{metric}_stderr,none"] = m["value"], m["stderr"]
+            entry["sample_len"] = m["n"]
+        task_metrics[t] = entry
+    out = group.aggregate(task_metrics)
+    numbers = {"leaves": leaves}
+    for agg in group.aggregate_metric_list or []:
+        numbers[agg.metric] = {"value": out[f"{agg.metric},none"], "stderr": out[f"{agg.metric}_stderr,none"],
+                               "n": out["sample_count"][f"{agg.metric},none"]}
+    return numbers
 
 
 def main(run_a: Path, compare_json: Path) -> int:
@@ -70,7 +88,7 @@ def main(run_a: Path, compare_json: Path) -> int:
     print("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     worst = 0.0
     for name, group in summary["groups"].items():
-        lm = lm_eval_group(tm, name, summary["tasks"])
+        lm = lm_eval_numbers(tm, name, summary["tasks"])
         for metric, ours in group["metrics"].items():
             ref = lm[metric]
             diffs = {
