@@ -147,7 +147,7 @@ class TransformersBackend(Backend):
 
     name = "transformers"
     # how requests are batched and where converted weights are kept: no part of what the model answers
-    transport_args = ("batch_size", "gguf_cache", "gguf_cache_folder")
+    transport_args = ("batch_size", "gguf_cache", "gguf_cache_folder", "threads")
     max_batch = 512
 
     def __init__(self, pretrained: str | None = None, gguf_file: str | None = None, dtype: str = "float32",
@@ -156,12 +156,12 @@ class TransformersBackend(Backend):
                  add_bos_token: bool | str | None = None, revision: str | None = None,
                  model_id: str | None = None, continuous_batching: bool | str = True,
                  gguf_cache: bool | str = True, tool_mode: str = "auto", tool_parser: str | None = None,
-                 **unused: Any):
+                 prefix_cache_mb: int | str = 1024, threads: int | str | None = None, **unused: Any):
         if unused:
             raise GageError(f"transformers backend: unknown argument(s) {', '.join(sorted(unused))} "
                             "(known: pretrained, gguf_file, dtype, device, batch_size, max_length, seed, "
                             "trust_remote_code, max_new_tokens, add_bos_token, revision, continuous_batching, "
-                            "gguf_cache, tool_mode, tool_parser)")
+                            "gguf_cache, tool_mode, tool_parser, prefix_cache_mb, threads)")
         # tools: native through a chat template that takes them (auto: when it does), else described in the prompt
         if tool_mode not in TOOL_MODES:
             raise GageError(f"transformers backend: tool_mode must be one of {', '.join(TOOL_MODES)}, not {tool_mode!r}")
@@ -205,6 +205,11 @@ class TransformersBackend(Backend):
         # a GGUF is converted once into the user's cache (gguf_cache.py); the folder loaded from, once open
         self.gguf_cache = _bool(gguf_cache, "gguf_cache")
         self.cached_folder: str | None = None
+        # keys and values of finished answers, for later prompts that go on from them (a tool loop's next step)
+        self.prefix_cache_mb = _int(prefix_cache_mb, "prefix_cache_mb", minimum=0)
+        self.prefix_store = hf_decode.PrefixStore(self.prefix_cache_mb << 20) if self.prefix_cache_mb else None
+        # torch's CPU threads (default: torch's own, one per core; on a busy machine fewer can be much faster)
+        self.threads = _int(threads, "threads") if threads not in (None, "") else None
         caps = {GENERATE, LOGLIKELIHOOD, LOGLIKELIHOOD_ROLLING, "tools"}
         if self._has_chat_template():
             caps.add("chat")
@@ -361,6 +366,8 @@ class TransformersBackend(Backend):
         else:
             torch_dtype = getattr(torch, self.dtype)
         torch.manual_seed(self.seed)
+        if self.threads is not None:
+            torch.set_num_threads(self.threads)
         slot = self._gguf_slot(pending)
         model = self._load_cached(slot.folder, torch_dtype) if slot is not None and slot.ready else None
         if model is None and slot is not None:
@@ -427,6 +434,8 @@ class TransformersBackend(Backend):
                "continuous_batching": self._continuous is not False}
         if self.tool_mode != "auto" or self.tool_parser:  # (a run without them keeps its old settings)
             out.update(tool_mode=self.tool_mode, tool_parser=self.tool_parser)
+        if self.threads is not None:
+            out["threads"] = self.threads
         if self.gguf_file:
             out["gguf_cache"] = self.gguf_cache
             out["gguf_cache_folder"] = self.cached_folder
@@ -822,7 +831,7 @@ class TransformersBackend(Backend):
         rows = hf_decode.decode_rows(self.model, prompts, settings, slots=slots,
                                      pad_id=pad if pad is not None else 0, eos_ids=self._eos_ids(),
                                      decode_text=lambda t: self.tokenizer.decode(t, skip_special_tokens=True),
-                                     device=self.device, on_tokens=self.generated)
+                                     device=self.device, on_tokens=self.generated, store=self.prefix_store)
         for row in rows:
             text, stopped = cut_at_stop(self.tokenizer.decode(row.tokens, skip_special_tokens=True),
                                         settings["stop"])

@@ -9,7 +9,10 @@ carries its own position ids, so a row's tokens are computed as they would be al
 
 Prompts usually share a beginning (a chat template's system prompt, few-shot examples):
 the tokens all of a call's prompts start with are run once, and each prompt's prefill
-runs only its own tokens against a copy of that prefix's keys and values.
+runs only its own tokens against a copy of that prefix's keys and values. Across calls, a
+:class:`PrefixStore` keeps the keys and values of finished rows (prompt and answer): a later
+prompt that starts with the same tokens (the next step of a tool loop, whose prompt is the
+last one with the reply and the tool results added) prefills only what follows them.
 
 Only for decoder-only models whose cache is a plain ``DynamicCache`` (full attention in
 every layer); :func:`unsupported_reason` says why a model does not qualify, and the backend
@@ -198,6 +201,92 @@ def _select(cache: Any, keep: Any, trim: int) -> None:
         layer.values = layer.values[keep, :, trim:]
 
 
+class PrefixStore:
+    """Keys and values of earlier sequences, kept for prompts that start the same way (up to
+    ``budget_bytes`` of tensors; the least recently used go first).
+
+    An entry is the tokens of one sequence and a one-row cache of exactly those tokens. A
+    prompt reuses the longest beginning it shares with an entry (keys and values of a position
+    depend only on the tokens up to it), always leaving itself at least one token to run.
+    """
+
+    def __init__(self, budget_bytes: int):
+        self.budget = int(budget_bytes)
+        self.entries: list[tuple[list[int], Any, int]] = []  # (tokens, cache, bytes), most recent last
+        self.hits = self.reused_tokens = 0
+
+    def lookup(self, prompt: Sequence[list[int]] | list[int]) -> tuple[int, Any]:
+        """(n, cache): the cache's first n positions are the prompt's first n tokens; (0, None) if none is
+        at least :data:`MIN_SHARED_PREFIX` long."""
+        best, found = 0, None
+        limit = len(prompt) - 1
+        for k, (tokens, cache, size) in enumerate(self.entries):
+            n, top = 0, min(limit, len(tokens))
+            while n < top and tokens[n] == prompt[n]:
+                n += 1
+            if n > best:
+                best, found = n, k
+        if found is None or best < MIN_SHARED_PREFIX:
+            return 0, None
+        entry = self.entries.pop(found)
+        self.entries.append(entry)
+        self.hits, self.reused_tokens = self.hits + 1, self.reused_tokens + best
+        return best, entry[1]
+
+    def put(self, tokens: list[int], cache: Any) -> None:
+        """Keep a one-row cache of ``tokens`` (an entry it extends goes: it reuses more)."""
+        size = sum(t.numel() * t.element_size() for layer in _layers(cache) for t in (layer.keys, layer.values))
+        if len(tokens) < MIN_SHARED_PREFIX or size > self.budget:
+            return
+        self.entries = [e for e in self.entries if not (len(e[0]) <= len(tokens) and tokens[:len(e[0])] == e[0])]
+        self.entries.append((list(tokens), cache, size))
+        while sum(e[2] for e in self.entries) > self.budget:
+            self.entries.pop(0)
+
+
+def _row_cache(cache: Any, row: int, columns: Any) -> Any:
+    """A one-row copy of row ``row`` of a batch cache, at ``columns`` (its real tokens)."""
+    import copy
+
+    out = copy.copy(cache)
+    out.layers = []
+    for layer in _layers(cache):
+        twin = copy.copy(layer)
+        twin.keys = layer.keys[row:row + 1, :, columns].clone()
+        twin.values = layer.values[row:row + 1, :, columns].clone()
+        out.layers.append(twin)
+    return out
+
+
+def _prefix_batch(prefixes: Sequence[tuple[int, Any]]) -> tuple[int, Any]:
+    """(width, cache): each row's prefix (the first n positions of a one-row cache) in one batch cache,
+    left-padded to the longest; views of one cache when every row has the same prefix."""
+    import copy
+
+    import torch
+
+    width = max(n for n, _ in prefixes)
+    template = next(c for n, c in prefixes if n == width)
+    same = all(n == width and c is template for n, c in prefixes)
+    out = copy.copy(template)
+    out.layers = []
+    for i, layer in enumerate(_layers(template)):
+        twin = copy.copy(layer)
+        for name in ("keys", "values"):
+            if same:
+                t = getattr(layer, name)[:, :, :width].expand(len(prefixes), -1, -1, -1)
+            else:
+                ref = getattr(layer, name)
+                parts = []
+                for n, c in prefixes:
+                    own = getattr(_layers(c)[i], name)[:, :, :n] if n else ref[:, :, :0]
+                    parts.append(torch.nn.functional.pad(own, (0, 0, width - n, 0)))
+                t = torch.cat(parts, dim=0)
+            setattr(twin, name, t)
+        out.layers.append(twin)
+    return width, out
+
+
 class Chooser:
     """Next token from the last position's logits: greedy, or sampled with a seeded generator."""
 
@@ -231,7 +320,8 @@ class Chooser:
 
 
 def decode(model: Any, prompts: Sequence[list[int]], settings: dict, *, slots: int, pad_id: int,
-           eos_ids: set[int], decode_text: Callable[[list[int]], str], device: Any) -> list[Row]:
+           eos_ids: set[int], decode_text: Callable[[list[int]], str], device: Any,
+           store: PrefixStore | None = None) -> list[Row]:
     """Generate for every prompt (token ids, already cut to fit), ``slots`` rows at a time.
 
     Returns one finished :class:`Row` per prompt, in the prompts' order. Rows stop at an
@@ -239,17 +329,20 @@ def decode(model: Any, prompts: Sequence[list[int]], settings: dict, *, slots: i
     ``settings["max_new_tokens"]``.
     """
     done = {row.index: row for row in decode_rows(model, prompts, settings, slots=slots, pad_id=pad_id,
-                                                  eos_ids=eos_ids, decode_text=decode_text, device=device)}
+                                                  eos_ids=eos_ids, decode_text=decode_text, device=device,
+                                                  store=store)}
     return [done[i] for i in range(len(prompts))]
 
 
 def decode_rows(model: Any, prompts: Sequence[list[int]], settings: dict, *, slots: int, pad_id: int,
                 eos_ids: set[int], decode_text: Callable[[list[int]], str], device: Any,
-                on_tokens: Callable[[int], None] | None = None) -> Iterator[Row]:
+                on_tokens: Callable[[int], None] | None = None, store: PrefixStore | None = None) -> Iterator[Row]:
     """:func:`decode`'s rows, each yielded the moment it finishes (``row.index`` names its prompt).
     ``on_tokens(n)`` is told after each model call how many tokens it chose (one per row in it),
     so a watcher sees a batch move before its rows finish; ``Row.share`` is the row's part of
     the model's time (each call's time divided by the rows in it), not the batch's wall time.
+    With a ``store``, a prompt starts from the longest beginning the store holds (or the call's
+    shared prefix, if longer), and each finished row's keys and values go into it.
 
     The model runs under ``torch.inference_mode`` one step at a time: the mode is off while
     the caller holds a row, and a caller that stops early leaves nothing behind.
@@ -298,6 +391,10 @@ def decode_rows(model: Any, prompts: Sequence[list[int]], settings: dict, *, slo
                   attention_mask=torch.ones((1, shared), dtype=torch.long, device=device),
                   position_ids=torch.arange(shared, device=device)[None], use_cache=True,
                   **{cache_arg: prefix_cache}, **last_only)
+
+    def prefix_of(i: int) -> tuple[int, Any]:
+        n, found = store.lookup(prompts[i]) if store is not None else (0, None)
+        return (n, found) if n > shared else (shared, prefix_cache)
     while waiting or rows:
         ended: list[Row] = []
         with torch.inference_mode():
@@ -306,17 +403,18 @@ def decode_rows(model: Any, prompts: Sequence[list[int]], settings: dict, *, slo
                 # refill: prefill waiting prompts into free slots (left-padded batch of their own)
                 batch = [waiting.pop() for _ in range(min(free, len(waiting)))]
                 started = time.perf_counter()
-                own = [prompts[i][shared:] for i in batch]
+                prefixes = [prefix_of(i) for i in batch]
+                head, new_cache = _prefix_batch(prefixes) if any(n for n, _ in prefixes) else (0, DynamicCache())
+                own = [prompts[i][n:] for i, (n, _) in zip(batch, prefixes)]
                 width = max(len(t) for t in own)
                 ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
-                new_mask = torch.zeros((len(batch), shared + width), dtype=torch.long)
-                new_mask[:, :shared] = 1
+                new_mask = torch.zeros((len(batch), head + width), dtype=torch.long)
                 pos = torch.zeros((len(batch), width), dtype=torch.long)
-                for r, tokens in enumerate(own):  # [prefix][padding][own tokens]
+                for r, (tokens, (n, _)) in enumerate(zip(own, prefixes)):  # [padding][prefix][padding][own tokens]
                     ids[r, width - len(tokens):] = torch.tensor(tokens, dtype=torch.long)
-                    new_mask[r, shared + width - len(tokens):] = 1
-                    pos[r, width - len(tokens):] = torch.arange(shared, shared + len(tokens))
-                new_cache = _expand(prefix_cache, len(batch)) if shared else DynamicCache()
+                    new_mask[r, head - n:head] = 1
+                    new_mask[r, head + width - len(tokens):] = 1
+                    pos[r, width - len(tokens):] = torch.arange(n, n + len(tokens))
                 out = model(input_ids=ids.to(device), attention_mask=new_mask.to(device),
                             position_ids=pos.to(device), use_cache=True, **{cache_arg: new_cache}, **last_only)
                 first = choose(out.logits[:, -1, :]).to("cpu")
@@ -358,6 +456,12 @@ def decode_rows(model: Any, prompts: Sequence[list[int]], settings: dict, *, slo
                         ended.append(row)
                     else:
                         keep.append(r)
+            if store is not None:
+                for r, row in enumerate(rows):
+                    if row.reason is not None:  # its prompt and answer so far, for a later prompt that goes on from them
+                        columns = mask[r].nonzero()[:, 0].to(_layers(cache)[0].keys.device)
+                        store.put((list(prompts[row.index]) + row.tokens)[:len(columns)],
+                                  _row_cache(cache, r, columns))
             if len(keep) < len(rows):
                 cache, mask, positions, last, rows = _drop(cache, mask, positions, last, rows, keep)
         if on_tokens is not None:

@@ -193,3 +193,62 @@ def test_the_watcher_sees_every_token_and_each_row_gets_its_share_of_the_time(ti
     for row in rows:
         assert 0 < row.share <= row.ended - row.started
     assert sum(r.share for r in rows) <= whole
+
+
+def test_a_prefix_store_carries_keys_and_values_to_the_next_call(tiny_llama):
+    """A tool loop's next step sends the last prompt with the answer and the tool results added: with a
+    store, only the added tokens are run, and every row's tokens are what it would get without one."""
+    first_prompts = [SHARED + [5, 9], [1, 40, 41, 42, 43, 44], [1, 88]]
+    store = hf_decode.PrefixStore(1 << 30)
+    first = hf_decode.decode(tiny_llama, first_prompts, settings(max_new_tokens=6), slots=2, pad_id=0,
+                             eos_ids=set(), decode_text=str, device="cpu", store=store)
+    assert [r.tokens for r in first] == [run(tiny_llama, [p], slots=1, max_new_tokens=6)[0].tokens
+                                         for p in first_prompts]
+    assert len(store.entries) == 3 and store.hits == 0
+    # the next step: each prompt goes on from its answer (all of it, or only part of it), plus a new row
+    follow = [first_prompts[0] + first[0].tokens + [30, 31, 32], first_prompts[1] + first[1].tokens[:2] + [33],
+              first_prompts[2] + first[2].tokens + [34, 35], [1, 60, 61, 62, 63, 64]]
+    alone = [run(tiny_llama, [p], slots=1)[0].tokens for p in follow]
+    calls = []
+    forward = tiny_llama.forward
+
+    def counting(*args, **kwargs):
+        calls.append(kwargs["input_ids"].shape[1])
+        return forward(*args, **kwargs)
+
+    tiny_llama.forward = counting
+    try:
+        for slots in (1, 2, 4):
+            calls.clear()
+            again = hf_decode.PrefixStore(1 << 30)
+            again.entries = list(store.entries)
+            rows = hf_decode.decode(tiny_llama, follow, settings(), slots=slots, pad_id=0, eos_ids=set(),
+                                    decode_text=str, device="cpu", store=again)
+            assert [r.tokens for r in rows] == alone, slots
+            assert again.hits == 3  # the new row had nothing to reuse
+            prefills = [n for n in calls if n > 1]
+            # only what the store lacks is run: the last answer token (never fed back) and the added tokens,
+            # 4, 1 and 3 of them, and the new row's 6 (without a store: up to 17 tokens a row)
+            assert max(prefills) == 6, (slots, prefills)
+            if slots == 1:
+                assert prefills == [4, 3, 6]
+    finally:
+        del tiny_llama.forward
+
+
+def test_the_prefix_store_keeps_to_its_budget_and_drops_what_a_longer_entry_covers(tiny_llama):
+    probe = hf_decode.PrefixStore(1 << 30)
+    hf_decode.decode(tiny_llama, [PROMPTS[1]], settings(max_new_tokens=2), slots=1, pad_id=0, eos_ids=set(),
+                     decode_text=str, device="cpu", store=probe)
+    size = probe.entries[0][2]  # 12 tokens (11 of the prompt, the first answer token)
+    assert len(probe.entries[0][0]) == 12 and size > 0
+    store = hf_decode.PrefixStore(2 * size)
+    for prompt in (PROMPTS[1], PROMPTS[1] + [50, 51], PROMPTS[4], SHARED + [1, 2, 3, 4, 5, 6]):
+        hf_decode.decode(tiny_llama, [prompt], settings(max_new_tokens=2), slots=1, pad_id=0, eos_ids=set(),
+                         decode_text=str, device="cpu", store=store)
+    kept = [tokens for tokens, _, _ in store.entries]
+    # the second entry extends the first (which goes), the budget holds about two 12-token entries
+    assert sum(e[2] for e in store.entries) <= 2 * size
+    assert kept[-1][:len(SHARED)] == SHARED and not any(k[:11] == PROMPTS[1] and len(k) == 12 for k in kept)
+    assert store.lookup([1, 40, 41])[0] == 0  # too short a beginning to reuse
+    assert hf_decode.PrefixStore(10).entries == []

@@ -222,6 +222,19 @@ def test_bad_arguments_are_clear_errors(smollm2_gguf):
         smollm2_backend(temprature=0.5)
     with pytest.raises(GageError, match="batch_size"):
         smollm2_backend(batch_size="many")
+    with pytest.raises(GageError, match="threads"):
+        smollm2_backend(threads=0)
+    with pytest.raises(GageError, match="prefix_cache_mb"):
+        smollm2_backend(prefix_cache_mb="lots")
+
+
+def test_threads_and_the_prefix_store_are_settings_that_leave_answers_alone(smollm2_gguf):
+    from gage_plugins_builtin.backends.hf import smollm2_backend
+
+    default = smollm2_backend()
+    assert "threads" not in default.settings() and default.prefix_store.budget == 1024 << 20
+    one = smollm2_backend(threads="1", prefix_cache_mb="0")
+    assert one.settings()["threads"] == 1 and "threads" in one.transport_args and one.prefix_store is None
 
 
 def test_constructor_is_cheap_and_reports_capabilities(smollm2_gguf):
