@@ -127,3 +127,25 @@ class JsonlAppender:
         except OSError as exc:
             if not self._failed:
                 raise self._error(self.path, exc) from None
+
+
+class TaskFiles:
+    """One append-only jsonl file per task (``path_of(task)``), each opened by ``opener(path)`` at its
+    task's first line, so a task that writes none leaves no file; ``close(task)`` closes one,
+    ``close()`` every one still open."""
+
+    def __init__(self, path_of: Callable[[str], Path], opener: Callable[[Path], JsonlAppender]):
+        self._path_of, self._open = path_of, opener
+        self._files: dict[str, JsonlAppender] = {}
+
+    def write(self, task: str, obj: Any) -> None:
+        out = self._files.get(task)
+        if out is None:
+            out = self._files[task] = self._open(self._path_of(task))
+        out.write(obj)
+
+    def close(self, task: str | None = None) -> None:
+        for name in [task] if task is not None else list(self._files):
+            out = self._files.pop(name, None)
+            if out is not None:
+                out.close()

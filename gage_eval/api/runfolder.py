@@ -27,7 +27,7 @@ from typing import IO, Any, Callable, Iterable, Iterator, Mapping
 
 from gage_eval.api.errors import GageError, OutputError
 from gage_eval.api.jsonio import file_kind
-from gage_eval.api.jsonlines import JsonlAppender, dumps
+from gage_eval.api.jsonlines import JsonlAppender, TaskFiles, dumps
 from gage_eval.api.strictjson import json_type
 
 CONFIG_FILE = "config.json"
@@ -357,6 +357,11 @@ class RunFolder:
         its folder: ``write(obj)`` adds one strict JSON line, flushed; ``close()``. A failed write
         is an :class:`OutputError` saying how to go on."""
         return JsonlAppender(path, error=output_error)
+
+    def task_files(self, path_of: Callable[[str], Path]) -> TaskFiles:
+        """One :meth:`jsonl_appender` per task at ``path_of(task)``, opened at the task's first line
+        (``write(task, obj)``, ``close(task)``, ``close()``: every one)."""
+        return TaskFiles(path_of, self.jsonl_appender)
 
 
 # -- a stored run's rows read again from its data ------------------------------------------------

@@ -23,7 +23,6 @@ from gage_eval.api.events import RunStart, TaskDone, plugin_copy
 from gage_eval.config.kv import parse_kv
 from gage_eval.api.secrets import REDACTED, is_secret_key
 from gage_eval.api.writer import Writer
-from gage_eval.api.jsonlines import JsonlAppender
 from gage_eval.api.runfolder import RunFolder
 from gage_eval.runfolder.records import recover_jsonl
 
@@ -36,7 +35,7 @@ class SamplesWriter(Writer):
     def __init__(self, run_dir: Path):
         self.run_dir = run_dir
         self.folder = RunFolder(run_dir)
-        self._files: dict[str, JsonlAppender] = {}
+        self._files = self.folder.task_files(self.path)  # a task that never wrote a record leaves no file
 
     def path(self, task: str) -> Path:
         return self.folder.samples_file(task)
@@ -47,19 +46,13 @@ class SamplesWriter(Writer):
         return recover_jsonl(self.path(task), keep)
 
     def write(self, task: str, record: Mapping[str, Any]) -> None:
-        out = self._files.get(task)
-        if out is None:  # opened at the first record: a task that never wrote one leaves no file
-            out = self._files[task] = self.folder.jsonl_appender(self.path(task))
-        out.write(record)
+        self._files.write(task, record)
 
     def task_end(self, event: TaskDone) -> None:
-        out = self._files.pop(event.task, None)
-        if out is not None:
-            out.close()
+        self._files.close(event.task)
 
     def end(self, summary: Mapping[str, Any]) -> None:
-        for task in list(self._files):
-            self._files.pop(task).close()
+        self._files.close()
 
 
 class SummaryWriter(Writer):

@@ -33,7 +33,7 @@ class InstancesWriter(Writer):
         self.model_id = self.run_id = ""
         self.eee_version = "0.2.0"
         self._notes = v030.MetricNotes()  # what the 0.3.0 aggregate needs from the records
-        self._files: dict[str, Any] = {}  # task -> its open instances file
+        self._files: Any = None  # the open instances files, by task (RunFolder.task_files)
 
     def path(self, task: str) -> Path:
         assert self.folder is not None
@@ -41,6 +41,7 @@ class InstancesWriter(Writer):
 
     def start(self, run: events.RunStart) -> None:
         self.folder, self.model_id, self.run_id = RunFolder(run.run_dir), run.model_id, run.run_id
+        self._files = self.folder.task_files(self.path)
         version = run.options.get("eee_version")
         self.eee_version = version if version in v030.VERSIONS else "0.2.0"
 
@@ -56,22 +57,16 @@ class InstancesWriter(Writer):
             self._append(task, instance)
 
     def _append(self, task: str, instance: Mapping[str, Any]) -> None:
-        out = self._files.get(task)
-        if out is None:  # opened at the first record: a task that never wrote one leaves no file
-            assert self.folder is not None
-            out = self._files[task] = self.folder.jsonl_appender(self.path(task))
-        out.write(instance)
+        self._files.write(task, instance)  # opened at the first record: a task that never wrote one leaves no file
 
     def task_end(self, event: events.TaskDone) -> None:
-        out = self._files.pop(event.task, None)
-        if out is not None:
-            out.close()
+        if self._files is not None:
+            self._files.close(event.task)
 
     def end(self, summary: Mapping[str, Any]) -> None:
-        for task in list(self._files):
-            self._files.pop(task).close()
         if self.folder is None:
             return
+        self._files.close()
         if self.eee_version == v030.EEE_VERSION:
             self.folder.write_json(v030.AGGREGATE_FILE, v030.build_aggregate(
                 summary, notes=self._notes, inputs=self._inputs(), self_deployed=self_deployed_backends()))
