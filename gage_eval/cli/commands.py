@@ -64,11 +64,3 @@ def plugins_command(as_json):
         click.echo(f"{row['name']} {row['version'] or ''}".rstrip())
         for kind, names in row["registers"].items():
             click.echo(f"  {kind}: {', '.join(names)}")
-
-
-def core_commands() -> tuple[click.Command, ...]:
-    from gage_eval.engine.merge import merge_command
-    from gage_eval.engine.rescore import rescore_command
-    from gage_eval.cli.validate import validate_command
-
-    return (tasks_command, plugins_command, validate_command, rescore_command, merge_command)

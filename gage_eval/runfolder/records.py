@@ -47,10 +47,6 @@ class EventLog(JsonlAppender):
         self.write({"ts": round(time.time(), 6), "run_id": self.run_id, "event": event, **fields})
 
 
-def primary_value(record: Mapping[str, Any]) -> Any:
-    return (record.get("eval_result") or {}).get("overall", {}).get("score")
-
-
 def recover_jsonl(path: Path, keep: Callable[[Mapping[str, Any]], bool]) -> Iterator[tuple[dict, bool]]:
     """The records of a jsonl file an interrupted run wrote, each with ``keep(record)``. A
     half-written last line is cut first; records not kept are removed from the file (replaced
