@@ -18,6 +18,10 @@ from gage_eval.api.strictjson import (MAX_DEPTH, JsonProblem, RowProblem, column
 __all__ = ["check_data_file", "file_kind", "iter_json_rows", "json_type"]  # what the namespace jsonio offers plugins
 
 BOM = b"\xef\xbb\xbf"
+# one line of a .jsonl: more than a prompt can hold (a template's output stops at 4,000,000
+# characters), and small enough that a row's record, which keeps its text (some of it twice),
+# stays within the 64 MiB a run folder's sample line may have; a longer line is its row's error
+MAX_ROW_BYTES = 16 << 20
 
 
 def file_problem(head: bytes, kind: str) -> str | None:
@@ -106,7 +110,10 @@ def _json_line_rows(path: Path) -> Iterator[tuple[int, Any, str | None]]:
     except OSError as exc:
         raise InputError(path, None, f"cannot read: {exc.strerror or exc}") from None
     with fh:
-        for lineno, raw in enumerate(fh, 1):
+        for lineno, raw in enumerate(iter(lambda: fh.readline(MAX_ROW_BYTES + 1), b""), 1):
+            if len(raw) > MAX_ROW_BYTES and not raw.endswith(b"\n"):
+                yield lineno, None, _too_long(fh, len(raw))
+                continue
             if lineno == 1 and raw.startswith(BOM):
                 raw = raw[3:]
             if not raw.strip():
@@ -120,6 +127,15 @@ def _json_line_rows(path: Path) -> Iterator[tuple[int, Any, str | None]]:
                 yield lineno, decode(text, maybe_deep=raw.count(b"[") + raw.count(b"{") > MAX_DEPTH)[0], None
             except JsonProblem as exc:
                 yield lineno, None, row_error(text, exc)
+
+
+def _too_long(fh: Any, read: int) -> str:
+    """Skip the rest of a line too long for a row (in blocks, never held whole) and say so."""
+    while (block := fh.readline(1 << 20)) and not block.endswith(b"\n"):
+        read += len(block)
+    read += len(block)
+    return (f"a line of {read} bytes, over the {MAX_ROW_BYTES >> 20} MiB a row may hold "
+            f"(keep big media in files beside the data)")
 
 
 def _json_document_rows(path: Path) -> Iterator[tuple[int, Any, str | None]]:
