@@ -247,18 +247,18 @@ def _looks_like_id(path: str) -> bool:
 
 
 def _count_lines(path: Path) -> int:
-    """Non-blank lines (what iter_json_rows yields a row for), read in binary blocks."""
+    """Non-blank lines (what iter_json_rows yields a row for), read in binary blocks; a long
+    line is never held whole (only whether the unfinished one has text so far)."""
     n = 0
-    tail = b""
+    text = False  # the line not yet ended has a non-blank byte
     with path.open("rb") as fh:
-        while True:
-            block = fh.read(1 << 20)
-            if not block:
-                break
-            lines = (tail + block).split(b"\n")
-            tail = lines.pop()
-            n += sum(1 for line in lines if line.strip())
-    return n + (1 if tail.strip() else 0)
+        while block := fh.read(1 << 20):
+            first, *ended = block.split(b"\n")
+            text = text or bool(first.strip())
+            for part in ended:  # each part starts a new line, once the one before has ended
+                n += text
+                text = bool(part.strip())
+    return n + text
 
 
 def _undecoded_media(ds: Any, datasets: Any) -> Any:
