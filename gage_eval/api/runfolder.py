@@ -140,10 +140,12 @@ def iter_run_records(run_dir: Path, path: Path) -> Iterator[tuple[int, dict]]:
             try:
                 record = json.loads(raw)
             except ValueError as exc:
-                why = "torn (no end of line: the run was stopped mid-write; resume it)" \
-                    if not raw.endswith(b"\n") else f"not a whole JSON record ({getattr(exc, 'msg', exc)})"
-                raise GageError(f"{path}:{lineno}: {why}; the run folder was damaged or changed by hand: "
-                                f"remove that line (a resume writes its row again)") from None
+                if not raw.endswith(b"\n"):  # a kill or a full disk mid-write: a resume cuts it
+                    raise GageError(f"{path}:{lineno}: torn (no end of line: the run was stopped mid-write); "
+                                    f"gage-eval --resume {run_dir} removes it and runs its row again") from None
+                raise GageError(f"{path}:{lineno}: not a whole JSON record ({getattr(exc, 'msg', exc)}); the run "
+                                f"folder was damaged or changed by hand: remove that line (a resume writes its row "
+                                f"again)") from None
             if not isinstance(record, dict):
                 raise GageError(f"{path}:{lineno}: expected a JSON object (a record), got {json_type(record)}")
             check_record(f"{path}:{lineno}", record)

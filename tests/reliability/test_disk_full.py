@@ -1,0 +1,24 @@
+"""A disk that fills mid-run (here: RLIMIT_FSIZE, what `ulimit -f` sets): exit 4, the records
+written so far kept, one way forward (--resume), and no line telling the user to edit the run
+folder by hand; the resume then finishes the run with every row once."""
+from __future__ import annotations
+
+import resource
+
+from harness import OK, OUTPUT, check
+
+
+def small_files():
+    resource.setrlimit(resource.RLIMIT_FSIZE, (24 << 10, 24 << 10))
+
+
+def test_a_full_disk_mid_run_then_resume(gage):
+    o = gage("--tasks", "piqa", "--model", "dummy", preexec=small_files)
+    written = (o.run_dir / "samples" / "piqa.jsonl").read_bytes().count(b"\n")  # whole records
+    check(o, OUTPUT, "File too large", f"gage-eval --resume {o.run_dir}")
+    assert "changed by hand" not in o.text and "remove that line" not in o.text, o.text
+    resumed = gage("--resume", o.run_dir)
+    check(resumed, OK, "0 errored")
+    total = resumed.summary["tasks"]["piqa"]["counts"]["total"]
+    ids = [r["id"] for r in resumed.records("piqa")]
+    assert 0 < written < total and len(ids) == len(set(ids)) == total
