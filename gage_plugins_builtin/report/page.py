@@ -302,10 +302,11 @@ def _json_for_script(value: Any) -> str:
         text = orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS).decode("utf-8")
     except (ImportError, TypeError):  # (a lone surrogate: escaped as \\udXXX, which JSON.parse reads)
         text = json.dumps(value, ensure_ascii=True, separators=(",", ":"), default=str)
-    return text.translate(_SCRIPT_ESCAPES)
+    return text.translate(_SCRIPT_ESCAPES) if any(c in text for c in _UNSAFE) else text
 
 
-_SCRIPT_ESCAPES = {ord(c): f"\\u{ord(c):04x}" for c in "<>&\u2028\u2029"}
+_UNSAFE = "<>&\u2028\u2029"
+_SCRIPT_ESCAPES = {ord(c): f"\\u{ord(c):04x}" for c in _UNSAFE}
 
 
 def _fmt(value: Any, digits: int = 4) -> str:

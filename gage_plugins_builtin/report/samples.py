@@ -62,11 +62,11 @@ def loglikelihood_view(predicted: Mapping[str, Any], record: Mapping[str, Any], 
     metrics = result.get("metrics") if isinstance(result.get("metrics"), dict) else {}
     normalised = "acc_norm" in metrics  # lm-eval's acc_norm: ll / the choice's length in characters
     rows = []
-    for i, (ll, text) in enumerate(zip(lls, choices)):
-        value = _finite(ll)
+    for ident, ll, text in zip(ids, lls, choices):
+        value = ll if type(ll) is float and math.isfinite(ll) else _finite(ll)  # (the usual case first)
         text = text if isinstance(text, str) else str(text)
         norm = value / max(len(text), 1) if normalised and value is not None else None
-        rows.append([ids[i], clip(text, limit), value, norm])
+        rows.append([ident, text if len(text) <= limit else clip(text, limit), value, norm])
     taken = {}
     for name, m in metrics.items():
         if isinstance(m, dict) and m.get("method") == "loglikelihood_argmax" and m.get("extracted") is not None:
@@ -168,13 +168,13 @@ def compact(record: Mapping[str, Any], run: int, task: str, run_dir: Path, image
     messages = _compact_messages(record, run, task, run_dir, images)
     if messages:
         out["m"] = messages
-    options = record.get("options")
-    if isinstance(options, list) and options:
-        out["opt"] = [[str(o.get("id", "")), clip(o.get("content"))] for o in options if isinstance(o, dict)]
     predicted = record.get("predict_result") or []
-    if predicted and isinstance(predicted[0], dict):
-        first = predicted[0]
-        scored = loglikelihood_view(first, record)
+    first = predicted[0] if predicted and isinstance(predicted[0], dict) else None
+    scored = None if first is None else loglikelihood_view(first, record)
+    options = record.get("options")
+    if scored is None and isinstance(options, list) and options:  # (with "ll" the choices table shows them as scored)
+        out["opt"] = [[str(o.get("id", "")), clip(o.get("content"))] for o in options if isinstance(o, dict)]
+    if first is not None:
         if scored is not None:  # the "output" is only the argmax choice: the scores say what happened
             out["ll"] = scored
         else:
@@ -196,8 +196,6 @@ def compact(record: Mapping[str, Any], run: int, task: str, run_dir: Path, image
             refs.append(clip(ref))
     if refs:
         out["ref"] = refs
-    if "ll" in out:  # the choices table shows the options as scored
-        out.pop("opt", None)
     overall = result.get("overall") or {}
     if overall.get("extracted") is not None:
         out["x"] = clip(overall.get("extracted"))

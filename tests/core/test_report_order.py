@@ -3,7 +3,8 @@ task, whether it wrote ``samples/<task>.jsonl`` in the data's order (``TaskDone.
 the report writer then takes each sample's position from the file and reads no row again, and
 reads the rows (for the positions) only when the order is not known: a resume that kept records,
 rows skipped by --shard, a row that failed its checks, a rescore. Either way the page lists the
-samples in the data's order with the same positions."""
+samples in the data's order with the same positions. The page's JSON is escaped as before where
+it has something to escape (and left as it is, without a pass over it, where it has not)."""
 from __future__ import annotations
 
 import json
@@ -110,3 +111,11 @@ def test_a_rescore_does_not_claim_the_data_order(run_cli, tmp_path, watched):
     assert result.exit_code == 0, result.output
     assert watched["order"] == {"piqa": False}
     assert embedded(tmp_path / "again" / "report.html")["data_order"] == {"0/piqa": True}
+
+
+def test_the_pages_json_escapes_what_could_end_its_script_element():
+    from gage_plugins_builtin.report.page import _json_for_script
+
+    assert _json_for_script({"a": "</script><!-- & \u2028\u2029"}) == \
+        '{"a":"\\u003c/script\\u003e\\u003c!-- \\u0026 \\u2028\\u2029"}'
+    assert _json_for_script({"a": "plain", "b": [1.5, None]}) == '{"a":"plain","b":[1.5,null]}'  # (nothing to escape)
