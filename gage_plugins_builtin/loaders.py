@@ -1,6 +1,7 @@
 """Dataset loaders: jsonl files read lazily, plain text files, and Hugging Face ``datasets``."""
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import stat
@@ -231,7 +232,15 @@ class HFLoader(Loader):
             return
         ds = self._load()
         label = self.path if not self.data_files else f"{self.path}:{_short(self.data_files)}"
-        for i, row in enumerate(ds):
+        rows = iter(ds)
+        for i in itertools.count():
+            try:
+                row = next(rows)
+            except StopIteration:
+                return
+            except Exception as exc:  # a reader giving up part way (a CSV's unterminated quote)
+                raise GageError(f"hf loader: cannot read {label} (split {self.split!r}) after {i} row(s): "
+                                f"{type(exc).__name__}: {exc}") from None
             yield f"hf:{label}[{self.split}][{i}]", dict(row)
 
 
