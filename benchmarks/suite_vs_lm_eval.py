@@ -197,7 +197,8 @@ def run_lm_eval(name: str, entry: dict, folder: Path, limit: int, batch: str, ta
         args = [a for _, a in sorted(doc["arguments"].items(), key=lambda kv: int(kv[0].rsplit("_", 1)[1]))]
         rows[int(doc["doc_id"])] = {"lls": [float(r[0]) for r in doc["filtered_resps"]],
                                     "context": [a["arg_0"] for a in args],  # one per choice (winogrande's differ)
-                                    "continuations": [a["arg_1"] for a in args]}
+                                    "continuations": [a["arg_1"] for a in args],
+                                    "scores": {m: float(doc[m]) for m in entry["metrics"] if m in doc}}
     return {"wall_s": wall, "metrics": {m: res.get(f"{m},{filt}") for m in entry["metrics"]}, "rows": rows}
 
 
@@ -227,6 +228,7 @@ def run_gage(name: str, entry: dict, folder: Path, limit: int, batch: str, chat:
     summary_path = max(out.rglob("summary.json"), key=lambda p: p.stat().st_mtime)
     summary = json.loads(summary_path.read_text())
     metrics = summary["tasks"][name]["metrics"]
+    value = lambda m: m["value"] if isinstance(m, dict) else m  # noqa: E731
     rows, position = {}, re.compile(rf"^{re.escape(name)}-(\d+)$")
     for i, line in enumerate((summary_path.parent / "samples" / f"{name}.jsonl").open()):
         rec = json.loads(line)
@@ -240,9 +242,11 @@ def run_gage(name: str, entry: dict, folder: Path, limit: int, batch: str, chat:
                 "scores": {k: scores[k]["value"] for k in entry["metrics"]}}
             continue
         contexts = pred.get("contexts") or [pred.get("prompt")] * len(pred.get("continuations") or [])
+        scores = (rec.get("eval_result") or {}).get("metrics") or {}
         rows[int(m[1]) if m else i] = {"lls": pred["loglikelihoods"], "context": contexts,
-                                       "continuations": pred.get("continuations")}
-    value = lambda m: m["value"] if isinstance(m, dict) else m  # noqa: E731
+                                       "continuations": pred.get("continuations"),
+                                       "scores": {k: float(value(scores[k])) for k in entry["metrics"]
+                                                  if isinstance(value(scores.get(k)), (int, float))}}
     return {"wall_s": wall, "metrics": {m: value(metrics.get(m)) for m in entry["metrics"]}, "rows": rows,
             "source": summary["tasks"][name]["source"].get("dataset")}
 
@@ -269,22 +273,42 @@ def compare_generated(gage: dict, lm: dict) -> dict:
             "scores_equal": scores, "differ": differ}
 
 
+LL_TOLERANCE = 1e-4  # issue 25's bound on |log-likelihood difference| per choice
+
+
 def compare(gage: dict, lm: dict) -> dict:
-    n = prompts = same = same_norm = 0
-    diffs = []
-    for i, ours in gage.items():
+    """Per row: every choice's context and continuation, every log-likelihood within
+    LL_TOLERANCE, the argmax of the raw and length-normalised log-likelihoods, and each
+    harness's own per-row scores (acc, acc_norm) against the other's; the first rows that
+    differ in any of these are kept."""
+    n = prompts = conts_equal = lls_within = same = same_norm = scores_equal = 0
+    diffs, differ = [], []
+    for i, ours in sorted(gage.items()):
         theirs = lm.get(i)
         if theirs is None:
             continue
         n += 1
-        prompts += ours["context"] == theirs["context"]
-        diffs += [abs(a - b) for a, b in zip(ours["lls"], theirs["lls"])]
-        same += argmax(ours["lls"]) == argmax(theirs["lls"])
+        row_diffs = [abs(a - b) for a, b in zip(ours["lls"], theirs["lls"])]
         conts = theirs["continuations"]
         norm = lambda lls: [x / max(len(c), 1) for x, c in zip(lls, conts)]  # noqa: E731
-        same_norm += argmax(norm(ours["lls"])) == argmax(norm(theirs["lls"]))
-    return {"rows": n, "prompts_equal": prompts, "answers_equal": same, "answers_norm_equal": same_norm,
-            "max_abs_ll_diff": max(diffs) if diffs else None}
+        checks = {"context": ours["context"] == theirs["context"],
+                  "continuations": ours["continuations"] == conts,
+                  "lls": len(ours["lls"]) == len(theirs["lls"]) and max(row_diffs, default=0.0) <= LL_TOLERANCE,
+                  "answer": argmax(ours["lls"]) == argmax(theirs["lls"]),
+                  "answer_norm": argmax(norm(ours["lls"])) == argmax(norm(theirs["lls"])),
+                  "scores": ours.get("scores") == theirs.get("scores")}
+        diffs += row_diffs
+        prompts += checks["context"]
+        conts_equal += checks["continuations"]
+        lls_within += checks["lls"]
+        same += checks["answer"]
+        same_norm += checks["answer_norm"]
+        scores_equal += checks["scores"]
+        if not all(checks.values()) and len(differ) < 10:
+            differ.append({"row": i, "failed": [k for k, ok in checks.items() if not ok], "gage": ours, "lm_eval": theirs})
+    return {"rows": n, "prompts_equal": prompts, "continuations_equal": conts_equal, "lls_within_tolerance": lls_within,
+            "ll_tolerance": LL_TOLERANCE, "answers_equal": same, "answers_norm_equal": same_norm,
+            "row_scores_equal": scores_equal, "max_abs_ll_diff": max(diffs) if diffs else None, "differ": differ}
 
 
 def table(report: dict) -> str:
@@ -300,8 +324,10 @@ def table(report: dict) -> str:
                          f"scores | n/a (greedy) | {fmt(r['gage']['metrics'])} | {fmt(r['lm_eval']['metrics'])} | "
                          f"{r['gage']['wall_s']:.1f} s | {r['lm_eval']['wall_s']:.1f} s |")
             continue
-        lines.append(f"| {name} | {c['rows']} | {c['prompts_equal']}/{c['rows']} | {c['answers_equal']}/{c['rows']} / "
-                     f"{c['answers_norm_equal']}/{c['rows']} | {c['max_abs_ll_diff']:.1e} | {fmt(r['gage']['metrics'])} | "
+        lines.append(f"| {name} | {c['rows']} | {c['prompts_equal']}/{c['rows']} (continuations {c['continuations_equal']}/"
+                     f"{c['rows']}) | {c['answers_equal']}/{c['rows']} / {c['answers_norm_equal']}/{c['rows']} (row scores "
+                     f"{c['row_scores_equal']}/{c['rows']}) | {c['max_abs_ll_diff']:.1e} ({c['lls_within_tolerance']}/{c['rows']} "
+                     f"within {c['ll_tolerance']:.0e}) | {fmt(r['gage']['metrics'])} | "
                      f"{fmt(r['lm_eval']['metrics'])} | {r['gage']['wall_s']:.1f} s | {r['lm_eval']['wall_s']:.1f} s |")
     return "\n".join(lines) + "\n"
 
@@ -330,7 +356,10 @@ def main() -> None:
         lm = run_lm_eval(name, entry, folder, args.limit, args.batch, tasks_dir, args.chat)
         gage = run_gage(name, entry, folder, args.limit, args.batch, args.chat)
         same = compare_generated if entry.get("generate") else compare
-        report["tasks"][name] = {"compare": same(gage.pop("rows"), lm.pop("rows")), "gage": gage, "lm_eval": lm}
+        (OUT / f"rows_{name}{'_chat' if args.chat else ''}.json").write_text(
+            json.dumps({"gage": gage["rows"], "lm_eval": lm["rows"]}, indent=1))  # for a look at any row afterwards
+        report["tasks"][name] = {"compare": same(gage.pop("rows"), lm.pop("rows")), "gage": gage, "lm_eval": lm,
+                                 "load_after": os.getloadavg()}
         print(json.dumps({name: report["tasks"][name]}), flush=True)
     report["load_after"] = os.getloadavg()
     text = table(report)
