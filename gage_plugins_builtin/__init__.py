@@ -140,6 +140,8 @@ SANDBOXES = {
 }
 TOOLS = {
     "bfcl_multi_turn": P + "tools.bfcl_multi:BFCLTools",  # BFCL's multi-turn API classes (tasks/bfcl_multi_turn)
+    "python": P + "tools.code:PythonTool",  # the model's code, run in the code sandbox
+    "bash": P + "tools.code:BashTool",
 }
 TOOL_PARSERS = {name: f"{P}tools.calls:{cls}" for name, cls in
                 (("hermes", "HermesParser"), ("json", "JsonParser"), ("pythonic", "PythonicParser"))}

@@ -2,8 +2,8 @@
 request whose task opted in (``request.tool_loop``) as a conversation.
 
 Each step sends the model the row's messages and the trajectory so far; the calls of its reply
-run through the row's tools (``gage_register_tools``: a fresh instance of each per row) and the
-results go back as ``tool`` turns. A reply without calls ends the user turn: the next one (the
+run through the row's tools (``gage_register_tools``: a fresh instance of each per row, built with
+the task's ``tool_loop.tool_args`` for it) and the results go back as ``tool`` turns. A reply without calls ends the user turn: the next one (the
 row's ``metadata.user_turns``, each a list of messages) follows, or the row is done. A user
 turn with more than ``max_steps`` replies with calls stops the row there (BFCL's force quit).
 The rows of one batch step together, so a local backend still batches. Each step's request goes
@@ -33,8 +33,12 @@ class Toolbox:
     """One row's tool instances and the functions each serves (a later tool wins a name two serve,
     as BFCL maps a method to the last class that has it)."""
 
-    def __init__(self, names: Sequence[str], row: Mapping[str, Any]):
-        self.tools = [tools.factory(name)(sample=row) for name in names]
+    def __init__(self, names: Sequence[str], row: Mapping[str, Any], args: Mapping[str, Any] | None = None):
+        args = dict(args or {})
+        unknown = sorted(set(args) - set(names))
+        if unknown:
+            raise ValueError(f"tool_args names {', '.join(unknown)}, not among the tools {', '.join(names)}")
+        self.tools = [tools.factory(name)(sample=row, **dict(args.get(name) or {})) for name in names]
         self.owner: dict[str, Any] = {}
         for tool in self.tools:
             for fn in tool.functions():
@@ -82,7 +86,7 @@ class Conversation:
         self.latency_ms = 0.0
         self.tokens = [0, 0]
         self.last: ModelOutput | None = None
-        self.toolbox = Toolbox(loop.get("tools") or (), self.row)
+        self.toolbox = Toolbox(loop.get("tools") or (), self.row, loop.get("tool_args"))
         self.tools = request.tools or tuple(self.toolbox.definitions()) or None
 
     def next_request(self) -> Request:

@@ -1,0 +1,120 @@
+"""Tools that run the model's code: ``python`` (a program) and ``bash`` (a command line), each call
+a job in the registered code sandbox (:mod:`gage_eval.api.execution`; ``local`` is bubblewrap
+on this machine: no network, nothing of the host writable, a fresh working folder, limits on time,
+memory, processes and output). Nothing the model writes runs in this process.
+
+Each call starts from scratch: a fresh working folder holding the row's ``sandbox.files`` (after
+its ``sandbox.setup``, with its ``sandbox.env``), so nothing one call leaves behind is there for the
+next; a program that should see a value prints it. The tool turn's text is what the job printed
+(stdout, then stderr), with a last line when it did not simply succeed: its exit status, that it
+ran out of time or printed too much (killed), or the sandbox's own failure.
+
+A task names the tools in ``request.tool_loop.tools`` and may set them in ``tool_args``::
+
+    tool_loop:
+      tools: [python, bash]
+      tool_args:
+        python: {timeout_s: 10, limits: {memory_mb: 512}}   # sandbox: NAME, sandbox_args: {...} too
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from gage_eval.api import execution, tools
+
+TIMEOUT_S = 30.0  # a call's wall time by default
+SHOWN_CHARS = 16_000  # of a call's output, the model is shown at most this much (the end of it cut)
+
+
+class CodeTool(tools.Tool):
+    """One function that runs its argument in the sandbox. Arguments (a task's ``tool_args``):
+    ``sandbox`` (default ``local``) and ``sandbox_args``; ``timeout_s`` (wall time a call, also its
+    CPU time); ``limits`` over the sandbox's defaults (``memory_mb``, ``processes``, ``disk_mb``,
+    ``output_bytes``, ...)."""
+
+    function = ""
+    parameter = ""
+    description = ""
+    parameter_description = ""
+
+    def __init__(self, sample: Mapping[str, Any] | None = None, sandbox: str = "local",
+                 sandbox_args: Mapping[str, Any] | None = None, timeout_s: float = TIMEOUT_S,
+                 limits: Mapping[str, Any] | None = None):
+        super().__init__(sample)
+        self.box = execution.open_sandbox(sandbox, **dict(sandbox_args or {}))
+        self.limits = execution.Limits(wall_s=float(timeout_s), cpu_s=float(timeout_s)).replace(**dict(limits or {}))
+        row_box = (sample or {}).get("sandbox") or {}
+        self.files = dict(row_box.get("files") or {})
+        self.setup, self.env, self.image = row_box.get("setup"), dict(row_box.get("env") or {}), row_box.get("image")
+        self.calls = 0
+
+    def functions(self) -> list[str]:
+        return [self.function]
+
+    def call(self, name: str, arguments: Mapping[str, Any]) -> str:
+        extra = sorted(set(arguments) - {self.parameter})
+        if extra:
+            raise TypeError(f"{self.function}() takes one argument, {self.parameter}; not {', '.join(extra)}")
+        text = arguments.get(self.parameter)
+        if not isinstance(text, str):
+            raise TypeError(f"{self.function}() needs {self.parameter} as a string")
+        self.calls += 1
+        return result_text(self.box.run(self.job(text)), self.limits)
+
+    def job(self, text: str) -> execution.Job:
+        raise NotImplementedError
+
+    def definitions(self) -> list[dict]:
+        return [{"type": "function", "function": {
+            "name": self.function, "description": self.description,
+            "parameters": {"type": "object", "required": [self.parameter], "properties": {
+                self.parameter: {"type": "string", "description": self.parameter_description}}}}}]
+
+    def state(self) -> dict:
+        return {"calls": self.calls}
+
+
+class PythonTool(CodeTool):
+    function, parameter = "python", "code"
+    description = ("Run a Python program and read what it prints. Each call is a new program in a fresh "
+                   "folder: nothing is kept from one call to the next, and only what it prints (print()) "
+                   "comes back. No network.")
+    parameter_description = "The Python program to run."
+
+    def job(self, text: str) -> execution.Job:
+        return execution.Job(command=(execution.Job.PYTHON, "-"), stdin=text, files=self.files, setup=self.setup,
+                             env=self.env, image=self.image, limits=self.limits)
+
+
+class BashTool(CodeTool):
+    function, parameter = "bash", "cmd"
+    description = ("Run a bash command line and read its output. Each call starts in a fresh folder: "
+                   "nothing is kept from one call to the next. No network.")
+    parameter_description = "The command line to run."
+
+    def job(self, text: str) -> execution.Job:
+        return execution.Job(command=("bash", "-c", text), files=self.files, setup=self.setup, env=self.env,
+                             image=self.image, limits=self.limits)
+
+
+def result_text(result: execution.JobResult, limits: execution.Limits) -> str:
+    """The job's output for the model, and how it ended when it did not simply succeed."""
+    out = result.stdout
+    if result.stderr:
+        out += ("" if not out or out.endswith("\n") else "\n") + result.stderr
+    if len(out) > SHOWN_CHARS:
+        out = out[:SHOWN_CHARS] + f"\n[output cut: {len(out) - SHOWN_CHARS} more characters]"
+    status = result.status
+    if status == execution.Status.EXITED and result.exit_code == 0:
+        return out
+    if status == execution.Status.TIMEOUT:
+        end = f"[killed: ran past {limits.wall_s:g} s]"
+    elif status == execution.Status.OUTPUT_LIMIT:
+        end = f"[killed: printed more than {limits.output_bytes} bytes]"
+    elif status == execution.Status.ERROR:
+        end = f"[the sandbox could not run it: {result.reason}]"
+    elif result.exit_code is not None and result.exit_code < 0:
+        end = f"[killed by signal {-result.exit_code}]"
+    else:
+        end = f"[exit status {result.exit_code}]"
+    return out + ("" if not out or out.endswith("\n") else "\n") + end

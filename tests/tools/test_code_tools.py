@@ -1,0 +1,169 @@
+"""The builtin ``python`` and ``bash`` tools (gage_plugins_builtin/tools/code.py): the model's code run
+for real in the local bubblewrap sandbox from inside the tool loop, the dummy backend scripted to
+call them. Hostile code (network, writes outside, a fork bomb, a memory hog, an endless loop, a
+flood of output, a process left behind, killing its parent) is each contained and comes back to
+the model as the tool turn's text; the run goes on."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import uuid
+from pathlib import Path
+
+import pytest
+
+from gage_eval.api import execution
+from gage_eval.api.errors import GageError
+
+ROOT = Path(__file__).resolve().parents[2]
+TASK = ROOT / "tests" / "tools" / "data" / "code_agent"
+
+
+def _usable() -> str:
+    if shutil.which("bwrap") is None or shutil.which("prlimit") is None:
+        return "bubblewrap (bwrap) or prlimit is not installed: apt-get install bubblewrap util-linux"
+    from gage_eval.plugins import load_plugins
+
+    load_plugins()
+    try:
+        execution.open_sandbox("local")
+    except GageError as exc:
+        return f"the local sandbox cannot run here: {exc}"
+    return ""
+
+
+pytestmark = pytest.mark.skipif(bool(_usable()), reason=_usable() or "sandbox usable")
+
+
+def call(cid: str, name: str, arguments: dict) -> dict:
+    return {"id": cid, "type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}}
+
+
+def _leftovers(marker: str) -> list[int]:
+    """Processes whose environment holds ``marker`` (every process a job starts inherits it)."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if marker.encode() in Path(f"/proc/{pid}/environ").read_bytes():
+                found.append(int(pid))
+        except OSError:
+            continue
+    return found
+
+
+def row(rid: str, text: str, marker: str, files: dict | None = None, answer: str = "done") -> dict:
+    return {"schema_version": "v1", "id": rid, "task_type": "agent",
+            "messages": [{"role": "user", "content": [{"type": "text", "text": text}]}],
+            "sandbox": {"files": files or {}, "env": {"WHO": "me", marker: "1"}},
+            "references": [{"answer": [{"type": "text", "text": answer}]}]}
+
+
+def run(run_cli, tmp_path, rows: list[dict], script: dict, run_id: str = "r"):
+    data = tmp_path / "rows.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    path = tmp_path / "script.json"
+    path.write_text(json.dumps(script))
+    result = run_cli("--tasks", "code_agent", "--include-path", TASK, "--data", f"code_agent={data}",
+                     "--model", "dummy", "--model-args", f"response=script,script={path}",
+                     "-o", tmp_path, "--run-id", run_id, "-q", "--no-report")
+    samples = {json.loads(line)["id"]: json.loads(line)
+               for line in (tmp_path / run_id / "samples" / "code_agent.jsonl").read_text().splitlines()}
+    return result, samples
+
+
+def tool_texts(sample: dict) -> list[str]:
+    return [m["content"][0]["text"] for m in sample["predict_result"][0]["trajectory"] if m["role"] == "tool"]
+
+
+def test_the_model_runs_python_and_bash_on_the_rows_files_and_reads_the_output(run_cli, tmp_path):
+    marker = f"GAGE_TEST_{uuid.uuid4().hex}"
+    script = {"sum": [
+        {"tool_calls": [call("a", "python", {"code": "print(sum(int(x) for x in open('data.txt')))\n"
+                                                    "open('left.txt', 'w').write('x')"})]},
+        {"tool_calls": [call("b", "bash", {"cmd": "wc -l < data.txt; echo $WHO; ls"}),
+                        call("c", "python", {"code": "raise SystemExit('no luck')"}),
+                        call("d", "python", {"source": "print(1)"})]},
+        {"text": "12"}]}
+    result, samples = run(run_cli, tmp_path, [row("sum", "Add up data.txt", marker, {"data.txt": "3\n4\n5\n"}, "12")],
+                          script)
+    assert result.exit_code == 0, result.output
+    first, second, failed, wrong = tool_texts(samples["sum"])
+    assert first == "12\n"
+    # a fresh folder for each call: the row's file is there again, what the last call wrote is not
+    assert second == "3\nme\ndata.txt\n"
+    assert failed == "no luck\n[exit status 1]"
+    assert wrong.startswith("Error during execution: python() takes one argument, code; not source")
+    out = samples["sum"]["predict_result"][0]
+    assert out["raw"]["tool_loop"]["states"] == [{"PythonTool": {"calls": 2}, "BashTool": {"calls": 1}}]
+    assert samples["sum"]["eval_result"]["metrics"]["exact_match"]["value"] == 1.0
+    assert _leftovers(marker) == []
+
+
+def test_hostile_code_is_contained_and_each_comes_back_as_the_tool_turn(run_cli, tmp_path):
+    marker = f"GAGE_TEST_{uuid.uuid4().hex}"
+    canary = tmp_path / "canary"
+    canary.mkdir()
+    (canary / "keep.txt").write_text("keep")
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(1)
+    port = server.getsockname()[1]
+    hostile = {
+        "network": f"import socket\ntry:\n    socket.create_connection(('127.0.0.1', {port}), timeout=0.5)\n"
+                   "    print('connected')\nexcept OSError:\n    print('refused')\n",
+        "writes": "import os\n"
+                  f"os.system('rm -rf ~ {canary} /tmp/* 2>/dev/null')\n"
+                  f"for p in ['/tmp/gage-escape', '{canary}/new.txt', '{ROOT}/escape.txt', '/usr/escape']:\n"
+                  "    try:\n        open(p, 'w').write('x')\n        print('wrote', p)\n"
+                  "    except OSError:\n        pass\nprint('finished')\n",
+        "fork_bomb": "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n",
+        "memory": "x = []\nwhile True:\n    x.append(bytearray(1 << 25))\n",
+        "loop": "while True:\n    pass\n",
+        "flood": "import os\nwhile True:\n    os.write(1, b'x' * 65536)\n",
+        "daemon": "import subprocess, sys\nsubprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)'], "
+                  "start_new_session=True)\nprint('started')\n",
+        "parent": "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\nos.kill(os.getpid(), signal.SIGKILL)\n",
+    }
+    calls = [call(name, "python", {"code": code}) for name, code in hostile.items()]
+    calls.append(call("shell", "bash", {"cmd": ":(){ :|:& };: ; echo survived"}))
+    script = {"bad": [{"tool_calls": calls}, {"text": "done"}], "after": [{"tool_calls": [
+        call("ok", "python", {"code": "print(6 * 7)"})]}, {"text": "done"}]}
+    try:
+        result, samples = run(run_cli, tmp_path, [row("bad", "Break out", marker), row("after", "Then this", marker)],
+                              script)
+    finally:
+        server.close()
+    assert result.exit_code == 0, result.output
+    texts = dict(zip([*hostile, "shell"], tool_texts(samples["bad"])))
+    assert texts["network"] == "refused\n"
+    # only the sandbox's own /tmp (a tmpfs that goes with the job) took a write; nothing of the host did
+    assert texts["writes"] == "wrote /tmp/gage-escape\nfinished\n"
+    assert (canary / "keep.txt").read_text() == "keep" and not (canary / "new.txt").exists()
+    assert not (ROOT / "escape.txt").exists() and not Path("/usr/escape").exists()
+    assert not Path("/tmp/gage-escape").exists()
+    assert texts["fork_bomb"] == "[killed: ran past 2 s]"  # its forks refused past the process limit, then its time
+    assert "MemoryError" in texts["memory"] and texts["memory"].endswith("[exit status 1]")
+    assert texts["loop"] == "[killed: ran past 2 s]"
+    assert texts["flood"].endswith("[killed: printed more than 65536 bytes]")
+    assert len(texts["flood"]) < 20_000  # what the model is shown is cut
+    assert texts["daemon"] == "started\n"
+    assert texts["parent"] in ("[exit status 137]", "[killed by signal 9]")  # it only took itself down
+    assert "fork: retry: Resource temporarily unavailable" in texts["shell"]
+    assert samples["bad"]["predict_result"][0]["raw"]["tool_loop"]["stopped"] == "done"
+    assert tool_texts(samples["after"]) == ["42\n"]  # the run went on
+    assert _leftovers(marker) == []  # no process any job started outlived it
+
+
+def test_a_tool_setting_that_names_no_tool_or_a_bad_limit_is_the_rows_error(run_cli, tmp_path):
+    from gage_plugins_builtin.tools.code import PythonTool
+    from gage_plugins_builtin.tools.loop import Toolbox
+
+    with pytest.raises(ValueError, match="tool_args names pyhton"):
+        Toolbox(["python"], {}, {"pyhton": {"timeout_s": 1}})
+    with pytest.raises(ValueError, match="unknown limit memory"):
+        PythonTool(sample={}, limits={"memory": 1})
+    tool = PythonTool(sample={"sandbox": {"files": {"a.txt": "x"}}}, timeout_s=3)
+    assert tool.limits.wall_s == 3 and tool.limits.cpu_s == 3 and tool.files == {"a.txt": "x"}
+    assert tool.definitions()[0]["function"]["parameters"]["required"] == ["code"]
