@@ -124,3 +124,27 @@ def read_yaml(path: Path) -> Any:
     if problem:
         raise InputError(path, None, problem)
     return loads_yaml(decode_file(path, data), str(path))
+
+
+def key_line(path: Path, key: str) -> int | None:
+    """The line of ``key`` (a dotted path, ``request.kind``, ``metrics.1``) in the YAML file
+    ``path``, or of the deepest part of it that is there; None when the file cannot be read."""
+    import yaml
+
+    try:
+        node = yaml.compose(decode_file(Path(path), Path(path).read_bytes()), Loader=yaml.SafeLoader)
+    except (OSError, InputError, yaml.YAMLError, RecursionError):
+        return None
+    line = node.start_mark.line + 1 if node is not None else None
+    for part in key.split(".") if key else ():
+        if isinstance(node, yaml.MappingNode):
+            found = [(k, v) for k, v in node.value if isinstance(k, yaml.ScalarNode) and k.value == part]
+            if not found:
+                break
+            line, node = found[0][0].start_mark.line + 1, found[0][1]
+        elif isinstance(node, yaml.SequenceNode) and part.isdigit() and int(part) < len(node.value):
+            node = node.value[int(part)]
+            line = node.start_mark.line + 1
+        else:
+            break
+    return line

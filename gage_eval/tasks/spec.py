@@ -10,7 +10,7 @@ from typing import Any, Mapping
 from gage_eval.api.errors import GageError
 from gage_eval.api.jsonio import not_regular
 from gage_eval.api.strictjson import json_type
-from gage_eval.api.yamlio import read_yaml
+from gage_eval.api.yamlio import key_line, read_yaml
 from gage_eval.api.schemas import validation_errors
 
 TASK_FILE = "task.yaml"
@@ -119,8 +119,8 @@ def read_task_data(folder: Path) -> dict:
         raise GageError(f"{path}: expected a mapping of task settings, got {json_type(data)}")
     problems = validation_errors(data, "task")
     if problems:
-        lines = "\n".join(f"  {path}: key '{where or '<top>'}': {msg}" for where, msg in problems)
-        raise GageError(f"invalid task file {path}:\n{lines}")
+        lines = [f"{path}:{key_line(path, where) or 1}: key '{where or '<top>'}': {msg}" for where, msg in problems]
+        raise GageError(lines[0] if len(lines) == 1 else "invalid task file:\n  " + "\n  ".join(lines))
     return data
 
 
