@@ -63,6 +63,7 @@ def _entries(path: Path, schema: str):
 def _validate_rows(path: Path, schema: str, max_errors: int, allow_paths, allow_urls: bool) -> int:
     """Check each row; prints problems and a report line; returns the exit status."""
     from gage_eval.api.schemas import validation_errors, validation_warnings
+    from gage_eval.api.yamlio import key_line
 
     rows = valid = warnings = printed = invalid_rows = 0
     checker = None
@@ -88,8 +89,9 @@ def _validate_rows(path: Path, schema: str, max_errors: int, allow_paths, allow_
             invalid_rows += 1
             for where, msg in problems:
                 printed += 1
+                line = (key_line(path, where) or lineno) if checker is None and where and not parse_error else lineno
                 if not max_errors or printed <= max_errors:
-                    click.echo(f"{path}:{lineno}: {where}: {msg}" if where else f"{path}:{lineno}: {msg}")
+                    click.echo(f"{path}:{line}: {where}: {msg}" if where else f"{path}:{line}: {msg}")
     finally:
         if checker is not None:
             checker.close()

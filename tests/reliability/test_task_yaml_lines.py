@@ -54,3 +54,9 @@ def test_the_line_of_a_nested_key(gage, text, line, key):
 def test_several_problems_one_line_each(gage):
     o, path = run(gage, TASK.replace("metrics: [acc]", "metrics: acc"))
     check(o, TASK_FAILED, f"{path}:5: key 'request.kind'", f"{path}:7: key 'metrics'")
+
+
+def test_validate_names_the_same_line(gage):
+    _, path = run(gage, TASK)
+    o = gage("validate", path, "--schema", "task")
+    check(o, 1, f"{path}:5: request.kind: 'loglikelihod' is not one of")
