@@ -29,3 +29,18 @@ DEFAULT_SAMPLES = 1000
 CONFIDENCE = 0.95
 SHOW_FLIPS = 5  # ids of each flip direction the console shows (--json and --html: all)
 UP, DOWN = "0->1", "1->0"
+
+
+def mcnemar_exact_p(b: int, c: int) -> float:
+    """Two-sided exact McNemar p-value on the discordant pairs b and c (binomial, p = 1/2)."""
+    n = b + c
+    if n == 0:
+        return 1.0
+    # sum_{k<=min(b,c)} C(n, k) in exact integers: C(n, k+1) = C(n, k) * (n - k) / (k + 1) (the
+    # division is exact), one product per term instead of a fresh math.comb (which is quadratic
+    # at 100k discordant pairs); then one correctly rounded division by 2^n
+    term = tail = 1
+    for k in range(min(b, c)):
+        term = term * (n - k) // (k + 1)
+        tail += term
+    return min(1.0, (2 * tail) / (1 << n))

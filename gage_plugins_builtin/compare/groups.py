@@ -24,7 +24,7 @@ from typing import Any, Mapping
 
 from gage_eval.api import stats
 
-from gage_plugins_builtin.compare import CONFIDENCE
+from gage_plugins_builtin.compare import CONFIDENCE, mcnemar_exact_p
 
 Pairs = Mapping[str, Mapping[str, tuple[list[str], list[float], list[float]]]]  # task -> metric -> (ids, a, b)
 
@@ -103,8 +103,6 @@ def _paired(tasks: list[str], metric: str, pairs: Pairs, by_size: bool) -> dict[
     out: dict[str, Any] = {"n": len(a_all), "tasks": len(tasks), "mean_a": means[1], "mean_b": means[2],
                            "diff": means[2] - means[1], "ci": None, "binary": binary, "mcnemar": None}
     if binary and by_size:
-        from gage_plugins_builtin.compare.paired import mcnemar_exact_p
-
         down = sum(1 for x, y in zip(a_all, b_all) if x == 1.0 and y == 0.0)
         up = sum(1 for x, y in zip(a_all, b_all) if x == 0.0 and y == 1.0)
         out["mcnemar"] = {"b": down, "c": up, "p": mcnemar_exact_p(down, up)}

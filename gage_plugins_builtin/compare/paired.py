@@ -10,27 +10,13 @@ from typing import Any, Callable, Iterable, Mapping
 
 from gage_eval.api import GageError, RunFolder, metric_value, stats
 
-from gage_plugins_builtin.compare import CONFIDENCE, DEFAULT_SAMPLES, DEFAULT_SEED, DOWN, UP
+from gage_plugins_builtin.compare import CONFIDENCE, DEFAULT_SAMPLES, DEFAULT_SEED, DOWN, UP, mcnemar_exact_p
 from gage_plugins_builtin.compare.groups import compare_groups
 from gage_plugins_builtin.report.runsettings import ABSENT, settings_of
 
 _DIGITS = re.compile(r"(\d+)")
 
 # ---------------------------------------------------------------- statistics
-
-def mcnemar_exact_p(b: int, c: int) -> float:
-    """Two-sided exact McNemar p-value on the discordant pairs b and c (binomial, p = 1/2)."""
-    n = b + c
-    if n == 0:
-        return 1.0
-    # sum_{k<=min(b,c)} C(n, k) in exact integers: C(n, k+1) = C(n, k) * (n - k) / (k + 1) (the
-    # division is exact), one product per term instead of a fresh math.comb (which is quadratic
-    # at 100k discordant pairs); then one correctly rounded division by 2^n
-    term = tail = 1
-    for k in range(min(b, c)):
-        term = term * (n - k) // (k + 1)
-        tail += term
-    return min(1.0, (2 * tail) / (1 << n))
 
 
 def bootstrap_intervals(diffs: Mapping[str, list[float]], n: int, resamples: int, seed: int,

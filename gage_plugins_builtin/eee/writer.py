@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from gage_eval.api import GageError, RunFolder, Writer, events
-from gage_plugins_builtin.eee import v030
+from gage_plugins_builtin.eee import aggregate, v030
 from gage_plugins_builtin.eee.v020 import build_instance
 
 
@@ -68,7 +68,7 @@ class InstancesWriter(Writer):
             return
         self._files.close()
         if self.eee_version == v030.EEE_VERSION:
-            self.folder.write_json(v030.AGGREGATE_FILE, v030.build_aggregate(
+            self.folder.write_json(v030.AGGREGATE_FILE, aggregate.build_aggregate(
                 summary, notes=self._notes, inputs=self._inputs(), self_deployed=self_deployed_backends()))
         else:
             (self.folder.path / v030.AGGREGATE_FILE).unlink(missing_ok=True)
