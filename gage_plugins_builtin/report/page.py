@@ -122,7 +122,7 @@ def report_data(run_dirs: Sequence[Path | str], out_dir: Path, summaries: Mappin
     dirs = [Path(d) for d in run_dirs]
     reread = Reread(out_dir, {(i, t) for i, d in enumerate(dirs) for t in (ordered or {}).get(d, ())})
     store = _Spool(spool)
-    runs, task_names, stored = [], [], []
+    runs, task_names, stored, empty = [], [], [], set()
     for i, run_dir in enumerate(dirs):
         summary = (summaries or {}).get(run_dir) or _read_summary(run_dir)
         run = _run_view(summary["run"])
@@ -146,6 +146,8 @@ def report_data(run_dirs: Sequence[Path | str], out_dir: Path, summaries: Mappin
                 e = view.get("e")
                 if e:
                     errors.add(e["stage"], e["message"], view["id"])
+            if not n_samples:  # (no sample to order: its rows are not read again)
+                empty.add((i, name))
             version = task_version(stored[-1], name)
             tasks.append(_task_view(i, name, t, ranges, errors, n_samples, None if version is ABSENT else version))
         runs.append({"index": i, "id": run["id"] or run_dir.name, "dir": str(run_dir), "run": run, "tasks": tasks,
@@ -153,7 +155,7 @@ def report_data(run_dirs: Sequence[Path | str], out_dir: Path, summaries: Mappin
                      "tables": {"model": setting_rows({"model": run["model"], "judge": run["judge"]}),
                                 "settings": setting_rows(run["settings"] or {}),
                                 "versions": setting_rows(run["versions"] or {})}})
-    reread.recover(dirs, task_names, warn)
+    reread.recover(dirs, [t for t in task_names if t not in empty], warn)
     for run in runs:
         for task in run["tasks"]:
             where = reread.positions.get((run["index"], task["name"]))
