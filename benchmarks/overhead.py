@@ -16,7 +16,9 @@ at the largest size must stay within ``--rss-ratio`` (1.2x) of the smallest.
 ``--baseline DIR`` runs the same rows a second time with ``PYTHONPATH=DIR`` (an
 extracted older commit, e.g. ``git archive <rev> | tar -x -C DIR``) in the same
 venv, from a neutral working directory so that DIR's ``gage_eval`` wins, and
-prints the speed-up of this checkout over it.
+prints the speed-up of this checkout over it. ``--repeat N`` runs N rounds, old and new in turn
+(the order swapped every other round, so a load that drifts weighs on both), and compares the
+median of the rounds: on a machine shared with other work one pair of runs is mostly noise.
 
 ``--profile`` also runs the smallest size under cProfile and prints the top
 entries by cumulative time. Exit status 1 when the RSS ratio is exceeded.
@@ -29,6 +31,7 @@ import os
 import random
 import resource
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -142,6 +145,24 @@ def profile(n: int, work: Path, top: int, pythonpath: str | None = None) -> str:
     return buf.getvalue()
 
 
+def _round(k: int, sizes: list[int], work: Path, args: argparse.Namespace) -> tuple[list[dict], list[dict]]:
+    """One round: every size with the old code (when --baseline) and with the new, old first in
+    even rounds and new first in odd ones; each result marked with its round and its place in it."""
+    def old() -> list[dict]:
+        return [run_size(n, work, args.extra, args.baseline, "old") for n in sizes] if args.baseline else []
+
+    def new() -> list[dict]:
+        return [run_size(n, work, args.extra + args.new_extra, args.code) for n in sizes]
+
+    if k % 2:
+        results, base = new(), old()
+    else:
+        base, results = old(), new()
+    for r in base + results:
+        r.update(round=k + 1, order=(r["code"] == "old") == bool(k % 2))  # (False: ran first)
+    return base, results
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="10000,100000", help="comma-separated row counts")
@@ -149,6 +170,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--baseline", metavar="DIR",
                     help="also run the code in DIR (PYTHONPATH=DIR, same venv) and compare")
     ap.add_argument("--code", metavar="DIR", help="run the code in DIR (PYTHONPATH=DIR) instead of this checkout")
+    ap.add_argument("--repeat", type=int, default=1, metavar="N",
+                    help="rounds of old and new in turn (order swapped every other round); the median is compared")
     ap.add_argument("--profile-rows", type=int, help="rows for --profile (default: the smallest size)")
     ap.add_argument("--rss-ratio", type=float, default=1.2, help="allowed peak RSS, largest / smallest")
     ap.add_argument("--profile", action="store_true", help="cProfile the smallest size, top entries")
@@ -164,23 +187,29 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="gage-overhead-"))
     work.mkdir(parents=True, exist_ok=True)
     try:
-        base = [run_size(n, work, args.extra, args.baseline, "old") for n in sizes] if args.baseline else []
-        results = [run_size(n, work, args.extra + args.new_extra, args.code) for n in sizes]
+        rounds = [_round(k, sizes, work, args) for k in range(max(1, args.repeat))]
+        base = [r for rb, _ in rounds for r in rb]
+        every = base + [r for _, rn in rounds for r in rn]
         if not args.json:
-            print(f"{'code':>4}  {'rows':>8}  {'wall s':>7}  {'samples/s':>9}  {'engine/s':>8}  {'peak RSS MiB':>12}  "
-                  "stages (s)")
-        for r in base + results:
+            print(f"{'round':>5}  {'code':>4}  {'rows':>8}  {'wall s':>7}  {'samples/s':>9}  {'engine/s':>8}  "
+                  f"{'peak RSS MiB':>12}  stages (s)")
+        for r in sorted(every, key=lambda r: (r["round"], r["order"])):
             if not args.json:
-                print(f"{r['code']:>4}  {r['rows']:>8}  {r['wall_s']:>7.1f}  {r['samples_per_s']:>9.0f}  "
+                print(f"{r['round']:>5}  {r['code']:>4}  {r['rows']:>8}  {r['wall_s']:>7.1f}  {r['samples_per_s']:>9.0f}  "
                       f"{r['engine_samples_per_s'] or 0:>8.0f}  {r['peak_rss_mib']:>12.1f}  {r['stage_s']}")
-        for b, r in zip(base, results):
-            if not args.json:
-                print(f"{r['rows']:>8} rows: new/old samples/s {r['samples_per_s'] / b['samples_per_s']:.2f}x")
+        for n in sizes if base and not args.json else ():
+            old = statistics.median(r["samples_per_s"] for r in base if r["rows"] == n)
+            new = statistics.median(r["samples_per_s"] for r in every if r["rows"] == n and r["code"] == "new")
+            ratios = [rn[i]["samples_per_s"] / rb[i]["samples_per_s"] for rb, rn in rounds for i in range(len(sizes))
+                      if sizes[i] == n]
+            print(f"{n:>8} rows: new/old samples/s {new / old:.2f}x (medians over {len(ratios)} round(s): "
+                  f"old {old:.0f}, new {new:.0f}; each round {', '.join(f'{x:.2f}x' for x in ratios)})")
+        results = rounds[-1][1]
         ratio = results[-1]["peak_rss_mib"] / results[0]["peak_rss_mib"]
         ok = ratio <= args.rss_ratio
         if args.json:
             print(json.dumps({"results": [{k: v for k, v in r.items() if k not in ("stdout", "stderr")}
-                                          for r in base + results], "rss_ratio": ratio, "ok": ok}, indent=2))
+                                          for r in every], "rss_ratio": ratio, "ok": ok}, indent=2))
         else:
             print(f"peak RSS {results[-1]['rows']} / {results[0]['rows']} rows: {ratio:.2f}x "
                   f"(limit {args.rss_ratio}x): {'ok' if ok else 'EXCEEDED'} [{results[0]['source']}]")
