@@ -45,8 +45,12 @@ class RunLock:
                                 f"{f' (pid {holder})' if holder else ''}; wait for it to end, or use "
                                 f"another --run-id") from None
             raise OutputError(f"run folder {self.run_dir}: cannot lock it: {exc.strerror}") from None
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n".encode())
+        try:
+            os.ftruncate(fd, 0)
+            os.write(fd, f"{os.getpid()}\n".encode())
+        except OSError as exc:  # a full disk before the run wrote anything
+            os.close(fd)
+            raise OutputError(f"run folder {self.run_dir}: cannot write its lock file: {exc.strerror}") from None
         self._fd = fd
         return self
 

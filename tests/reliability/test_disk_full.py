@@ -22,3 +22,13 @@ def test_a_full_disk_mid_run_then_resume(gage):
     total = resumed.summary["tasks"]["piqa"]["counts"]["total"]
     ids = [r["id"] for r in resumed.records("piqa")]
     assert 0 < written < total and len(ids) == len(set(ids)) == total
+
+
+def no_file_bytes():
+    resource.setrlimit(resource.RLIMIT_FSIZE, (0, 0))
+
+
+def test_a_full_disk_before_the_first_byte_names_the_folder(gage):
+    o = gage("--tasks", "piqa", "--model", "dummy", preexec=no_file_bytes)
+    check(o, OUTPUT, f"{o.run_dir}", "File too large")
+    assert len([line for line in o.err.splitlines() if "error" in line]) == 1, o.err
