@@ -195,8 +195,9 @@ def main(argv: list[str] | None = None) -> int:
                   f"{'peak RSS MiB':>12}  stages (s)")
         for r in sorted(every, key=lambda r: (r["round"], r["order"])):
             if not args.json:
-                print(f"{r['round']:>5}  {r['code']:>4}  {r['rows']:>8}  {r['wall_s']:>7.1f}  {r['samples_per_s']:>9.0f}  "
-                      f"{r['engine_samples_per_s'] or 0:>8.0f}  {r['peak_rss_mib']:>12.1f}  {r['stage_s']}")
+                print(f"{r['round']:>5}  {r['code']:>4}  {r['rows']:>8}  {r['wall_s']:>7.1f}  "
+                      f"{r['samples_per_s']:>9.0f}  {r['engine_samples_per_s'] or 0:>8.0f}  "
+                      f"{r['peak_rss_mib']:>12.1f}  {r['stage_s']}")
         for n in sizes if base and not args.json else ():
             old = statistics.median(r["samples_per_s"] for r in base if r["rows"] == n)
             new = statistics.median(r["samples_per_s"] for r in every if r["rows"] == n and r["code"] == "new")
