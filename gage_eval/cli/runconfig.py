@@ -22,10 +22,20 @@ TASK_OVERRIDE_KEYS = {"name", "limit", "max_samples", "shuffle", "shuffle_seed",
 def read_run_config(path: str, plugin_keys: Any = ()) -> dict:
     """A run config file: models by role (dut, judge), tasks with overrides. Unknown keys are errors;
     ``plugin_keys``: the keys of the plugins' run options (their values are checked later)."""
-    from gage_eval.api.yamlio import read_yaml  # strict: duplicate keys, alias bombs, encodings: GageErrors
+    from gage_eval.api.yamlio import key_line, read_yaml  # strict: duplicate keys, alias bombs, encodings
 
     p = Path(path)
     data = read_yaml(p) or {}
+    try:
+        return _checked(p, data, plugin_keys)
+    except GageError as exc:  # name the line of the key the message names: FILE:LINE: key 'a.b': ...
+        m = re.match(rf"{re.escape(str(p))}: key '([^']+)'", str(exc))
+        if m is None:
+            raise
+        raise GageError(f"{p}:{key_line(p, m[1]) or 1}{str(exc)[len(str(p)):]}") from None
+
+
+def _checked(p: Path, data: Any, plugin_keys: Any) -> dict:
     if not isinstance(data, dict):
         raise GageError(f"{p}: expected a mapping at the top level")
     known = CONFIG_KEYS | set(plugin_keys)

@@ -125,7 +125,7 @@ def test_bad_task_file_names_file_and_key(tmp_path, run_cli):
     (folder / "task.yaml").write_text("dataset: {loader: jsonl}\nrequest: {kind: guess}\nmetrics: [acc]\n")
     result = run_cli("--tasks", "bad", "--model", "dummy", "--include-path", tmp_path / "tasks", "-o", tmp_path)
     assert result.exit_code == 3  # that task cannot run
-    assert f"{folder / 'task.yaml'}: key 'request.kind'" in result.output
+    assert f"{folder / 'task.yaml'}:2: key 'request.kind'" in result.output
     (folder / "task.yaml").write_text("dataset: {loader: jsonl\nrequest: [\n")
     result = run_cli("--tasks", "bad", "--model", "dummy", "--include-path", tmp_path / "tasks", "-o", tmp_path)
     assert result.exit_code == 3 and f"{folder / 'task.yaml'}:" in result.output and "invalid YAML" in result.output

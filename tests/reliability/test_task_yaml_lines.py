@@ -60,3 +60,15 @@ def test_validate_names_the_same_line(gage):
     _, path = run(gage, TASK)
     o = gage("validate", path, "--schema", "task")
     check(o, 1, f"{path}:5: request.kind: 'loglikelihod' is not one of")
+
+
+@pytest.mark.parametrize("text, line, key", [
+    ("models: {dut: {backend: dummy}}\ntasks: [piqa]\nlimit: 3\nseed: x\n", 4, "seed"),
+    ("models: {dut: {backend: dummy}}\ntasks:\n  - piqa\n  - {name: piqa, limit: -1}\n", 4, "tasks.1.limit"),
+    ("models:\n  dut: {backend: dummy}\n  jury: {backend: dummy}\ntasks: [piqa]\n", 3, "models.jury"),
+])
+def test_a_run_config_key_names_its_line(gage, text, line, key):
+    path = gage.tmp / "run.yaml"
+    path.write_text(text)
+    o = gage("--config", path)
+    check(o, 2, f"{path}:{line}: key '{key}'")
