@@ -313,7 +313,8 @@ def test_run_config_refusals_name_the_file_and_key(run_cli, tmp_path, text, word
     cfg.write_text(("" if text.startswith("tasks") else "tasks: [piqa]\n") + text + "\n")
     result = run_cli("--config", cfg, "--model", "dummy", "-o", tmp_path / "runs")
     assert result.exit_code == 2, result.output
-    assert f"{cfg}: {words}" in result.output
+    line = 1 if text.startswith("tasks") else 2  # the key's own line (a138aa1)
+    assert f"{cfg}:{line}: {words}" in result.output
     assert not (tmp_path / "runs").exists()
 
 
