@@ -15,9 +15,12 @@ converted once, benchmarks/out/smollm2-135m-instruct-f32) through their real com
 new process each, offline; the whole process is timed. Each task runs alone (one process per
 harness per task), so the walls are per task.
 
-The table (printed, and written to benchmarks/out/suite_vs_lm_eval.md and .json): per task the
-rows compared, prompts equal, answers equal (the argmax of the log-likelihoods; acc_norm's
-argmax too), max |log-likelihood difference|, each harness's metrics and wall.
+The table (printed, and written to benchmarks/out/suite/suite_vs_lm_eval_TASKS.md and .json): per
+task the rows compared, prompts and continuations equal, answers equal (the argmax of the
+log-likelihoods; acc_norm's argmax too), each harness's per-row scores equal, max |log-likelihood
+difference| and the rows whose every choice is within LL_TOLERANCE (1e-4), each harness's metrics
+and wall. The .json keeps the first rows that differ; benchmarks/out/suite/rows_NAME.json every row
+of both harnesses.
 
 Add a task: a row in TASKS. lm-eval runs in its own venv ($LMEVAL_VENV, default /tmp/lmeval).
 """
