@@ -319,6 +319,7 @@ def test_judge_requests_go_through_the_cache(run_cli, tmp_path):
     assert summaries[1]["run"]["cache"]["judge_hits"] == judged_ok
 
 
+@pytest.mark.slow  # (seconds on two cores: left out of the README's quick subset)
 def test_many_processes_creating_one_cache_at_once_all_open_it(tmp_path):
     """SQLite answers two connections switching a new file to WAL at once with "database is
     locked" without waiting: the cache tries again until its busy timeout."""

@@ -72,6 +72,7 @@ def test_broken_task_file_validates(tmp_path, run_cli):
     assert summary["tasks"]["bad"]["status"] == "failed" and summary["tasks"]["piqa"]["status"] == "ok"
 
 
+@pytest.mark.slow  # (seconds on two cores: left out of the README's quick subset)
 def test_judged_run_with_slices_validates(tmp_path, run_cli, shared_data):
     data = shared_data / "legal_eval_v1/data/for_eval/merged_legal_eval_v1.jsonl"
     result = run_cli("--tasks", "legal_eval_v1", "--model", "dummy", "--judge-model", "dummy", "--judge-args",

@@ -22,6 +22,7 @@ def _summary(out: Path) -> dict:
     return json.loads((run / "summary.json").read_text()), run
 
 
+@pytest.mark.slow  # (seconds on two cores: left out of the README's quick subset)
 def test_full_shared_file_with_garbage_judge_counts_judge_errors(shared_data, tmp_path, run_cli):
     result = run_cli("--tasks", "legal_eval_v1", "--model", "dummy", "--judge-model", "dummy",
                      "--judge-args", "response=fixed,text=blah", "--data", f"legal_eval_v1={shared_data / MERGED}",

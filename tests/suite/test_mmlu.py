@@ -209,6 +209,7 @@ def test_a_group_named_like_a_task_is_refused(tmp_path):
 
 # --- the command line -------------------------------------------------------------------------
 
+@pytest.mark.slow  # (seconds on two cores: left out of the README's quick subset)
 @needs_olmo
 def test_tasks_mmlu_runs_the_group_and_reports_it(run_cli, tmp_path):
     result = run_cli("--tasks", "mmlu", "--limit", "1", "--model", "dummy", "-o", tmp_path)

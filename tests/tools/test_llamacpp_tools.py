@@ -28,6 +28,7 @@ def tools_server(smollm2_gguf, tmp_path_factory):
         yield url
 
 
+@pytest.mark.slow  # (llama.cpp's server with SmolLM2: left out of the README's quick subset)
 def test_real_server_answers_with_a_recorded_tool_call(tools_server, run_cli, tmp_path):
     data = tmp_path / "rows.jsonl"
     data.write_text(json.dumps(ROW) + "\n", encoding="utf-8")
