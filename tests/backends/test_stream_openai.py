@@ -155,6 +155,9 @@ def test_a_judge_call_while_a_stream_is_suspended():
 INTERRUPT = r"""
 import asyncio, signal, sys, threading
 sys.path.insert(0, sys.argv[1])
+# Ctrl-C raises KeyboardInterrupt here even when this test runs in a background job, whose shell
+# starts its children with SIGINT ignored (Python then installs no handler for it)
+signal.signal(signal.SIGINT, signal.default_int_handler)
 from gage_eval.api.backend import Request
 from gage_plugins_builtin.backends.openai_backend import openai_backend
 from openai_fake_server import FakeServer
