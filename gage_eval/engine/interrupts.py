@@ -1,6 +1,7 @@
 """Ctrl-C and SIGTERM: both stop a run the same way, so the summary of what finished is written."""
 from __future__ import annotations
 
+import sys
 from typing import Any, Callable
 
 from gage_eval.api.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OUTPUT, EXIT_TERMINATED, GageError
@@ -23,6 +24,7 @@ class _Signals:
     last: KeyboardInterrupt | None = None
     holding = 0  # > 0 inside held(): an interrupt waits in `pending` until the block ends
     pending: KeyboardInterrupt | None = None
+    hook: Callable[[Any], None] | None = None  # the unraisablehook before the handlers' (_deliver_again)
 
 
 def _raise(interrupt: KeyboardInterrupt) -> None:
@@ -58,6 +60,24 @@ def _on_sigint(signum: int, frame: Any) -> None:
     _raise(KeyboardInterrupt())
 
 
+def _deliver_again(unraisable: Any) -> None:
+    """sys.unraisablehook within the handlers: an interrupt raised while Python ran a finalizer or a
+    weakref callback (an import's module lock, say) is swallowed there ("Exception ignored in"),
+    and the run would go on; its signal is sent again, to be raised where the run is next."""
+    import _thread
+    import signal
+    import threading
+
+    interrupt = unraisable.exc_value
+    if isinstance(interrupt, KeyboardInterrupt) and interrupt is _Signals.last:
+        terminated = getattr(interrupt, "exit_status", None) == EXIT_TERMINATED
+        # from another thread, a moment later: sent from here, its handler would run inside this
+        # hook, and Python would swallow it again
+        threading.Timer(0.01, _thread.interrupt_main, (signal.SIGTERM if terminated else signal.SIGINT,)).start()
+    else:
+        (_Signals.hook or sys.__unraisablehook__)(unraisable)
+
+
 class _signal_raises:
     """Within the block, ``signum`` raises through ``handler``. Main thread only."""
 
@@ -71,6 +91,9 @@ class _signal_raises:
         self._old = None
         if threading.current_thread() is threading.main_thread():
             self._old = signal.signal(getattr(signal, self.signum_name), type(self).handler)
+            self._old_hook, sys.unraisablehook = sys.unraisablehook, _deliver_again
+            if self._old_hook is not _deliver_again:
+                _Signals.hook = self._old_hook
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -78,6 +101,7 @@ class _signal_raises:
 
         if self._old is not None:
             signal.signal(getattr(signal, self.signum_name), self._old)
+            sys.unraisablehook = self._old_hook
 
 
 class sigterm_interrupts(_signal_raises):

@@ -242,3 +242,35 @@ def test_held_keeps_a_failing_blocks_own_error():
                 time.sleep(0.05)
                 raise OSError(28, "No space left on device")
     assert isinstance(interrupt_of(caught.value), KeyboardInterrupt)  # the run still stops as interrupted
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_an_interrupt_swallowed_by_a_finalizer_is_raised_again(sig):
+    """A Ctrl-C (or SIGTERM) whose handler runs inside a weakref callback or a __del__ (an import's
+    module lock, say, while the model loads) is swallowed there by Python ("Exception ignored in");
+    it is sent again and stops the run where it is next (CI once saw a run go on to exit 0)."""
+    import weakref
+
+    from gage_eval.engine.interrupts import ctrl_c_interrupts, interrupt_of, sigterm_interrupts
+
+    class Thing:
+        pass
+
+    swallowed = []
+
+    def callback(ref):
+        try:
+            signal.raise_signal(sig)  # the handler runs here, inside the callback
+        finally:
+            swallowed.append(True)
+
+    thing = Thing()
+    ref = weakref.ref(thing, callback)
+    with pytest.raises(KeyboardInterrupt) as caught:
+        with ctrl_c_interrupts(), sigterm_interrupts():
+            del thing
+            for _ in range(1000):  # the signal sent again is raised here, in the run's own code
+                time.sleep(0.001)
+    assert swallowed and ref() is None
+    assert interrupt_of(caught.value) is caught.value
+    assert getattr(caught.value, "exit_status", 130) == (143 if sig == signal.SIGTERM else 130)
