@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -16,24 +15,14 @@ from pathlib import Path
 import pytest
 
 from gage_eval.api import MetricContext, execution
-from gage_eval.api.errors import GageError
 from gage_eval.plugins import load_plugins
+
+from tests.sandbox.local_sandbox import needs_local_sandbox
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _usable() -> str:
-    if shutil.which("bwrap") is None or shutil.which("prlimit") is None:
-        return "bubblewrap (bwrap) or prlimit is not installed: apt-get install bubblewrap util-linux"
-    load_plugins()
-    try:
-        execution.open_sandbox("local")
-    except GageError as exc:
-        return f"the local sandbox cannot run here: {exc}"
-    return ""
-
-
-pytestmark = pytest.mark.skipif(bool(_usable()), reason=_usable() or "sandbox usable")
+pytestmark = needs_local_sandbox
 
 
 @pytest.fixture(scope="module")
