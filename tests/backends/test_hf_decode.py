@@ -7,6 +7,8 @@ its own; these tests compare against each prompt decoded alone and against
 """
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -90,28 +92,35 @@ SHARED = [1, 70, 71, 72, 73, 74, 75]  # a "system prompt" all of these start wit
 WITH_PREFIX = [SHARED + [5, 9], SHARED + [40, 41, 42, 43, 44], SHARED + [7], SHARED + [60, 61, 62]]
 
 
-def test_common_prefix_is_run_once_and_changes_nothing(tiny_llama):
-    assert hf_decode.common_prefix_length(WITH_PREFIX) == len(SHARED)
-    assert hf_decode.common_prefix_length([SHARED, SHARED]) == len(SHARED) - 1  # each keeps a token of its own
-    assert hf_decode.common_prefix_length([[1, 2, 3], [1, 2, 4]]) == 0  # too short to be worth a pass
-    alone = [run(tiny_llama, [p], slots=1)[0].tokens for p in WITH_PREFIX]  # a single prompt: no prefix pass
+@contextlib.contextmanager
+def forward_lengths(model):
+    """``model.forward`` counting each call's input length (the list yielded); the model's own after."""
     calls = []
-    forward = tiny_llama.forward
+    forward = model.forward
 
     def counting(*args, **kwargs):
         calls.append(kwargs["input_ids"].shape[1])
         return forward(*args, **kwargs)
 
-    tiny_llama.forward = counting
+    model.forward = counting
     try:
+        yield calls
+    finally:
+        del model.forward
+
+
+def test_common_prefix_is_run_once_and_changes_nothing(tiny_llama):
+    assert hf_decode.common_prefix_length(WITH_PREFIX) == len(SHARED)
+    assert hf_decode.common_prefix_length([SHARED, SHARED]) == len(SHARED) - 1  # each keeps a token of its own
+    assert hf_decode.common_prefix_length([[1, 2, 3], [1, 2, 4]]) == 0  # too short to be worth a pass
+    alone = [run(tiny_llama, [p], slots=1)[0].tokens for p in WITH_PREFIX]  # a single prompt: no prefix pass
+    with forward_lengths(tiny_llama) as calls:
         for slots in (1, 2, 4):
             calls.clear()
             assert [r.tokens for r in run(tiny_llama, WITH_PREFIX, slots=slots)] == alone, slots
             assert calls[0] == len(SHARED)  # the shared beginning, once
             prefills = [n for n in calls[1:] if n > 1]
             assert prefills and max(prefills) <= 5  # then only each prompt's own tokens
-    finally:
-        del tiny_llama.forward
 
 
 def test_the_cache_goes_by_the_name_forward_declares(tiny_llama):
@@ -209,15 +218,7 @@ def test_a_prefix_store_carries_keys_and_values_to_the_next_call(tiny_llama):
     follow = [first_prompts[0] + first[0].tokens + [30, 31, 32], first_prompts[1] + first[1].tokens[:2] + [33],
               first_prompts[2] + first[2].tokens + [34, 35], [1, 60, 61, 62, 63, 64]]
     alone = [run(tiny_llama, [p], slots=1)[0].tokens for p in follow]
-    calls = []
-    forward = tiny_llama.forward
-
-    def counting(*args, **kwargs):
-        calls.append(kwargs["input_ids"].shape[1])
-        return forward(*args, **kwargs)
-
-    tiny_llama.forward = counting
-    try:
+    with forward_lengths(tiny_llama) as calls:
         for slots in (1, 2, 4):
             calls.clear()
             again = hf_decode.PrefixStore(1 << 30)
@@ -232,8 +233,6 @@ def test_a_prefix_store_carries_keys_and_values_to_the_next_call(tiny_llama):
             assert max(prefills) == 6, (slots, prefills)
             if slots == 1:
                 assert prefills == [4, 3, 6]
-    finally:
-        del tiny_llama.forward
 
 
 def test_the_prefix_store_keeps_to_its_budget_and_drops_what_a_longer_entry_covers(tiny_llama):
