@@ -234,16 +234,22 @@ def _run_view(run: Mapping[str, Any]) -> dict:
     return view
 
 
-def _compare(runs: list[dict]) -> list[dict]:
-    """The metrics table with one column per run: rows (task, metric) in first-seen order."""
+def _by_run(runs: list[dict], part: str, head: Callable[[dict], dict]) -> list[dict]:
+    """A table with one column per run of each run's ``part`` ("tasks" or "groups"): rows (name, metric)
+    in first-seen order, each ``head(item)`` then the metric and a cell per run (None where absent)."""
     rows: dict[tuple, dict] = OrderedDict()
     for run in runs:
-        for task in run["tasks"]:
-            for m in task["metrics"]:
-                row = rows.setdefault((task["name"], m["metric"]), {"task": task["name"], "metric": m["metric"],
-                                                                   "cells": [None] * len(runs)})
+        for item in run[part]:
+            for m in item["metrics"]:
+                row = rows.setdefault((item["name"], m["metric"]),
+                                      {**head(item), "metric": m["metric"], "cells": [None] * len(runs)})
                 row["cells"][run["index"]] = m
     return list(rows.values())
+
+
+def _compare(runs: list[dict]) -> list[dict]:
+    """The metrics table with one column per run: rows (task, metric) in first-seen order."""
+    return _by_run(runs, "tasks", lambda task: {"task": task["name"]})
 
 
 def group_views(summary: Mapping[str, Any]) -> list[dict]:
@@ -264,15 +270,7 @@ def group_views(summary: Mapping[str, Any]) -> list[dict]:
 
 def _compare_groups(runs: list[dict]) -> list[dict]:
     """The groups' rows of the several-runs table: (group, metric) in first-seen order, a cell per run."""
-    rows: dict[tuple, dict] = OrderedDict()
-    for run in runs:
-        for g in run["groups"]:
-            for m in g["metrics"]:
-                row = rows.setdefault((g["name"], m["metric"]), {"group": g["name"], "alias": g["alias"],
-                                                                 "depth": g["depth"], "metric": m["metric"],
-                                                                 "cells": [None] * len(runs)})
-                row["cells"][run["index"]] = m
-    return list(rows.values())
+    return _by_run(runs, "groups", lambda g: {"group": g["name"], "alias": g["alias"], "depth": g["depth"]})
 
 
 def _differences(stored: list[_Stored], runs: list[dict]) -> list[dict]:
