@@ -69,6 +69,17 @@ class Job:
     image: str | None = None  # Sample v1 sandbox.image: only a sandbox that runs images accepts one
     limits: Limits = field(default_factory=Limits)
 
+    @classmethod
+    def for_row(cls, box: Mapping[str, Any] | None, command: tuple[str, ...], files: Mapping[str, str] = (),
+                **fields: Any) -> "Job":
+        """A job in the setting of a row's Sample v1 ``sandbox`` section (``box``): its files (under
+        ``files``, which win), setup, env and image, texts as texts."""
+        box = box or {}
+        return cls(command=command, files={**{str(k): str(v) for k, v in (box.get("files") or {}).items()},
+                                           **dict(files)},
+                   setup=box.get("setup"), env={str(k): str(v) for k, v in (box.get("env") or {}).items()},
+                   image=box.get("image"), **fields)
+
 
 @dataclass(frozen=True)
 class JobResult:

@@ -120,14 +120,11 @@ class CodeExec(Metric):
         nonce = secrets.token_hex(8)
         spec = {"mode": mode, "program": "program.py", "timeout": timeout, "entry_point": entry,
                 "tests": tests, "guard": self.guard, "nonce": nonce}
-        box = ctx.get("sample.sandbox", None) or {}
-        files = {**{str(k): str(v) for k, v in (box.get("files") or {}).items()},
-                 "program.py": program, "harness.py": HARNESS, "job.json": json.dumps(spec)}
         limits = self.limits.replace(wall_s=STARTUP_S + timeout * (len(tests) + 1),
                                      cpu_s=max(self.limits.cpu_s, timeout * (len(tests) + 1)))
-        job = execution.Job(command=(execution.Job.PYTHON, "harness.py"), files=files, setup=box.get("setup"),
-                  env={str(k): str(v) for k, v in (box.get("env") or {}).items()}, image=box.get("image"),
-                  limits=limits)
+        job = execution.Job.for_row(ctx.get("sample.sandbox", None), (execution.Job.PYTHON, "harness.py"),
+                                    {"program.py": program, "harness.py": HARNESS, "job.json": json.dumps(spec)},
+                                    limits=limits)
         return job, nonce, len(tests)
 
 

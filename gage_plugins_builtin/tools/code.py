@@ -18,6 +18,7 @@ A task names the tools in ``request.tool_loop.tools`` and may set them in ``tool
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, Mapping
 
 from gage_eval.api import execution, tools
@@ -43,10 +44,13 @@ class CodeTool(tools.Tool):
         super().__init__(sample)
         self.box = execution.open_sandbox(sandbox, **dict(sandbox_args or {}))
         self.limits = execution.Limits(wall_s=float(timeout_s), cpu_s=float(timeout_s)).replace(**dict(limits or {}))
-        row_box = (sample or {}).get("sandbox") or {}
-        self.files = dict(row_box.get("files") or {})
-        self.setup, self.env, self.image = row_box.get("setup"), dict(row_box.get("env") or {}), row_box.get("image")
+        self.row = execution.Job.for_row((sample or {}).get("sandbox"), (), limits=self.limits)  # its setting
         self.calls = 0
+
+    @property
+    def files(self) -> Mapping[str, str]:
+        """The row's ``sandbox.files``, in every call's fresh folder."""
+        return self.row.files
 
     def functions(self) -> list[str]:
         return [self.function]
@@ -82,8 +86,7 @@ class PythonTool(CodeTool):
     parameter_description = "The Python program to run."
 
     def job(self, text: str) -> execution.Job:
-        return execution.Job(command=(execution.Job.PYTHON, "-"), stdin=text, files=self.files, setup=self.setup,
-                             env=self.env, image=self.image, limits=self.limits)
+        return replace(self.row, command=(execution.Job.PYTHON, "-"), stdin=text)
 
 
 class BashTool(CodeTool):
@@ -93,8 +96,7 @@ class BashTool(CodeTool):
     parameter_description = "The command line to run."
 
     def job(self, text: str) -> execution.Job:
-        return execution.Job(command=("bash", "-c", text), files=self.files, setup=self.setup, env=self.env,
-                             image=self.image, limits=self.limits)
+        return replace(self.row, command=("bash", "-c", text))
 
 
 def result_text(result: execution.JobResult, limits: execution.Limits) -> str:
