@@ -8,7 +8,7 @@ from functools import lru_cache
 from typing import Any, Mapping
 
 from gage_eval.api.errors import GageError
-from gage_eval.api.stats import ClusterSums, MeanAccumulator
+from gage_eval.api.stats import ClusterSums, MeanAccumulator, results, slice_results
 
 ROOTS = ("sample", "model_output", "judge_output")
 _MISSING = object()
@@ -174,6 +174,19 @@ class TaskAggregate:
         self.clusters: dict[str, ClusterSums] = {}
         self.corpus: dict[str, Any] = {}  # name -> aggregate(items) of the corpus-level metrics
 
+    def add_result(self, metrics: Mapping[str, Any], data_tag: Mapping[str, Any] | None,
+                   record: Mapping[str, Any] | None = None) -> bool:
+        """Add a written record's metric results (its ``eval_result.metrics``); False when none
+        had a value (the row counts as skipped and adds nothing)."""
+        values = {name: metric_value(v) for name, v in metrics.items()}
+        corpus = self.corpus
+        items = {name: v["item"] for name, v in metrics.items()
+                 if name in corpus and isinstance(v, Mapping) and "item" in v} if corpus else None
+        if all(v is None for v in values.values()) and not items:
+            return False
+        self.add(values, data_tag, record, items)
+        return True
+
     def add(self, values: Mapping[str, float | None], data_tag: Mapping[str, Any] | None,
             record: Mapping[str, Any] | None = None, items: Mapping[str, Any] | None = None) -> None:
         metrics = self.metrics
@@ -211,17 +224,8 @@ class TaskAggregate:
         """Each metric's and slice's mean and stderr; with ``seed`` (the run's seed, with the task's
         name) also their 95% intervals, the bootstrap for metric M seeded by ``seed:M`` (and
         ``seed:M:key=value`` for a slice), so each is reproducible on its own."""
-        # the seeds are spelled inline, not by a helper: each accumulator's result follows the last
-        # with no call between them (issue 24's row trip counts the moves between files)
-        out: dict[str, Any] = {}
-        for name, acc in self.metrics.items():
-            out[name] = acc.result(None if seed is None else f"{seed}:{name}")
-            if self.cluster_by and name in self.clusters:
-                out[name].update(self.clusters[name].result(), cluster_by=self.cluster_by)
-        slices = {
-            key: {value: {name: acc.result(None if seed is None else f"{seed}:{name}:{key}={value}")
-                          for name, acc in metrics.items()}
-                  for value, metrics in sorted(by_value.items())}
-            for key, by_value in sorted(self.slices.items())
-        }
-        return {"metrics": out, "slices": slices}
+        out = results(self.metrics, seed)
+        if self.cluster_by:
+            for name, sums in self.clusters.items():
+                out[name].update(sums.result(), cluster_by=self.cluster_by)
+        return {"metrics": out, "slices": slice_results(self.slices, seed) if self.slices else {}}

@@ -239,6 +239,19 @@ class MeanAccumulator(ValueCounts):
         return out
 
 
+def results(accumulators: Mapping[str, Any], seed: str | int | None, suffix: str = "") -> dict[str, dict]:
+    """Each accumulator's ``result`` by metric name, the bootstrap of metric M seeded by
+    ``seed:M`` and ``suffix`` (no interval without a ``seed``)."""
+    return {name: acc.result(None if seed is None else f"{seed}:{name}{suffix}") for name, acc in accumulators.items()}
+
+
+def slice_results(slices: Mapping[str, Mapping[str, Mapping[str, Any]]], seed: str | int | None) -> dict:
+    """:func:`results` of each ``data_tag`` slice (key -> value -> metric -> accumulator), sorted
+    by key and value, the bootstrap of metric M in slice key=value seeded by ``seed:M:key=value``."""
+    return {key: {value: results(metrics, seed, f":{key}={value}") for value, metrics in sorted(by_value.items())}
+            for key, by_value in sorted(slices.items())}
+
+
 class ClusterSums:
     """Per cluster value: (rows, sum of values), for the cluster-robust stderr."""
 

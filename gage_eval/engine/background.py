@@ -14,22 +14,25 @@ from gage_eval.engine.scoring import metric_context
 MAX_PENDING = 256  # rows waiting for their results before the loop waits for the oldest
 
 
-def write_stage(tr: Any, write: Callable[[Row], None]) -> tuple[Callable[[Row], None], Callable[[], None]]:
+def write_stage(tr: Any, write: Callable[[Row], None]) -> tuple[Callable[[Row], None], Callable[[], None] | None]:
     """What a task's answered rows go through before ``write``, and what ends it: the rows of a
     repeated task wait for all their answers (:func:`~gage_eval.engine.repeats.gathered`); with a
     metric that submits, each answer's scoring starts in the :class:`Background` first and the end
-    writes the rows still running (without one, the end does nothing). The order the rows are
+    writes the rows still running (without one there is no end: None). The order the rows are
     written in is noted (``tr.order``, :class:`~gage_eval.engine.row.WriteOrder`)."""
-    write = gathered(tr.repeats.n, tr.order.noting(write))
-    background = Background(tr.metrics, write)
-    if not background.metrics:
-        return write, lambda: None
+    write = tr.order.noting(write)
+    if tr.repeats.n > 1:
+        write = gathered(tr.repeats.n, write)
+    submitting = [m for _, m in tr.metrics if callable(getattr(m, "submit", None))]
+    if not submitting:
+        return write, None
+    background = Background(submitting, write)
     return background.add, background.finish
 
 
 class Background:
     def __init__(self, metrics: list, then: Callable[[Row], None]):
-        self.metrics = [m for _, m in metrics if callable(getattr(m, "submit", None))]
+        self.metrics = metrics  # the task's metrics that submit
         self.then = then
         self.pending: list[tuple[Row, list[Future]]] = []
 

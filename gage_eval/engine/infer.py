@@ -12,7 +12,7 @@ from typing import Callable
 from gage_eval.api.backend import LOGLIKELIHOOD, Backend, ModelOutput, Request, checked_output, stream_outputs
 from gage_eval.api.errors import PLUGIN_FAULTS, FatalBackendError, GageError, fault_text
 from gage_eval.engine.replies import scrub_output
-from gage_eval.engine.scoring import model_output
+from gage_eval.engine.reasoning import strip_output
 from gage_eval.engine.row import Answer, Row, stage_error
 from gage_eval.engine.taskrun import TaskRun
 
@@ -59,8 +59,9 @@ class Inference:
 
         def arrived(j: int, out: ModelOutput) -> None:
             pos, aux = owners[j]
-            out, scrubbed_here = scrub_output(out, self.secrets)
-            scrubbed[pos] += scrubbed_here
+            if self.secrets:  # (a run without secrets has nothing to mask)
+                out, scrubbed_here = scrub_output(out, self.secrets)
+                scrubbed[pos] += scrubbed_here
             if aux is True:
                 aux_outputs[pos] = out
             elif aux is False:
@@ -126,6 +127,26 @@ class Inference:
         if aux is not None and aux.error:
             return row._replace(answer=answer, error=stage_error(row, "inference", f"unconditioned scores: {aux.error}"))
         return row._replace(answer=answer)
+
+
+def model_output(row: Row, output: ModelOutput | None, aux_output: ModelOutput | None,
+                 strip_reasoning: bool = False) -> dict:
+    """The backend's output with the row's rendered prompt pieces; for log-likelihood requests the
+    chosen continuation (highest log-likelihood) is its text. ``strip_reasoning``: the text after
+    the model's reasoning block, the original kept as ``raw_text`` (:mod:`gage_eval.engine.reasoning`)."""
+    out = output.to_dict() if output else {}
+    if strip_reasoning:
+        strip_output(out)
+    for k, v in row.rendered.items():  # the rendered pieces the output does not have
+        if k not in out:
+            out[k] = v
+    if aux_output is not None and aux_output.loglikelihoods is not None:
+        out["unconditioned_loglikelihoods"] = aux_output.loglikelihoods
+    if row.request is not None and row.request.kind == LOGLIKELIHOOD and out.get("loglikelihoods"):
+        lls = out["loglikelihoods"]
+        best = max(range(len(lls)), key=lls.__getitem__)
+        out.setdefault("text", row.rendered["choices"][best])
+    return out
 
 
 def _requests(live: list[Row]) -> tuple[list[Request], list[tuple[int, bool | int]]]:

@@ -182,24 +182,26 @@ class Engine:
     def _run_task(self, tr: TaskRun, backend: Backend, staged: dict[str, Backend], events: EventLog) -> None:
         opts = self.options
         self.writers.task_start(tr.name)
-        done = self._recover(tr, events)
+        done = self._recover(tr, events) if self.resume else None  # the ids finished before (only on resume)
         events.emit("task_start", task=tr.name)
         window_size = max(1, int(getattr(backend, "max_batch", 64) or 64))
         try:
             expected = None if self.quiet or opts.shard else tr.expected()  # (for the progress bar only)
         except (GageError, OSError):  # unreadable data: reading the rows below fails the task with it
             expected = None
-        progress = Progress(tr.name, total=expected, quiet=self.quiet, start=len(done))
+        progress = Progress(tr.name, total=expected, quiet=self.quiet, start=len(done) if done else 0)
         log = self.row_log(events, self.stops, self.quiet)
         self.tally.task = tr.name
-        write, finish = write_stage(tr, lambda it: self._write(tr, it, log, progress))
+        observed = bool(self.observers.impls("gage_sample_done"))  # asked once a task, not per row
+        write, finish = write_stage(tr, lambda it: self._write(tr, it, log, progress, observed))
         infer, judging = self._stages(tr, staged, write)
         seen, window, shown, shard = IdSet(), [], 0, opts.shard
         t_load = time.perf_counter()
         try:
             for item, warnings in self._rows(tr, seen):
-                shown = log.warnings(tr, item.locator, warnings, progress, shown)
-                if (done and item.sample["id"] in done) or (shard and not in_shard(item.sample["id"], shard)):
+                if warnings:
+                    shown = log.warnings(tr, item.locator, warnings, progress, shown)
+                if (done is not None and item.sample["id"] in done) or (shard and not in_shard(item.sample["id"], shard)):
                     continue
                 window.append(item)
                 if len(window) >= window_size or (self.fail_fast and _failed(item)):
@@ -216,10 +218,11 @@ class Engine:
         except OSError as exc:
             tr.failure = f"reading the data: {exc.filename or ''}: {exc.strerror or exc}"
         finally:
-            finish()  # the rows whose metrics still run in the background: written, or dropped when the run stops
+            if finish is not None:  # the rows whose metrics still run in the background: written, or dropped
+                finish()
             progress.close()
-            seen.close()
-            done.close()
+            for ids in (seen, done) if done is not None else (seen,):
+                ids.close()
         log.task_end(tr)
         result = tr.summary()
         events.emit("task_done", task=tr.name, counts=tr.counts, timings=result["timings"])
@@ -230,17 +233,15 @@ class Engine:
     def _recover(self, tr: TaskRun, events: EventLog) -> IdSet:
         """On resume, the ids already finished; their records go to every writer again, so each
         rebuilds its output whole. Rows a backend failed are dropped and run again."""
-        done = IdSet()
-        if self.resume:
-            retried = 0
-            for record, keep in self.samples.recover(tr.name, keep=_finished):
-                if keep:
-                    done.add(str(record.get("id")))
-                    tr.account(record)
-                    self.writers.replay(tr.name, record)
-                else:
-                    retried += 1
-            events.emit("task_resume", task=tr.name, already_done=len(done), retried=retried)
+        done, retried = IdSet(), 0
+        for record, keep in self.samples.recover(tr.name, keep=_finished):
+            if keep:
+                done.add(str(record.get("id")))
+                tr.account(record)
+                self.writers.replay(tr.name, record)
+            else:
+                retried += 1
+        events.emit("task_resume", task=tr.name, already_done=len(done), retried=retried)
         return done
 
     def _process(self, tr: TaskRun, window: list[Row], infer: Inference, judging: Judging | None,
@@ -254,15 +255,15 @@ class Engine:
             for it in failed:
                 write(it)
             failed = []
-        if live:
-            infer.run(tr, live, lambda it: judging.add(tr, it) if judging is not None and it.error is None
-                      else write(it))
+        if live:  # (without a judge each answered row goes straight to write)
+            infer.run(tr, live, write if judging is None else
+                      lambda it: judging.add(tr, it) if it.error is None else write(it))
         if judging is not None:
             judging.flush(tr)
         for it in failed:
             write(it)
 
-    def _write(self, tr: TaskRun, it: Row, log: RowLog, progress: Progress) -> None:
+    def _write(self, tr: TaskRun, it: Row, log: RowLog, progress: Progress, observed: bool = True) -> None:
         """Score one finished row, write it, count it, tell the observers; --fail-fast stops here."""
         t_eval = time.perf_counter()
         record = written_record(tr, it, self._clean)
@@ -275,7 +276,7 @@ class Engine:
         tr.timings["writing_s"] += time.perf_counter() - t_w
         if err:
             log.error(tr, record, err, it.locator, progress)
-        if self.observers.impls("gage_sample_done"):  # (most runs have no observer: no event built per row)
+        if observed:  # (most runs have no gage_sample_done observer: no event built per row)
             self._notify("gage_sample_done", SampleDone(self.run_id, tr.name, str(record["id"]),
                                                         err.get("message") if err else None,
                                                         (record.get("eval_result") or {}).get("metrics", {}), record))

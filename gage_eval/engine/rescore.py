@@ -234,9 +234,9 @@ class Rescore(Engine):
         for row in window:
             write(row)
 
-    def _write(self, tr: TaskRun, it: Row, log: Any, progress: Any) -> None:
+    def _write(self, tr: TaskRun, it: Row, log: Any, progress: Any, observed: bool = True) -> None:
         if "eval_result" not in it.sample:
-            return super()._write(tr, it, log, progress)
+            return super()._write(tr, it, log, progress, observed)
         t_w = time.perf_counter()  # a row kept as stored: written as it was, no new event for its error
         self.writers.write(tr.name, it.sample)
         tr.timings["writing_s"] += time.perf_counter() - t_w

@@ -7,11 +7,9 @@ import math
 from collections import Counter
 from typing import Any, Callable, Mapping
 
-from gage_eval.api.backend import LOGLIKELIHOOD, ModelOutput
 from gage_eval.api.errors import PLUGIN_FAULTS, fault_text
 from gage_eval.api.metric import MetricContext, metric_value
 from gage_eval.api.stats import pass_at_k
-from gage_eval.engine.reasoning import strip_output
 from gage_eval.api.sample import elide_inline_media
 from gage_eval.engine.row import Row
 
@@ -23,7 +21,8 @@ def written_record(tr: Any, row: Row, clean: Callable[[str], str]) -> dict:
     record = elide_inline_media(finish_record(tr, row))
     result = record.get("eval_result")
     if isinstance(result, dict):  # how many replies had a secret masked: counted again on resume and rescore
-        scrubbed = sum(r.answer.scrubbed for r in row.repeats or (row,) if r.answer is not None)
+        scrubbed = (sum(r.answer.scrubbed for r in row.repeats if r.answer is not None) if row.repeats
+                    else row.answer.scrubbed if row.answer is not None else 0)
         if scrubbed:
             result["secrets_scrubbed"] = scrubbed
         if row.judgement is not None and row.judgement.scrubbed and isinstance(result.get("judge"), dict):
@@ -160,26 +159,6 @@ def _majority(answers: list, passed: list[bool]) -> dict:
     top = max(counts.values())
     first = next(i for i, key in enumerate(keys) if counts[key] == top)
     return {"value": float(passed[first]), "votes": top, "repeat": first}
-
-
-def model_output(row: Row, output: ModelOutput | None, aux_output: ModelOutput | None,
-                 strip_reasoning: bool = False) -> dict:
-    """The backend's output with the row's rendered prompt pieces; for log-likelihood requests the
-    chosen continuation (highest log-likelihood) is its text. ``strip_reasoning``: the text after
-    the model's reasoning block, the original kept as ``raw_text`` (:mod:`gage_eval.engine.reasoning`)."""
-    out = output.to_dict() if output else {}
-    if strip_reasoning:
-        strip_output(out)
-    for k, v in row.rendered.items():  # the rendered pieces the output does not have
-        if k not in out:
-            out[k] = v
-    if aux_output is not None and aux_output.loglikelihoods is not None:
-        out["unconditioned_loglikelihoods"] = aux_output.loglikelihoods
-    if row.request is not None and row.request.kind == LOGLIKELIHOOD and out.get("loglikelihoods"):
-        lls = out["loglikelihoods"]
-        best = max(range(len(lls)), key=lls.__getitem__)
-        out.setdefault("text", row.rendered["choices"][best])
-    return out
 
 
 _ENTRY_KEYS = ("prompt", "formatted_prompt", "raw_text", "choices", "contexts", "continuations", "loglikelihoods",

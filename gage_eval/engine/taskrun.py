@@ -14,7 +14,7 @@ from gage_eval.engine.hints import chat_template_hint
 from gage_eval.engine.idset import IdSet
 from gage_eval.engine.repeats import Repeats
 from gage_eval.engine.row import Row, WriteOrder
-from gage_eval.api.metric import MISSING_FIELD_POLICIES, MissingFieldPolicy, TaskAggregate, metric_value
+from gage_eval.api.metric import MISSING_FIELD_POLICIES, MissingFieldPolicy, TaskAggregate
 from gage_eval.api.options import use_run_values
 from gage_eval.config.options import RunOptions, shuffled_pick
 from gage_eval.plugins import Registry
@@ -74,6 +74,7 @@ class TaskRun:
         self.extra_counts: dict[str, int] = {}
         self.sections: dict[str, dict[str, int]] = {}  # what backend wrappers count (api.running.Tally)
         self.metrics: list = []
+        self.higher: dict[str, bool] = {}  # each metric's higher_is_better (summary.json)
         self.judge = None
         self.primary = spec.primary_metric
         self.repeats = Repeats(spec.repeats, options.repeats, options.seed)
@@ -106,6 +107,7 @@ class TaskRun:
             self.metrics.append((entry.get("as", entry["name"]),
                                  metric if policy == "error" else MissingFieldPolicy(metric, policy)))
         self.aggregate.corpus = {name: m.aggregate for name, m in self.metrics if getattr(m, "corpus", False)}
+        self.higher = {name: getattr(m, "higher_is_better", True) for name, m in self.metrics}
         self.primary = spec.primary_metric or self.metrics[0][0]
         if spec.judge:
             self.judge = registry.build("judges", spec.judge["name"], where, "judge",
@@ -220,7 +222,7 @@ class TaskRun:
                              allow_urls=allow_urls, seen=seen)
         for index, locator, record in self.rows():
             row = checker.check(locator, index, record)
-            warnings = [(where, field_message(where, what)) for where, what in row.warnings]
+            warnings = [(where, field_message(where, what)) for where, what in row.warnings] if row.warnings else []
             if not row.ok:
                 yield Row(index, locator, error_stub(self.name, index, locator, row.stage, row.message)), warnings
                 continue
@@ -251,15 +253,10 @@ class TaskRun:
         for key, value in (result.get("counters") or {}).items():
             if value:
                 self.extra_counts[key] = self.extra_counts.get(key, 0) + 1
-        values = {name: metric_value(v) for name, v in (result.get("metrics") or {}).items()}
-        corpus = self.aggregate.corpus
-        items = {name: v["item"] for name, v in (result.get("metrics") or {}).items()
-                 if name in corpus and isinstance(v, Mapping) and "item" in v} if corpus else None
-        if all(v is None for v in values.values()) and not items:
+        if self.aggregate.add_result(result.get("metrics") or {}, record.get("data_tag"), record):
+            self.counts["scored"] += 1
+        else:
             self.counts["skipped"] += 1
-            return
-        self.counts["scored"] += 1
-        self.aggregate.add(values, record.get("data_tag"), record, items)
 
     def in_data_order(self) -> bool:
         """Whether ``samples/<task>.jsonl`` holds the task's records in its data's order, the n-th
@@ -287,9 +284,8 @@ class TaskRun:
 
     def summary(self, max_error_rate: float = 0.0) -> dict:
         agg = self.aggregate.result(seed=f"{self.options.seed}:{self.name}")  # the bootstrap's seed
-        higher = {name: getattr(m, "higher_is_better", True) for name, m in self.metrics}
         for name, entry in agg["metrics"].items():
-            entry["higher_is_better"] = higher.get(name, True)
+            entry["higher_is_better"] = self.higher.get(name, True)
         t = derived_timings(self.timings, self.counts["total"])
         status, reason = self.status(max_error_rate)
         return {
@@ -306,7 +302,8 @@ class TaskRun:
             "counts": dict(self.counts, **({"by_counter": self.extra_counts} if self.extra_counts else {})),
             "errors_by_stage": self.errors_by_stage,
             "timings": {k: round(v, 6) for k, v in t.items()},
-            **{name: dict(part) for name, part in self.sections.items()}, **self.repeats.summary(),
+            **{name: dict(part) for name, part in self.sections.items()},
+            **(self.repeats.summary() if self.repeats.n > 1 else {}),
         }
 
 

@@ -31,8 +31,8 @@ def build_instance(record: Mapping[str, Any], *, task: str, model_id: str, evalu
     overall = result.get("overall") or {}
     error = result.get("error")
     pred = (record.get("predict_result") or [{}])[0]
-    out_text = content_text((pred.get("message") or {}).get("content")) if pred else ""
     inp = _instance_input(record)
+    out_text = content_text((pred.get("message") or {}).get("content")) if pred else ""
     score = overall.get("score")
     instance: dict[str, Any] = {
         "schema_version": INSTANCE_SCHEMA_VERSION,
@@ -65,7 +65,10 @@ def build_instance(record: Mapping[str, Any], *, task: str, model_id: str, evalu
         inp_t = int(usage.get("input_tokens") or 0)
         out_t = int(usage.get("output_tokens") or 0)
         instance["token_usage"] = {"input_tokens": inp_t, "output_tokens": out_t, "total_tokens": inp_t + out_t}
-    perf = {k: pred[k] for k in ("latency_ms", "time_to_first_token_ms") if pred.get(k) is not None}
+    perf = {}
+    for k in ("latency_ms", "time_to_first_token_ms"):
+        if pred.get(k) is not None:
+            perf[k] = pred[k]
     if perf:
         instance["performance"] = perf
     judge = result.get("judge")

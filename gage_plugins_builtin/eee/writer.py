@@ -41,7 +41,7 @@ class InstancesWriter(Writer):
 
     def start(self, run: events.RunStart) -> None:
         self.folder, self.model_id, self.run_id = RunFolder(run.run_dir), run.model_id, run.run_id
-        self._files = self.folder.task_files(self.path)
+        self._files = self.folder.task_files(self.folder.instances_file)
         version = run.options.get("eee_version")
         self.eee_version = version if version in v030.VERSIONS else "0.2.0"
 
