@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import string
-from dataclasses import dataclass, fields as dataclass_fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -23,26 +23,6 @@ class RowContext:
     # http(s) URLs in data may be fetched by the harness (--allow-urls)
     allowed_dirs: tuple[Path, ...] = ()
     allow_urls: bool = False
-
-
-def row_context(task: str, locator: str, index: int, base_dir: Path | None = None,
-                allowed_dirs: tuple[Path, ...] = (), allow_urls: bool = False) -> RowContext:
-    """``RowContext(...)`` made once per row without the frozen dataclass's six
-    ``object.__setattr__`` calls: the same object (fields, equality, hash, repr). A RowContext
-    with a ``__post_init__`` or ``__slots__`` is made by its constructor."""
-    if _PLAIN_ROW_CONTEXT:
-        ctx = _new_object(RowContext)
-        _set_attr(ctx, "__dict__", {"task": task, "locator": locator, "index": index, "base_dir": base_dir,
-                                    "allowed_dirs": allowed_dirs, "allow_urls": allow_urls})
-        return ctx
-    return RowContext(task=task, locator=locator, index=index, base_dir=base_dir, allowed_dirs=allowed_dirs,
-                      allow_urls=allow_urls)
-
-
-_new_object = object.__new__
-_set_attr = object.__setattr__
-_PLAIN_ROW_CONTEXT = not hasattr(RowContext, "__post_init__") and "__slots__" not in vars(RowContext) \
-    and [f.name for f in dataclass_fields(RowContext)] == ["task", "locator", "index", "base_dir", "allowed_dirs", "allow_urls"]
 
 
 def text_segment(text: str) -> dict:

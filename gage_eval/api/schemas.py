@@ -213,18 +213,23 @@ def _best(error):
     return jsonschema.exceptions.best_match([error]) if error.context else error
 
 
+def _schema_errors(instance: Any, name: str) -> list[tuple[str, str]]:
+    """The JSON Schema's errors of ``instance`` (the slow validator, which says what is wrong)."""
+    problems = []
+    for error in sorted(validator(name).iter_errors(instance), key=lambda e: list(map(str, e.absolute_path))):
+        best = _best(error)
+        message = best.message
+        if best.validator == "not" and best.validator_value == {}:  # a forbidden field: say why, not "{}"
+            message = (best.schema.get("description") if isinstance(best.schema, dict) else None) or \
+                "field not allowed here"
+        problems.append((_path(best) if name != "task" else ".".join(map(str, best.absolute_path)), message))
+    return problems
+
+
 def validation_errors(instance: Any, name: str) -> list[tuple[str, str]]:
     """Every problem of ``instance`` against schema ``name`` as (JSON path, message)."""
-    problems = []
     fast = fast_validator(name)
-    if fast is None or not fast.is_valid(instance):  # the slow validator only to say what is wrong
-        for error in sorted(validator(name).iter_errors(instance), key=lambda e: list(map(str, e.absolute_path))):
-            best = _best(error)
-            message = best.message
-            if best.validator == "not" and best.validator_value == {}:  # a forbidden field: say why, not "{}"
-                message = (best.schema.get("description") if isinstance(best.schema, dict) else None) or \
-                    "field not allowed here"
-            problems.append((_path(best) if name != "task" else ".".join(map(str, best.absolute_path)), message))
+    problems = [] if fast is not None and fast.is_valid(instance) else _schema_errors(instance, name)
     check = checks_for(name)[0]
     if check is not None:  # code checks tolerate rows the schema refused, so report everything at once
         problems.extend(check(instance))
@@ -234,6 +239,29 @@ def validation_errors(instance: Any, name: str) -> list[tuple[str, str]]:
 def validation_warnings(instance: Any, name: str) -> list[tuple[str, str]]:
     check = checks_for(name)[1]
     return check(instance) if check else []
+
+
+class SchemaChecks:
+    """Schema ``name``'s validator and checks looked up once, for the many rows of one task or
+    file: :meth:`errors` is :func:`validation_errors` without the lookups on every row; ``warn``
+    the schema's warning check (None: none)."""
+
+    def __init__(self, name: str):
+        self.name = name
+        entry = None if name in SCHEMA_FILES or name in EEE_SCHEMA_FILES else registered.table("schemas").get(name)
+        if entry is None:  # gage-eval's own (or an unknown name: fast_validator says so)
+            self.fast = fast_validator(name)
+            self.check, self.warn = checks_for(name)
+        else:  # a plugin's, its entry looked up once (fast_validator and checks_for each look it up)
+            self.fast = _fast_validator(name, str(Path(entry.path)))
+            self.check, self.warn = entry.checks, entry.warnings
+
+    def errors(self, instance: Any) -> list[tuple[str, str]]:
+        fast = self.fast
+        problems = [] if fast is not None and fast.is_valid(instance) else _schema_errors(instance, self.name)
+        if self.check is not None:
+            problems.extend(self.check(instance))
+        return problems
 
 
 def sample_v1_required_errors(row: Any) -> list[tuple[str, str]]:

@@ -5,7 +5,7 @@ before a verdict is read from it (:mod:`gage_eval.engine.replies`)."""
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, Mapping
+from typing import Callable
 
 from gage_eval.api.backend import Backend, ModelOutput, checked_output, safe_run
 from gage_eval.api.errors import PLUGIN_FAULTS, FatalBackendError, fault_text
@@ -44,15 +44,17 @@ class Judging:
         judged = list(rows)
         requests, owners = [], []
         for pos, row in enumerate(rows):
+            model_output = row.answer.model_output if row.answer is not None else {}
             try:
-                reqs = tr.judge.requests(row.sample, _model_output(row))
+                reqs = tr.judge.requests(row.sample, model_output)
             except (ValueError, KeyError) as exc:
                 judged[pos] = row._replace(error=stage_error(row, "judge", f"building the judge prompt: {exc}"))
                 continue
             if not reqs:  # nothing to judge (an mcq row of a mixed task): no verdict, not an error
                 continue
             requests.extend(reqs)
-            owners.append((pos, len(reqs), [r.messages if r.chat and r.messages is not None else r.prompt for r in reqs]))
+            owners.append((pos, len(reqs), [r.messages if r.chat and r.messages is not None else r.prompt for r in reqs],
+                           model_output))
         if not requests:
             return judged
         t0 = time.perf_counter()
@@ -61,13 +63,15 @@ class Judging:
             tr.failure = tr.failure or f"the judge backend stopped the run: {self.stops.get('judge')}"
         tr.timings["judge_s"] += time.perf_counter() - t0
         at = 0
-        for pos, k, prompts in owners:
+        for pos, k, prompts, model_output in owners:
             row = rows[pos]
-            mine = [scrub_output(out, self.secrets) for out in replies[at:at + k]]
-            scrubbed = sum(n for _, n in mine)
+            mine, scrubbed = replies[at:at + k], 0
+            if self.secrets:  # (a run without secrets has nothing to mask)
+                masked = [scrub_output(out, self.secrets) for out in mine]
+                mine, scrubbed = [out for out, _ in masked], sum(n for _, n in masked)
             at += k
             try:
-                verdict = tr.judge.verdict(row.sample, _model_output(row), [out for out, _ in mine])
+                verdict = tr.judge.verdict(row.sample, model_output, mine)
             except PLUGIN_FAULTS as exc:  # a judge plugin's bug errors its row, never loses it
                 judged[pos] = row._replace(judgement=Judgement(None, prompts, scrubbed),
                                            error=stage_error(row, "judge", f"the judge failed: {fault_text(exc)}"))
@@ -95,7 +99,3 @@ def judge_chunk(judge_backend: Backend) -> int:
     (its concurrency, for an HTTP judge), few enough that an interrupt loses little."""
     size = getattr(judge_backend, "concurrency", None) or 16
     return max(1, min(int(size), int(getattr(judge_backend, "max_batch", 64) or 64)))
-
-
-def _model_output(row: Row) -> Mapping[str, Any]:
-    return row.answer.model_output if row.answer is not None else {}

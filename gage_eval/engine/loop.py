@@ -63,6 +63,7 @@ class Engine:
         self.stops = Stops(self._clean)
         self.observers = Observers(self.pm, self._clean)
         self._notify = self.observers.notify
+        self.sample_observed = bool(self.observers.impls("gage_sample_done"))  # (most runs: no event per row)
         self.allowed_dirs = tuple(Path(p).expanduser().resolve() for p in options.allow_paths)
         self.samples = SamplesWriter(run_dir)
         use_reread(reread_samples)  # what a writer (the report) reads a stored run's rows again with
@@ -185,15 +186,11 @@ class Engine:
         done = self._recover(tr, events) if self.resume else None  # the ids finished before (only on resume)
         events.emit("task_start", task=tr.name)
         window_size = max(1, int(getattr(backend, "max_batch", 64) or 64))
-        try:
-            expected = None if self.quiet or opts.shard else tr.expected()  # (for the progress bar only)
-        except (GageError, OSError):  # unreadable data: reading the rows below fails the task with it
-            expected = None
+        expected = None if self.quiet or opts.shard else tr.expected()  # (for the progress bar only)
         progress = Progress(tr.name, total=expected, quiet=self.quiet, start=len(done) if done else 0)
         log = self.row_log(events, self.stops, self.quiet)
         self.tally.task = tr.name
-        observed = bool(self.observers.impls("gage_sample_done"))  # asked once a task, not per row
-        write, finish = write_stage(tr, lambda it: self._write(tr, it, log, progress, observed))
+        write, finish = write_stage(tr, lambda it: self._write(tr, it, log, progress))
         infer, judging = self._stages(tr, staged, write)
         seen, window, shown, shard = IdSet(), [], 0, opts.shard
         t_load = time.perf_counter()
@@ -225,8 +222,8 @@ class Engine:
                 ids.close()
         log.task_end(tr)
         result = tr.summary()
-        events.emit("task_done", task=tr.name, counts=tr.counts, timings=result["timings"])
         event = TaskDone(self.run_id, tr.name, dict(tr.counts), result["metrics"], tr.in_data_order())
+        events.emit("task_done", task=tr.name, counts=tr.counts, timings=result["timings"])
         self.writers.task_end(event)
         self._notify("gage_task_done", event)
 
@@ -263,7 +260,7 @@ class Engine:
         for it in failed:
             write(it)
 
-    def _write(self, tr: TaskRun, it: Row, log: RowLog, progress: Progress, observed: bool = True) -> None:
+    def _write(self, tr: TaskRun, it: Row, log: RowLog, progress: Progress) -> None:
         """Score one finished row, write it, count it, tell the observers; --fail-fast stops here."""
         t_eval = time.perf_counter()
         record = written_record(tr, it, self._clean)
@@ -276,7 +273,7 @@ class Engine:
         tr.timings["writing_s"] += time.perf_counter() - t_w
         if err:
             log.error(tr, record, err, it.locator, progress)
-        if observed:  # (most runs have no gage_sample_done observer: no event built per row)
+        if self.sample_observed:
             self._notify("gage_sample_done", SampleDone(self.run_id, tr.name, str(record["id"]),
                                                         err.get("message") if err else None,
                                                         (record.get("eval_result") or {}).get("metrics", {}), record))

@@ -127,6 +127,7 @@ class Rescore(Engine):
                         "judge_model": new.judge_model if self.rejudge else None}
         self.observers = Unobserved(self.pm, self._clean)
         self._notify = self.observers.notify
+        self.sample_observed = False
         self._gone: set[str] = set()
         self.now: dict = {}
 
@@ -234,9 +235,9 @@ class Rescore(Engine):
         for row in window:
             write(row)
 
-    def _write(self, tr: TaskRun, it: Row, log: Any, progress: Any, observed: bool = True) -> None:
+    def _write(self, tr: TaskRun, it: Row, log: Any, progress: Any) -> None:
         if "eval_result" not in it.sample:
-            return super()._write(tr, it, log, progress, observed)
+            return super()._write(tr, it, log, progress)
         t_w = time.perf_counter()  # a row kept as stored: written as it was, no new event for its error
         self.writers.write(tr.name, it.sample)
         tr.timings["writing_s"] += time.perf_counter() - t_w

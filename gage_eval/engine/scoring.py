@@ -54,16 +54,17 @@ def finish_record(tr: Any, row: Row) -> dict:
         record["predict_result"] = answer.stored
     elif answer is not None and answer.output is not None:
         record["predict_result"] = [predict_entry(model_output)]
+    judged = verdict.to_dict() if verdict is not None else None  # what the metrics read as judge_output
     result: dict[str, Any] = {}
-    if verdict is not None:
-        result["judge"] = verdict.to_dict()
+    if judged is not None:
+        result["judge"] = dict(judged)  # the record's own copy: the prompts (and secrets_scrubbed) go in it
         if row.judgement.prompts:  # the judge's prompts, for reading a verdict back (report.html)
             result["judge"]["prompts"] = row.judgement.prompts
     if row.error is not None:
         result["error"] = row.error
         record["eval_result"] = result
         return record
-    ctx = metric_context(row)
+    ctx = MetricContext(sample=row.sample, model_output=model_output, judge_output=judged)  # (metric_context's)
     metrics: dict[str, Any] = {}
     counters: dict[str, bool] = {}
     values: dict[str, float | None] = {}

@@ -184,8 +184,12 @@ class TaskRun:
         return self.count() if limit >= 1 else math.ceil(self.count() * limit)
 
     def expected(self) -> int | None:
-        """How many rows this run of the task will see, for the progress bar (None: unknown)."""
-        n, limit = self.available(), self.row_limit()
+        """How many rows this run of the task will see, for the progress bar (None: unknown, and
+        when the data cannot be read: reading the rows then fails the task with the reason)."""
+        try:
+            n, limit = self.available(), self.row_limit()
+        except (GageError, OSError):
+            return None
         if n is None:
             return limit
         return n if limit is None else min(n, limit)
@@ -223,7 +227,7 @@ class TaskRun:
         for index, locator, record in self.rows():
             row = checker.check(locator, index, record)
             warnings = [(where, field_message(where, what)) for where, what in row.warnings] if row.warnings else []
-            if not row.ok:
+            if row.sample is None:  # (not row.ok)
                 yield Row(index, locator, error_stub(self.name, index, locator, row.stage, row.message)), warnings
                 continue
             try:

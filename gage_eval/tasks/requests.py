@@ -166,8 +166,8 @@ class RequestBuilder:
         if index is None:
             index = self._next_index
         self._next_index = index + 1
-        if self.num_fewshot is None:
-            messages = render_few_shot(sample)
+        if self.num_fewshot is None:  # the sample's own few-shot examples, if it has any
+            messages = render_few_shot(sample) if sample.get("few_shot_examples") else list(sample.get("messages") or [])
             shots: list[tuple[str, str, list]] = []
         else:
             messages = list(sample.get("messages") or [])

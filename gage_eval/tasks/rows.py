@@ -22,17 +22,21 @@ lie in (``data_roots(base_dir) -> list[Path]``; the legal task's document roots)
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields as dataclass_fields
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from gage_eval.api.errors import GageError, RowError
 from gage_eval.api.paths import checked_url
-from gage_eval.api.sample import MEDIA_SEGMENTS, RowContext, row_context
-from gage_eval.api.schemas import field_message, validation_errors, validation_warnings
+from gage_eval.api.sample import MEDIA_SEGMENTS, RowContext
+from gage_eval.api.schemas import SchemaChecks, field_message, sample_v1_row_errors, validation_errors
 
 Problem = tuple[str, str]  # (JSON path such as "$.references", message)
 MAX_IN_MESSAGE = 5
+_new_object = object.__new__
+_set_attr = object.__setattr__
+_PLAIN_ROW_CONTEXT = not hasattr(RowContext, "__post_init__") and "__slots__" not in vars(RowContext) \
+    and [f.name for f in dataclass_fields(RowContext)] == ["task", "locator", "index", "base_dir", "allowed_dirs", "allow_urls"]
 
 
 @dataclass
@@ -94,20 +98,30 @@ class RowChecker:
         self.allow_urls = bool(allow_urls)
         self.input_schema = getattr(preprocess, "input_schema", None)
         roots_of = getattr(preprocess, "data_roots", None)
-        extra = [Path(p).resolve() for p in roots_of(self.base_dir)] if callable(roots_of) else []
-        self.roots = tuple(dict.fromkeys([self.base_dir, *extra]))
+        extra = roots_of(self.base_dir) if callable(roots_of) else ()
+        self.roots = tuple(dict.fromkeys([self.base_dir, *([Path(p).resolve() for p in extra] if extra else ())]))
         self.seen = seen if seen is not None else _Seen()
+        self._input: SchemaChecks | None = None  # the input schema's checks, looked up at the first row
 
     def context(self, locator: str, index: int) -> RowContext:
-        return row_context(self.task, locator, index, self.base_dir, self.allowed_dirs, self.allow_urls)
+        """The row's :class:`RowContext`, made without the frozen dataclass's six ``object.__setattr__``
+        calls (a row at a time): the same object (fields, equality, hash, repr). A RowContext with a
+        ``__post_init__`` or ``__slots__`` is made by its constructor."""
+        if not _PLAIN_ROW_CONTEXT:
+            return RowContext(self.task, locator, index, self.base_dir, self.allowed_dirs, self.allow_urls)
+        ctx = _new_object(RowContext)
+        _set_attr(ctx, "__dict__", {"task": self.task, "locator": locator, "index": index, "base_dir": self.base_dir,
+                                    "allowed_dirs": self.allowed_dirs, "allow_urls": self.allow_urls})
+        return ctx
 
     def check(self, locator: str, index: int, record: Any) -> RowResult:
         if isinstance(record, RowError):
             return RowResult(stage=record.stage, problems=[("", record.message)])
         warnings: list[Problem] = []
         if self.input_schema:
-            problems = _guarded(lambda: input_errors(record, self.input_schema))
-            warnings = _guarded(lambda: validation_warnings(record, self.input_schema)) if isinstance(record, dict) else []
+            checks = self._input or self._input_checks()
+            problems = _guarded(lambda: sample_v1_row_errors(record) if checks.name == "sample" else checks.errors(record))
+            warnings = _guarded(lambda: checks.warn(record)) if checks.warn and isinstance(record, dict) else []
             if problems:
                 return RowResult(stage="validate", problems=problems, warnings=warnings)
         ctx = self.context(locator, index)
@@ -134,6 +148,12 @@ class RowChecker:
         if not self.seen.add(sid):
             return RowResult(stage="validate", problems=[("$.id", f"duplicate sample id {sid!r}")], warnings=warnings)
         return RowResult(sample=sample, warnings=warnings)
+
+    def _input_checks(self) -> SchemaChecks:
+        """The checks of the rows' format (``input_schema``): Sample v1's required-field rules
+        (spec 000) for ``sample``, else the schema's errors; its warnings either way."""
+        self._input = SchemaChecks(self.input_schema)
+        return self._input
 
     def close(self) -> None:
         close = getattr(self.seen, "close", None)
@@ -197,16 +217,6 @@ def _text_only(messages: Any) -> bool:
         elif isinstance(content, list):
             return False
     return True
-
-
-def input_errors(record: Any, schema: str) -> list[Problem]:
-    """The problems of a row in a known input format: Sample v1 with the required-field rules
-    of spec 000, or any schema's errors."""
-    if schema == "sample":
-        from gage_eval.api.schemas import sample_v1_row_errors
-
-        return sample_v1_row_errors(record)
-    return validation_errors(record, schema)
 
 
 def _guarded(check: Callable[[], list[Problem]]) -> list[Problem]:

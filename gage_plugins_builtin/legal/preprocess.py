@@ -4,8 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping
 
-from gage_eval.api import (SCHEMA_VERSION, Preprocessor, RowContext, normalize_references, paths, text_segment,
-                           validation_errors)
+from gage_eval.api import SCHEMA_VERSION, Preprocessor, RowContext, normalize_references, paths, validation_errors
 
 from gage_plugins_builtin.legal.documents import attachment_text
 from gage_plugins_builtin.legal.schema import LEGAL_TOP_LEVEL
@@ -35,12 +34,15 @@ class LegalEvalV1(Preprocessor):
         paths are looked up, in order. A row's attachment must lie inside one of them (or
         in an ``--allow-path`` folder), symlinks resolved: ``..`` and absolute paths cannot
         leave them (gage_eval.api.paths). The roots are the task's choice, as its file is.
-    :param validate: check each row against the legal_eval_v1 schema (``legal/legal_eval_v1.schema.json``) first.
+    :param validate: check each row against the legal_eval_v1 schema (``legal/legal_eval_v1.schema.json``)
+        here as well. Off by default: the row checker refuses every row invalid in ``input_schema``
+        before this runs (in a run, a few-shot pool and ``gage-eval validate``), so only a caller
+        outside those needs it.
     """
 
     input_schema = "legal_eval_v1"  # the row checker validates rows (and warns) before this runs
 
-    def __init__(self, attachments: str = "text", attachment_roots: Any = DEFAULT_ROOTS, validate: bool = True):
+    def __init__(self, attachments: str = "text", attachment_roots: Any = DEFAULT_ROOTS, validate: bool = False):
         if attachments not in ATTACHMENT_MODES:
             raise ValueError(f"attachments must be one of {', '.join(ATTACHMENT_MODES)}, not {attachments!r}")
         self.attachments = attachments
@@ -102,8 +104,9 @@ class LegalEvalV1(Preprocessor):
         media: list[dict] = []
         texts: list[dict] = []
         resolved: list[dict] = []
-        roots = self.data_roots(paths.base_folder(ctx))
-        for i, att in enumerate(record.get("attachments") or []):
+        attachments = record.get("attachments") or []
+        roots = self.data_roots(paths.base_folder(ctx)) if attachments else []
+        for i, att in enumerate(attachments):
             field = f"attachments[{i}].path"
             path = paths.data_path(att["path"], ctx, field, search=roots, roots=roots)
             title = att.get("title") or Path(att["path"]).stem
@@ -121,10 +124,11 @@ class LegalEvalV1(Preprocessor):
 
 def _messages(record: Mapping[str, Any], context: str, media: list[dict]) -> list[dict]:
     prompt = record["prompt"]
-    turns = [{"role": m["role"], "content": [text_segment(m["content"])]} for m in record.get("messages") or []]
+    # (text segments spelled out as api.text_segment makes them)
+    turns = [{"role": m["role"], "content": [{"type": "text", "text": m["content"]}]} for m in record.get("messages") or []]
     if not turns or turns[-1]["role"] != "user" or turns[-1]["content"][0]["text"] != prompt:
-        turns.append({"role": "user", "content": [text_segment(prompt)]})
+        turns.append({"role": "user", "content": [{"type": "text", "text": prompt}]})
     last = turns[-1]
-    lead = [text_segment(f"Context:\n{context}")] if context else []
+    lead = [{"type": "text", "text": f"Context:\n{context}"}] if context else []
     turns[-1] = {**last, "content": media + lead + last["content"]}
     return turns

@@ -361,11 +361,14 @@ def test_content_text_shortcut_matches_the_general_join(content):
 def test_row_context_shortcut_is_the_constructor():
     from pathlib import Path
 
-    from gage_eval.api.sample import _PLAIN_ROW_CONTEXT, RowContext, row_context
+    from gage_eval.api.sample import RowContext
+    from gage_eval.tasks.rows import _PLAIN_ROW_CONTEXT, RowChecker
 
-    assert _PLAIN_ROW_CONTEXT  # RowContext gained a __post_init__, __slots__ or a field: see row_context
-    args = ("t", "f.jsonl:3", 2, Path("/data"), (Path("/more"),), True)
-    fast, made = row_context(*args), RowContext(*args)
+    assert _PLAIN_ROW_CONTEXT  # RowContext gained a __post_init__, __slots__ or a field: see RowChecker.context
+    checker = RowChecker("t", lambda record, ctx: record, base_dir=Path("/data"), allowed_dirs=[Path("/more")],
+                         allow_urls=True)
+    fast = checker.context("f.jsonl:3", 2)
+    made = RowContext("t", "f.jsonl:3", 2, checker.base_dir, checker.allowed_dirs, True)
     assert fast == made and hash(fast) == hash(made) and repr(fast) == repr(made) and vars(fast) == vars(made)
     with pytest.raises(Exception, match="cannot assign"):
         fast.task = "x"

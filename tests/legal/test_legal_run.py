@@ -101,7 +101,7 @@ def test_preprocessor_refuses_missing_attachment_and_invalid_row(tmp_path):
     with pytest.raises(ValueError, match="nope.pdf.*not found"):
         LegalEvalV1()(row, ctx)
     with pytest.raises(ValueError, match=r"\$.reference_answers"):
-        LegalEvalV1()(dict(row, reference_answers=[], attachments=[]), ctx)
+        LegalEvalV1(validate=True)(dict(row, reference_answers=[], attachments=[]), ctx)
 
 
 @pytest.mark.parametrize("reply,score", [
