@@ -23,13 +23,16 @@ from typing import Any, Iterator, Sequence
 
 from gage_eval.api import (GENERATE, LOGLIKELIHOOD, LOGLIKELIHOOD_ROLLING, Backend, GageError, ModelOutput, Request,
                            cut_at_stop, loglikelihood, messages_text, text_chat, tools)
-from gage_plugins_builtin.backends import hf_decode
+from gage_plugins_builtin.backends import hf_decode, hf_memory
 from gage_plugins_builtin.backends.hf_decode import generate_kwargs, generation_settings
 from gage_plugins_builtin.backends.args import as_bool, as_number, check_device
 from gage_plugins_builtin.tools import prompting
 from gage_plugins_builtin.tools.calls import PythonicParser, parser_for_template
 
 TOOL_MODES = ("auto", "native", "prompt")
+# what a generation prompt longer than max_length - max_new_tokens gets: a row error (no), or cut
+# from the left as lm-eval's generate_until does (left)
+TRUNCATE_PROMPTS = ("no", "left")
 
 EXTRA = "pip install 'gage-eval[transformers]'"
 DTYPES = ("float32", "bfloat16", "float16", "auto")
@@ -120,6 +123,12 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
+def _oom_reason(exc: BaseException) -> str:
+    """torch's out-of-memory message up to what it tried to allocate (the rest is advice on its allocator)."""
+    parts = _first_line(exc).split(". ")
+    return ". ".join(parts[:2] if len(parts) > 1 and parts[1].startswith("Tried to allocate") else parts[:1])
+
+
 def _looks_like_hub_id(text: str) -> bool:
     parts = text.split("/")
     return len(parts) == 2 and all(parts) and not text.startswith((".", "~"))
@@ -156,12 +165,13 @@ class TransformersBackend(Backend):
                  add_bos_token: bool | str | None = None, revision: str | None = None,
                  model_id: str | None = None, continuous_batching: bool | str = True,
                  gguf_cache: bool | str = True, tool_mode: str = "auto", tool_parser: str | None = None,
-                 prefix_cache_mb: int | str = 1024, threads: int | str | None = None, **unused: Any):
+                 prefix_cache_mb: int | str | None = None, threads: int | str | None = None,
+                 truncate_prompts: str = "no", **unused: Any):
         if unused:
             raise GageError(f"transformers backend: unknown argument(s) {', '.join(sorted(unused))} "
                             "(known: pretrained, gguf_file, dtype, device, batch_size, max_length, seed, "
                             "trust_remote_code, max_new_tokens, add_bos_token, revision, continuous_batching, "
-                            "gguf_cache, tool_mode, tool_parser, prefix_cache_mb, threads)")
+                            "gguf_cache, tool_mode, tool_parser, prefix_cache_mb, threads, truncate_prompts)")
         # tools: native through a chat template that takes them (auto: when it does), else described in the prompt
         if tool_mode not in TOOL_MODES:
             raise GageError(f"transformers backend: tool_mode must be one of {', '.join(TOOL_MODES)}, not {tool_mode!r}")
@@ -205,9 +215,16 @@ class TransformersBackend(Backend):
         # a GGUF is converted once into the user's cache (gguf_cache.py); the folder loaded from, once open
         self.gguf_cache = _bool(gguf_cache, "gguf_cache")
         self.cached_folder: str | None = None
-        # keys and values of finished answers, for later prompts that go on from them (a tool loop's next step)
-        self.prefix_cache_mb = _int(prefix_cache_mb, "prefix_cache_mb", minimum=0)
+        # keys and values of finished answers, for later prompts that go on from them (a tool loop's next
+        # step); not given: sized when the model opens (hf_memory.default_store_bytes)
+        self.prefix_cache_mb = (None if prefix_cache_mb in (None, "", "auto")
+                                else _int(prefix_cache_mb, "prefix_cache_mb", minimum=0))
         self.prefix_store = hf_decode.PrefixStore(self.prefix_cache_mb << 20) if self.prefix_cache_mb else None
+        if str(truncate_prompts) not in TRUNCATE_PROMPTS:
+            raise GageError(f"transformers backend: truncate_prompts must be one of {', '.join(TRUNCATE_PROMPTS)}, "
+                            f"not {truncate_prompts!r}")
+        self.truncate_prompts = str(truncate_prompts)
+        self._oom_scale = 1.0  # halved at each out-of-memory error: later batches plan for less
         # torch's CPU threads (default: torch's own, one per core; on a busy machine fewer can be much faster)
         self.threads = _int(threads, "threads") if threads not in (None, "") else None
         caps = {GENERATE, LOGLIKELIHOOD, LOGLIKELIHOOD_ROLLING, "tools"}
@@ -388,6 +405,10 @@ class TransformersBackend(Backend):
         self.max_length = self.max_length_arg or self._detect_max_length()
         self._head = self._output_head()
         self._decide_continuous()
+        self._shape = hf_memory.ModelShape.of(model)
+        if self.prefix_cache_mb is None:
+            self.prefix_store = hf_decode.PrefixStore(hf_memory.default_store_bytes(
+                self._shape, self.device, self._auto_rows(), self.max_length))
 
     def _decide_continuous(self) -> None:
         """Continuous batching where the model allows it; where it does not, one line on stderr says why
@@ -436,6 +457,8 @@ class TransformersBackend(Backend):
             out.update(tool_mode=self.tool_mode, tool_parser=self.tool_parser)
         if self.threads is not None:
             out["threads"] = self.threads
+        if self.truncate_prompts != "no":  # (what the model is sent: a run without it keeps its settings)
+            out["truncate_prompts"] = self.truncate_prompts
         if self.gguf_file:
             out["gguf_cache"] = self.gguf_cache
             out["gguf_cache_folder"] = self.cached_folder
@@ -565,6 +588,10 @@ class TransformersBackend(Backend):
                 yield i, ModelOutput(loglikelihoods=lls, is_greedy=greedy,
                                      input_tokens=len(ctx) + sum(map(len, conts)), latency_ms=ms / len(batch),
                                      raw={"batch_questions": len(batch)})
+        if single:  # as lm-eval 0.4.13's loglikelihood: the input's last max_length + 1 tokens
+            print(f"gage-eval: note: transformers backend: {len(single)} log-likelihood request(s) longer than "
+                  f"max_length + 1 = {self.max_length + 1} tokens are cut from the left, as lm-eval does "
+                  f"(raw.truncated on each)", file=sys.stderr, flush=True)
         for i, ctx, conts in single:
             t0 = time.perf_counter()
             with torch.inference_mode():
@@ -765,12 +792,43 @@ class TransformersBackend(Backend):
                                                       add_generation_prompt=True)
         return req.prompt if req.prompt is not None else messages_text(req.messages or ())
 
+    def _auto_rows(self) -> int:
+        """Rows generating together: ``batch_size`` when given, else a cap memory decides below."""
+        if self.batch_size is not None:
+            return self.batch_size
+        return hf_memory.AUTO_ROWS_GPU if str(self.device).startswith("cuda") else hf_memory.AUTO_ROWS_CPU
+
+    def _memory_plan(self, max_new_tokens: int) -> hf_memory.MemoryPlan:
+        """A plan for one generation call, from the memory free now (less what the prefix store may
+        still grow by) and the share left by earlier out-of-memory errors."""
+        budget = hf_memory.free_bytes(self.device) * hf_memory.FREE_SHARE * self._oom_scale
+        if self.prefix_store is not None:
+            budget -= max(0, self.prefix_store.budget - sum(e[2] for e in self.prefix_store.entries))
+        return hf_memory.MemoryPlan(self._shape, max(int(budget), 0), self._auto_rows(), max_new_tokens)
+
+    def _prompt_ids(self, req: Request, text: str, limit: int) -> tuple[list[int] | None, str | None]:
+        """(token ids, None), or (None, the row's error) for a prompt over ``limit`` tokens (unless
+        ``truncate_prompts=left``: then its last ``limit`` tokens, counted in ``self.truncated``)."""
+        ids = list(self.tokenizer(text, add_special_tokens=not req.chat).input_ids)
+        if self.add_bos_token is False and ids and ids[0] == self.tokenizer.bos_token_id and not req.chat:
+            ids = ids[1:]
+        if len(ids) <= limit or limit < 1:
+            return ids, None
+        if self.truncate_prompts == "left":
+            self.truncated = getattr(self, "truncated", 0) + 1
+            return ids[-limit:], None
+        return None, (f"transformers backend: row {req.sample_id}: the prompt is {len(ids):,} tokens, over the "
+                      f"{limit:,} that {self.model_id} takes with {self.max_length - limit} new tokens (max_length "
+                      f"{self.max_length}); shorten the prompt, lower max_new_tokens, or cut it from the left as "
+                      f"lm-eval does (--model-args truncate_prompts=left)")
+
     def _generate(self, requests: Sequence[Request]) -> Iterator[tuple[int, ModelOutput]]:
         """(index, output) per request: failures first, then each row the moment it is finished
-        (continuous batching) or each static batch as ``model.generate`` returns it."""
-        import torch
-
+        (continuous batching) or each static batch as ``model.generate`` returns it. Batches are
+        sized by memory (hf_memory); one that runs out of memory is split in halves and run again,
+        and only a row that does not fit on its own fails."""
         groups: dict[tuple, list[tuple[int, str, list[int]]]] = {}
+        cut_before = getattr(self, "truncated", 0)
         for i, req in enumerate(requests):
             if req.chat and "chat" not in self.capabilities:
                 yield i, ModelOutput(error=f"transformers backend: {self.model_id} has no chat template")
@@ -781,40 +839,78 @@ class TransformersBackend(Backend):
             except Exception as exc:  # noqa: BLE001 - a template/settings failure belongs to this request
                 yield i, ModelOutput(error=f"transformers backend: cannot build the prompt: {exc}")
                 continue
-            ids = self.tokenizer(text, add_special_tokens=not req.chat).input_ids
-            if self.add_bos_token is False and ids and ids[0] == self.tokenizer.bos_token_id and not req.chat:
-                ids = ids[1:]
+            ids, error = self._prompt_ids(req, text, self.max_length - settings["max_new_tokens"])
+            if error is not None:
+                yield i, ModelOutput(error=error, formatted_prompt=text)
+                continue
             key = tuple(sorted(settings.items()))
-            groups.setdefault(key, []).append((i, text, list(ids)))
+            groups.setdefault(key, []).append((i, text, ids))
+        cut = getattr(self, "truncated", 0) - cut_before
+        if cut:
+            print(f"gage-eval: note: transformers backend: {cut} generation prompt(s) longer than max_length less "
+                  f"max_new_tokens were cut from the left (truncate_prompts=left)", file=sys.stderr, flush=True)
         for key, members in groups.items():
             settings = dict(key)
             members.sort(key=lambda m: -len(m[2]))
-            size = self.batch_size or (64 if str(self.device).startswith("cuda") else 16)
-            budget = self.max_length - settings["max_new_tokens"]
-            if budget < 1:
+            if self.max_length - settings["max_new_tokens"] < 1:
                 for i, _, _ in members:
                     yield i, ModelOutput(error=f"transformers backend: max_new_tokens={settings['max_new_tokens']}"
                                                f" leaves no room in max_length={self.max_length}")
                 continue
             self._decide_continuous()
-            # continuous batching takes the whole group (slots refill); model.generate takes static batches
-            chunks = [members] if self._continuous else [members[s:s + size] for s in range(0, len(members), size)]
-            for chunk in chunks:
-                prompts = [ids[-budget:] for _, _, ids in chunk]
-                sent: set[int] = set()
-                try:
-                    if self._continuous:
-                        for k, out in self._generate_continuous(chunk, prompts, settings, size):
-                            sent.add(k)
-                            yield chunk[k][0], out
-                    else:
-                        for k, out in enumerate(self._generate_batch(chunk, prompts, settings)):
-                            sent.add(k)
-                            yield chunk[k][0], out
-                except torch.OutOfMemoryError as exc:  # pragma: no cover - GPU only
-                    for k, (i, _, _) in enumerate(chunk):
-                        if k not in sent:
-                            yield i, ModelOutput(error=f"transformers backend: out of memory: {exc}")
+            yield from self._generate_group(members, settings)
+
+    def _generate_group(self, members: list, settings: dict) -> Iterator[tuple[int, ModelOutput]]:
+        """One group of prompts with the same settings, longest first: continuous batching takes them all
+        (slots refill as memory allows), model.generate static batches of what fits; a batch that runs
+        out of memory goes back as two halves."""
+        import torch
+
+        if self._continuous:
+            queue = [members]
+        else:
+            queue, rest = [], list(members)
+            while rest:
+                n = self._memory_plan(settings["max_new_tokens"]).static_rows([len(m[2]) for m in rest])
+                queue.append(rest[:n])
+                rest = rest[n:]
+        queue.reverse()  # pop() takes the first
+        while queue:
+            chunk = queue.pop()
+            sent: set[int] = set()
+            failed = None
+            try:
+                run = self._generate_continuous(chunk, settings) if self._continuous else \
+                    enumerate(self._generate_batch(chunk, [ids for _, _, ids in chunk], settings))
+                for k, out in run:
+                    sent.add(k)
+                    yield chunk[k][0], out
+            except torch.OutOfMemoryError as exc:
+                failed = _oom_reason(exc)
+            if failed is None:
+                continue
+            self._after_oom()
+            rest = [m for k, m in enumerate(chunk) if k not in sent]
+            if len(rest) > 1:
+                half = (len(rest) + 1) // 2
+                queue.extend([rest[half:], rest[:half]])
+                continue
+            for i, _, ids in rest:
+                yield i, ModelOutput(error=f"transformers backend: out of memory for this row alone (prompt "
+                                           f"{len(ids):,} tokens + {settings['max_new_tokens']} new, "
+                                           f"{hf_memory.free_bytes(self.device) / 2**30:.1f} GiB free on {self.device}): "
+                                           f"{failed}; use a shorter prompt, fewer new tokens or a bigger device")
+
+    def _after_oom(self) -> None:
+        """After an out-of-memory error: release what the failed batch held, plan for half as much."""
+        import gc
+
+        import torch
+
+        self._oom_scale /= 2
+        gc.collect()
+        if str(self.device).startswith("cuda"):
+            torch.cuda.empty_cache()
 
     def _eos_ids(self) -> set[int]:
         eos = self.model.generation_config.eos_token_id
@@ -823,15 +919,16 @@ class TransformersBackend(Backend):
             eos_ids.add(self.tokenizer.eos_token_id)
         return eos_ids
 
-    def _generate_continuous(self, members, prompts: list[list[int]], settings: dict,
-                             slots: int) -> Iterator[tuple[int, ModelOutput]]:
-        """Continuous batching (:mod:`hf_decode`): a finished row's slot goes to the next prompt at once;
-        yields (index into members, output) as each row finishes."""
+    def _generate_continuous(self, members, settings: dict) -> Iterator[tuple[int, ModelOutput]]:
+        """Continuous batching (:mod:`hf_decode`): a finished row's slot goes to the next prompt as soon as
+        memory allows (:meth:`_memory_plan`); yields (index into members, output) as each row finishes."""
         pad = self.tokenizer.pad_token_id
-        rows = hf_decode.decode_rows(self.model, prompts, settings, slots=slots,
+        slots = self._auto_rows()
+        rows = hf_decode.decode_rows(self.model, [ids for _, _, ids in members], settings, slots=slots,
                                      pad_id=pad if pad is not None else 0, eos_ids=self._eos_ids(),
                                      decode_text=lambda t: self.tokenizer.decode(t, skip_special_tokens=True),
-                                     device=self.device, on_tokens=self.generated, store=self.prefix_store)
+                                     device=self.device, on_tokens=self.generated, store=self.prefix_store,
+                                     plan=self._memory_plan(settings["max_new_tokens"]))
         for row in rows:
             text, stopped = cut_at_stop(self.tokenizer.decode(row.tokens, skip_special_tokens=True),
                                         settings["stop"])

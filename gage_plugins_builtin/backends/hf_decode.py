@@ -215,9 +215,10 @@ class PrefixStore:
         self.entries: list[tuple[list[int], Any, int]] = []  # (tokens, cache, bytes), most recent last
         self.hits = self.reused_tokens = 0
 
-    def lookup(self, prompt: Sequence[list[int]] | list[int]) -> tuple[int, Any]:
+    def lookup(self, prompt: Sequence[list[int]] | list[int], use: bool = True) -> tuple[int, Any]:
         """(n, cache): the cache's first n positions are the prompt's first n tokens; (0, None) if none is
-        at least :data:`MIN_SHARED_PREFIX` long."""
+        at least :data:`MIN_SHARED_PREFIX` long. ``use=False`` only looks (for planning a batch): the
+        entry is not marked as used and no hit is counted."""
         best, found = 0, None
         limit = len(prompt) - 1
         for k, (tokens, cache, size) in enumerate(self.entries):
@@ -228,6 +229,8 @@ class PrefixStore:
                 best, found = n, k
         if found is None or best < MIN_SHARED_PREFIX:
             return 0, None
+        if not use:
+            return best, self.entries[found][1]
         entry = self.entries.pop(found)
         self.entries.append(entry)
         self.hits, self.reused_tokens = self.hits + 1, self.reused_tokens + best
@@ -321,7 +324,7 @@ class Chooser:
 
 def decode(model: Any, prompts: Sequence[list[int]], settings: dict, *, slots: int, pad_id: int,
            eos_ids: set[int], decode_text: Callable[[list[int]], str], device: Any,
-           store: PrefixStore | None = None) -> list[Row]:
+           store: PrefixStore | None = None, plan: Any = None) -> list[Row]:
     """Generate for every prompt (token ids, already cut to fit), ``slots`` rows at a time.
 
     Returns one finished :class:`Row` per prompt, in the prompts' order. Rows stop at an
@@ -330,19 +333,22 @@ def decode(model: Any, prompts: Sequence[list[int]], settings: dict, *, slots: i
     """
     done = {row.index: row for row in decode_rows(model, prompts, settings, slots=slots, pad_id=pad_id,
                                                   eos_ids=eos_ids, decode_text=decode_text, device=device,
-                                                  store=store)}
+                                                  store=store, plan=plan)}
     return [done[i] for i in range(len(prompts))]
 
 
 def decode_rows(model: Any, prompts: Sequence[list[int]], settings: dict, *, slots: int, pad_id: int,
                 eos_ids: set[int], decode_text: Callable[[list[int]], str], device: Any,
-                on_tokens: Callable[[int], None] | None = None, store: PrefixStore | None = None) -> Iterator[Row]:
+                on_tokens: Callable[[int], None] | None = None, store: PrefixStore | None = None,
+                plan: Any = None) -> Iterator[Row]:
     """:func:`decode`'s rows, each yielded the moment it finishes (``row.index`` names its prompt).
     ``on_tokens(n)`` is told after each model call how many tokens it chose (one per row in it),
     so a watcher sees a batch move before its rows finish; ``Row.share`` is the row's part of
     the model's time (each call's time divided by the rows in it), not the batch's wall time.
     With a ``store``, a prompt starts from the longest beginning the store holds (or the call's
-    shared prefix, if longer), and each finished row's keys and values go into it.
+    shared prefix, if longer), and each finished row's keys and values go into it. With a ``plan``
+    (:class:`hf_memory.MemoryPlan`), free slots are filled only while the rows in flight and the
+    joining rows' prefill fit its memory budget (else the running rows decode on first).
 
     The model runs under ``torch.inference_mode`` one step at a time: the mode is off while
     the caller holds a row, and a caller that stops early leaves nothing behind.
@@ -392,16 +398,27 @@ def decode_rows(model: Any, prompts: Sequence[list[int]], settings: dict, *, slo
                   position_ids=torch.arange(shared, device=device)[None], use_cache=True,
                   **{cache_arg: prefix_cache}, **last_only)
 
-    def prefix_of(i: int) -> tuple[int, Any]:
-        n, found = store.lookup(prompts[i]) if store is not None else (0, None)
+    def prefix_of(i: int, use: bool = True) -> tuple[int, Any]:
+        n, found = store.lookup(prompts[i], use) if store is not None else (0, None)
         return (n, found) if n > shared else (shared, prefix_cache)
+
+    def joining() -> int:
+        """How many waiting prompts to prefill now (0: the running rows decode first)."""
+        count = min(slots - len(rows), len(waiting))
+        if count <= 0 or plan is None:
+            return max(count, 0)
+        sizes = []
+        for j in range(count):
+            n = prefix_of(waiting[-1 - j], use=False)[0]
+            sizes.append((n, len(prompts[waiting[-1 - j]]) - n))
+        return plan.admit(len(rows), mask.shape[1] if mask is not None else 0, sizes)
     while waiting or rows:
         ended: list[Row] = []
         with torch.inference_mode():
-            free = slots - len(rows)
-            if free > 0 and waiting:
+            take = joining()
+            if take > 0:
                 # refill: prefill waiting prompts into free slots (left-padded batch of their own)
-                batch = [waiting.pop() for _ in range(min(free, len(waiting)))]
+                batch = [waiting.pop() for _ in range(take)]
                 started = time.perf_counter()
                 prefixes = [prefix_of(i) for i in batch]
                 head, new_cache = _prefix_batch(prefixes) if any(n for n, _ in prefixes) else (0, DynamicCache())

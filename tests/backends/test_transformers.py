@@ -232,7 +232,9 @@ def test_threads_and_the_prefix_store_are_settings_that_leave_answers_alone(smol
     from gage_plugins_builtin.backends.hf import smollm2_backend
 
     default = smollm2_backend()
-    assert "threads" not in default.settings() and default.prefix_store.budget == 1024 << 20
+    # the default store is sized when the model opens (hf_memory.default_store_bytes); a given size at once
+    assert "threads" not in default.settings() and default.prefix_cache_mb is None and default.prefix_store is None
+    assert smollm2_backend(prefix_cache_mb="512").prefix_store.budget == 512 << 20
     one = smollm2_backend(threads="1", prefix_cache_mb="0")
     assert one.settings()["threads"] == 1 and "threads" in one.transport_args and one.prefix_store is None
 
