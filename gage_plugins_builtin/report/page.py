@@ -13,7 +13,8 @@ tasks, each with its members and its aggregate rows exactly as summary.json has 
 aggregates; the page computes nothing). Several runs: a combined table and plot (groups too), and
 what differs between the runs (n-shot, model, settings). Then a sample browser (search, filters,
 pages of 50) drawn by a little plain JavaScript from a compact JSON blob embedded in the page
-(:mod:`.samples`), the samples of a task in the order of their rows in the data (:mod:`.reread`).
+(:mod:`.samples`), the samples of a task in the order of their rows in the data (:mod:`.reread`),
+copied into the page from a temporary file written as the samples files are read (:mod:`.spool`).
 No network: styles, script and images are inline, so the file works from ``file://`` and offline.
 
 The writer that writes it at the end of a run is :mod:`.writer`; ``gage-eval report`` is :mod:`.command`.
@@ -21,7 +22,6 @@ The writer that writes it at the end of a run is :mod:`.writer`; ``gage-eval rep
 from __future__ import annotations
 
 import json
-import re
 import sys
 import tempfile
 from collections import OrderedDict
@@ -36,6 +36,7 @@ from gage_plugins_builtin.report.plots import bar_plot
 from gage_plugins_builtin.report.reread import Reread
 from gage_plugins_builtin.report.runsettings import ABSENT, settings_of, task_version
 from gage_plugins_builtin.report.samples import compact
+from gage_plugins_builtin.report.spool import Spool, position_key, row_position
 from gage_plugins_builtin.report.wording import ErrorGroups, describe_counters
 
 PAGE_SIZE = 50  # samples per page of the browser
@@ -89,40 +90,21 @@ def _read_summary(run_dir: Path) -> dict:
     return RunFolder(run_dir).summary()
 
 
-class _Spool:
-    """The samples' compact JSON, one after another in a binary file, each with its place in the page's order."""
-
-    def __init__(self, fh: Any):
-        self.fh = fh
-        self.entries: list[tuple[int, int, int, str, int, int]] = []  # run, task no., file index, id, offset, length
-
-    def add(self, run: int, task_no: int, text: str, sid: str) -> None:
-        data = text.encode("utf-8")
-        offset = self.fh.tell()
-        self.fh.write(data)
-        self.entries.append((run, task_no, len(self.entries), sid, offset, len(data)))
-
-
-def _row_position(sid: str, task: str, positions: Mapping[str, int] | None) -> int | None:
-    if positions is not None and sid in positions:
-        return positions[sid]
-    m = re.fullmatch(re.escape(task) + r"-row-(\d+)", sid)  # a row that never became a sample (the core's stub id)
-    return int(m.group(1)) if m else None
-
-
 def report_data(run_dirs: Sequence[Path | str], out_dir: Path, summaries: Mapping[Path, Mapping[str, Any]] | None,
                 warn: Callable[[str], None] | None, spool: Any, ordered: Mapping[Path, Iterable[str]] | None = None
                 ) -> dict:
     """Everything the page shows, from the run folders (the first is the reference column),
-    except the samples: each sample's compact JSON goes to ``spool`` (a binary file), so memory
-    stays flat however many samples the runs hold; ``data["order"]`` lists where each one is,
-    in the order the page lists them (per run and task, by the row's position in the data: read
-    from the samples file for the tasks ``ordered`` names per run folder, see :class:`.reread.Reread`)."""
+    except the samples: each sample's compact JSON goes to ``spool`` (a binary file) as it is made,
+    and ``data["samples"]`` (a :class:`.spool.Spool`) gives them back in the order the page lists
+    them (per run and task, by the row's position in the data: for the tasks ``ordered`` names per
+    run folder the samples file's own order, see :class:`.reread.Reread`), so memory stays flat
+    however many samples such a run holds."""
     warn = warn or print_warning
     dirs = [Path(d) for d in run_dirs]
     reread = Reread(out_dir, {(i, t) for i, d in enumerate(dirs) for t in (ordered or {}).get(d, ())})
-    store = _Spool(spool)
+    store = Spool(spool)
     runs, task_names, stored, empty = [], [], [], set()
+    error_positions: dict[tuple[int, str], dict[str, int]] = {}  # a task in order: its errored samples' positions
     for i, run_dir in enumerate(dirs):
         summary = (summaries or {}).get(run_dir) or _read_summary(run_dir)
         run = _run_view(summary["run"])
@@ -130,22 +112,34 @@ def report_data(run_dirs: Sequence[Path | str], out_dir: Path, summaries: Mappin
         tasks = []
         for name, t in (summary.get("tasks") or {}).items():
             task_names.append((i, name))
+            in_order = reread.in_file(i, name)
+            listed = store.task(i, name, in_order)
             errors = ErrorGroups()
+            where = error_positions[(i, name)] = {}
             ranges: dict[str, RowRange] = {}
             n_samples = 0
             for _, record in RunFolder(run_dir).records(name):
                 view = compact(record, i, name, run_dir, reread)
-                store.add(i, len(task_names) - 1, _json_for_script(view), view["id"])
-                reread.written(i, name, view["id"])
+                sid = view["id"]
+                if in_order:
+                    view["p"] = n_samples  # (its place in the file is its position in the data)
+                    listed.add(_json_for_script(view))
+                else:
+                    listed.add(_json_for_script(view), sid)
                 n_samples += 1
                 for metric, value in (view.get("v") or {}).items():
+                    rows = ranges.get(metric)
+                    if rows is None:
+                        rows = ranges[metric] = RowRange()
                     try:
-                        ranges.setdefault(metric, RowRange()).add(metric_value(value))
+                        rows.add(metric_value(value))
                     except GageError:  # a value the summary did not count either
                         pass
                 e = view.get("e")
                 if e:
-                    errors.add(e["stage"], e["message"], view["id"])
+                    errors.add(e["stage"], e["message"], sid)
+                    if in_order:
+                        where.setdefault(sid, n_samples - 1)
             if not n_samples:  # (no sample to order: its rows are not read again)
                 empty.add((i, name))
             version = task_version(stored[-1], name)
@@ -158,23 +152,18 @@ def report_data(run_dirs: Sequence[Path | str], out_dir: Path, summaries: Mappin
     reread.recover(dirs, [t for t in task_names if t not in empty], warn)
     for run in runs:
         for task in run["tasks"]:
-            where = reread.positions.get((run["index"], task["name"]))
-            task["errors"] = task["errors"].sorted(lambda sid, t=task["name"], w=where: _key(_row_position(sid, t, w)))
-    placed = sorted(((e, _row_position(e[3], task_names[e[1]][1], reread.positions.get(task_names[e[1]])))
-                     for e in store.entries), key=lambda ep: (ep[0][0], ep[0][1], _key(ep[1]), ep[0][2]))
-    order, positions = [e for e, _ in placed], [p for _, p in placed]
-    data_order = {f"{r}/{t}": (r, t) in reread.positions for r, t in task_names}
+            key = (run["index"], task["name"])
+            where = error_positions[key] if reread.in_file(*key) else reread.positions.get(key)
+            task["errors"] = task["errors"].sorted(
+                lambda sid, t=task["name"], w=where: position_key(row_position(sid, t, w)))
+    data_order = {f"{r}/{t}": reread.known(r, t) for r, t in task_names}
     table = _compare(runs)
     return {"runs": runs, "images": reread.embedded, "compare": table, "compare_groups": _compare_groups(runs),
-            "order": order,
-            "positions": positions, "data_order": data_order, "differ": _differences(stored, runs),
+            "samples": store, "positions": reread.positions, "data_order": data_order,
+            "differ": _differences(stored, runs),
             "combined": bar_plot([dict(c, label=f"{row['task']} · {row['metric']}") for row in table
                                   for c in row["cells"] if c], label="label") if len(runs) > 1 else None,
-            "n_samples": len(order)}
-
-
-def _key(position: int | None) -> float:
-    return float("inf") if position is None else position
+            "n_samples": store.n}
 
 
 def _task_view(run: int, name: str, t: Mapping[str, Any], ranges: Mapping[str, RowRange], errors: ErrorGroups,
@@ -355,12 +344,7 @@ def render_report(run_dirs: Sequence[Path | str], out: Path | str,
 
         def chunks() -> Iterable[str]:  # the samples are copied from the spool in the page's order, not held
             yield head + open_tag + '{"samples":['
-            for j, (entry, position) in enumerate(zip(data["order"], data["positions"])):
-                spool.seek(entry[4])
-                text = spool.read(entry[5]).decode("utf-8")
-                if position is not None:  # the row's position in its data, for the card's heading
-                    text = text[:-1] + f',"p":{position}}}'
-                yield ("," if j else "") + text
+            yield from data["samples"].texts(data["positions"])
             yield "]," + _json_for_script(rest)[1:] + "</script>" + tail
 
         pages.write_page(out, chunks())

@@ -6,7 +6,7 @@ is referenced relative to the report instead; a row that cannot be read again sh
 placeholder. The same pass over the rows gives each sample's position in its data
 (:class:`Reread`), the order the sample browser lists them in; where the engine wrote a task's
 samples file in the data's order (``TaskDone.in_data_order``), the positions are the file's own
-(:meth:`Reread.written`) and its rows are read again only for the images it elided."""
+(:meth:`Reread.in_file`) and its rows are read again only for the images it elided."""
 from __future__ import annotations
 
 import base64
@@ -47,12 +47,17 @@ class Reread:
         self.embedded: dict[str, str] = {}  # key -> data URL (a thumbnail)
         self.wanted: dict[tuple[int, str], set[str]] = {}  # (run, task) -> elided hashes to recover
         self.positions: dict[tuple[int, str], dict[str, int]] = {}  # (run, task) -> {sample id: position}
+        self.listed: set[tuple[int, str]] = set()  # the tasks of ``ordered`` handed to recover()
 
-    def written(self, run: int, task: str, sid: str) -> None:
-        """The next record of a samples file: in a file in the data's order, its position is its place there."""
-        if (run, task) in self.ordered:
-            where = self.positions.setdefault((run, task), {})
-            where.setdefault(sid, len(where))
+    def in_file(self, run: int, task: str) -> bool:
+        """Whether a task's samples file is in the data's order: the n-th record (from 0) is at
+        position n (the engine refuses a second row with an id as an error stub, which ends that
+        order, so each id is there once)."""
+        return (run, task) in self.ordered
+
+    def known(self, run: int, task: str) -> bool:
+        """Whether the positions of a task's samples are known (its file's order, or its rows read again)."""
+        return (run, task) in self.listed or (run, task) in self.positions
 
     def ref(self, url: str, run: int, task: str, run_dir: Path) -> dict:
         """The image part of a message segment: {"k": key} for an embedded thumbnail, {"src": ...}
@@ -83,9 +88,10 @@ class Reread:
         samples file is in the data's order is read again only for such images."""
         budget = MAX_IMAGES - len(self.embedded)
         for run, task in tasks:
-            if (run, task) in self.ordered and not self.wanted.get((run, task)):
-                self.positions.setdefault((run, task), {})  # (a task with no record has its order too)
-                continue
+            if (run, task) in self.ordered:
+                self.listed.add((run, task))  # (its positions are its file's: it is read again only for images)
+                if not self.wanted.get((run, task)):
+                    continue
             try:
                 budget -= self._reread_task(run, run_dirs[run], task, self.wanted.get((run, task), set()), budget)
             except Exception as exc:  # a report shows what it can: the rows may have moved
@@ -103,9 +109,11 @@ class Reread:
         positions: dict[str, int] = {}
         ordered = (run, task) in self.ordered  # (its positions are the samples file's: only the images are wanted)
         for position, sample in enumerate(RunFolder(run_dir).reread_samples(task)):
-            if ordered and (not todo or found >= budget):
-                return found
-            positions.setdefault(str(sample.get("id")), position)
+            if ordered:
+                if not todo or found >= budget:
+                    return found
+            else:
+                positions.setdefault(str(sample.get("id")), position)
             if not todo or found >= budget:
                 continue
             for url in _data_urls(sample.get("messages")):
