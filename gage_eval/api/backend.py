@@ -186,17 +186,6 @@ def use_token_listener(listener: Callable[[int], None] | None) -> None:
     _token_listener = listener
 
 
-def stream_outputs(backend: Backend, requests: list) -> Iterator[tuple[int, ModelOutput]]:
-    """The backend's stream; a backend without :meth:`Backend.stream` (not derived from
-    :class:`Backend`) is run whole."""
-    if not requests:
-        return iter(())
-    stream = getattr(backend, "stream", None)
-    if stream is None:
-        return enumerate(safe_run(backend, requests))
-    return iter(stream(requests))
-
-
 def safe_run(backend: Backend, requests: list) -> list[ModelOutput]:
     """Run a batch; a backend exception becomes every request's error, never a lost row."""
     try:

@@ -70,20 +70,6 @@ def last_user_text(messages: Sequence[Mapping]) -> str:
     return ""
 
 
-def segment_types(messages: Iterable[Mapping]) -> set[str]:
-    """The content segment types used by the messages (``text``, ``image_url``, ...)."""
-    found = set()
-    for message in messages:
-        content = message.get("content")
-        if isinstance(content, str):
-            found.add("text")
-        elif isinstance(content, list):
-            for seg in content:
-                if type(seg) is dict or isinstance(seg, Mapping):
-                    found.add(seg.get("type", "text"))
-    return found
-
-
 def reference_text(reference: Any) -> str:
     """A reference item (string, or ``{"answer": str | segments}``) as plain text."""
     if type(reference) is dict or isinstance(reference, Mapping):

@@ -19,8 +19,7 @@ def write_stage(tr: Any, write: Callable[[Row], None]) -> tuple[Callable[[Row], 
     repeated task wait for all their answers (:func:`~gage_eval.engine.repeats.gathered`); with a
     metric that submits, each answer's scoring starts in the :class:`Background` first and the end
     writes the rows still running (without one there is no end: None). The order the rows are
-    written in is noted (``tr.order``, :class:`~gage_eval.engine.row.WriteOrder`)."""
-    write = tr.order.noting(write)
+    written in is noted as each is counted (``tr.order``, :class:`~gage_eval.engine.taskrun.WriteOrder`)."""
     if tr.repeats.n > 1:
         write = gathered(tr.repeats.n, write)
     submitting = [m for _, m in tr.metrics if callable(getattr(m, "submit", None))]

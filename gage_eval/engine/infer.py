@@ -7,9 +7,9 @@ the builtin response cache answers from its file first)."""
 from __future__ import annotations
 
 import time
-from typing import Callable
+from typing import Callable, Iterator
 
-from gage_eval.api.backend import LOGLIKELIHOOD, Backend, ModelOutput, Request, checked_output, stream_outputs
+from gage_eval.api.backend import LOGLIKELIHOOD, Backend, ModelOutput, Request, checked_output, safe_run
 from gage_eval.api.errors import PLUGIN_FAULTS, FatalBackendError, GageError, fault_text
 from gage_eval.engine.replies import scrub_output
 from gage_eval.engine.reasoning import strip_output
@@ -17,21 +17,18 @@ from gage_eval.engine.row import Answer, Row, stage_error
 from gage_eval.engine.taskrun import TaskRun
 
 
-class Stops:
-    """Why a role's backend can take no more requests (``model``, ``judge``), and which of those
-    messages the console already showed."""
+class Stops(dict):
+    """Why a role's backend can take no more requests, by role (``model``, ``judge``: ``get(role)``
+    is None while it can), and which of those messages the console already showed."""
 
     def __init__(self, clean: Callable[[str], str]):
-        self.by_role: dict[str, str] = {}
+        super().__init__()
         self.announced: set[str] = set()
         self.clean = clean  # a message with every known secret masked
 
-    def get(self, role: str) -> str | None:
-        return self.by_role.get(role)
-
     def stop(self, role: str, message: str) -> str:
-        self.by_role[role] = self.clean(message)
-        return self.by_role[role]
+        self[role] = self.clean(message)
+        return self[role]
 
 
 class Inference:
@@ -147,6 +144,17 @@ def model_output(row: Row, output: ModelOutput | None, aux_output: ModelOutput |
         best = max(range(len(lls)), key=lls.__getitem__)
         out.setdefault("text", row.rendered["choices"][best])
     return out
+
+
+def stream_outputs(backend: Backend, requests: list) -> Iterator[tuple[int, ModelOutput]]:
+    """The backend's stream; a backend without :meth:`Backend.stream` (not derived from
+    :class:`Backend`) is run whole."""
+    if not requests:
+        return iter(())
+    stream = getattr(backend, "stream", None)
+    if stream is None:
+        return enumerate(safe_run(backend, requests))
+    return iter(stream(requests))
 
 
 def _requests(live: list[Row]) -> tuple[list[Request], list[tuple[int, bool | int]]]:

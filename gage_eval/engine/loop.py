@@ -269,7 +269,7 @@ class Engine:
         tr.timings["evaluation_s"] += t_w - t_eval
         with held():  # a Ctrl-C between the two would leave a record on disk that the summary does not count
             self.writers.write(tr.name, record)
-            tr.account(record)
+            tr.account(record, it)
         tr.timings["writing_s"] += time.perf_counter() - t_w
         if err:
             log.error(tr, record, err, it.locator, progress)

@@ -11,7 +11,7 @@ hands it on with ``error`` set; the later stages pass such a row on as it is.
 from __future__ import annotations
 
 from types import MappingProxyType
-from typing import Any, Callable, Mapping, NamedTuple
+from typing import Any, Mapping, NamedTuple
 
 from gage_eval.api.backend import ModelOutput, Request
 
@@ -54,28 +54,3 @@ class Row(NamedTuple):
 def stage_error(row: Row, stage: str, message: str) -> dict:
     """The ``error`` a stage sets on ``row``."""
     return {"stage": stage, "message": message, "locator": row.locator}
-
-
-class WriteOrder:
-    """Whether a task's rows went to its writers in the data's order: each row written is the
-    data's next one, counted from its first, and none is an error stub or a row that came scored
-    (so the n-th record of ``samples/<task>.jsonl`` is the n-th row that passed its checks, the
-    position the report shows). A row out of turn (a backend, the judge or a background metric
-    finished it early, a window wrote its failed rows first, ``--shard`` or ``--resume`` skipped
-    rows) ends it for the task; :meth:`TaskRun.in_data_order` also counts kept records."""
-
-    def __init__(self) -> None:
-        self.rows = 0  # rows written (noted here)
-        self.kept = True  # every one so far the data's next
-
-    def noting(self, write: Callable[[Row], None]) -> Callable[[Row], None]:
-        """``write``, each row noted first."""
-        def noted(row: Row) -> None:
-            self.kept = self.kept and row.index == self.rows and "eval_result" not in row.sample
-            self.rows += 1
-            write(row)
-        return noted
-
-    def lost(self) -> None:
-        """The rows are numbered otherwise than by their place in the data (a rescore's stored rows)."""
-        self.kept = False

@@ -35,7 +35,7 @@ class RowLog:
                          stage=err.get("stage"), message=err.get("message"))
         if self.quiet:
             return
-        stop = next((f for f in self.stops.by_role.values() if f in err["message"]), None)
+        stop = next((f for f in self.stops.values() if f in err["message"]), None)
         if stop is None:
             key = (err.get("stage"), err.get("message"))
             if key not in tr.repeated:  # an error every row gets alike (a template's) is shown once

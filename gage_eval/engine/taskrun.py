@@ -13,7 +13,7 @@ from gage_eval.engine.executor import make_backend, model_backend
 from gage_eval.engine.hints import chat_template_hint
 from gage_eval.engine.idset import IdSet
 from gage_eval.engine.repeats import Repeats
-from gage_eval.engine.row import Row, WriteOrder
+from gage_eval.engine.row import Row
 from gage_eval.api.metric import MISSING_FIELD_POLICIES, MissingFieldPolicy, TaskAggregate
 from gage_eval.api.options import use_run_values
 from gage_eval.config.options import RunOptions, shuffled_pick
@@ -52,6 +52,28 @@ def _named(files: list[Path]) -> str:
     return ", ".join(map(str, files[:3])) + (f" and {len(files) - 3} more" if len(files) > 3 else "")
 
 
+class WriteOrder:
+    """Whether a task's rows went to its writers in the data's order: each row written is the
+    data's next one, counted from its first, and none is an error stub or a row that came scored
+    (so the n-th record of ``samples/<task>.jsonl`` is the n-th row that passed its checks, the
+    position the report shows). A row out of turn (a backend, the judge or a background metric
+    finished it early, a window wrote its failed rows first, ``--shard`` or ``--resume`` skipped
+    rows) ends it for the task; :meth:`TaskRun.in_data_order` also counts kept records."""
+
+    def __init__(self) -> None:
+        self.rows = 0  # rows written (noted here)
+        self.kept = True  # every one so far the data's next
+
+    def note(self, row: Row) -> None:
+        """One row written (:meth:`TaskRun.account` of its record)."""
+        self.kept = self.kept and row.index == self.rows and "eval_result" not in row.sample
+        self.rows += 1
+
+    def lost(self) -> None:
+        """The rows are numbered otherwise than by their place in the data (a rescore's stored rows)."""
+        self.kept = False
+
+
 class TaskRun:
     """The per-task state: components built from the task file, counters, timings."""
 
@@ -78,7 +100,7 @@ class TaskRun:
         self.judge = None
         self.primary = spec.primary_metric
         self.repeats = Repeats(spec.repeats, options.repeats, options.seed)
-        self.order = WriteOrder()  # whether the rows are written in the data's order (write_stage notes them)
+        self.order = WriteOrder()  # whether the rows are written in the data's order (account notes them)
         if failure is None:
             use_run_values(options.plugin_options)  # (a component may read them while built: api.options.run_value)
             try:
@@ -239,8 +261,11 @@ class TaskRun:
             built = Row(index, locator, row.sample, request, rendered)
             yield from self.repeats.expand(built, warnings) if self.repeats.n > 1 else ((built, warnings),)
 
-    def account(self, record: Mapping[str, Any]) -> None:
-        """Count one written record and add its metric values; used live and on resume."""
+    def account(self, record: Mapping[str, Any], row: Row | None = None) -> None:
+        """Count one written record and add its metric values; used live (with the ``row`` it was
+        written for, noted in :attr:`order`) and on resume (a kept record: no row)."""
+        if row is not None:
+            self.order.note(row)
         result = record.get("eval_result") or {}
         self.counts["total"] += 1
         scrubbed = scrubbed_count(result) + scrubbed_count(result.get("judge"))
@@ -264,7 +289,7 @@ class TaskRun:
 
     def in_data_order(self) -> bool:
         """Whether ``samples/<task>.jsonl`` holds the task's records in its data's order, the n-th
-        record the n-th row that passed its checks (:class:`~gage_eval.engine.row.WriteOrder`):
+        record the n-th row that passed its checks (:class:`WriteOrder`):
         every record written this run (none kept from before a resume), the task not stopped part way."""
         return self.failure is None and self.order.kept and self.order.rows == self.counts["total"]
 

@@ -29,14 +29,14 @@ its flags of the same names:
 """
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 from gage_eval.api.backend import GENERATE, LOGLIKELIHOOD, LOGLIKELIHOOD_ROLLING, Request
 from gage_eval.config.defaults import DEFAULT_SEED
 from gage_eval.api.errors import GageError
 from gage_eval.tasks.fewshot import DEFAULT_DELIMITER, FewShotConfig, FewShotSampler, load_pool
 from gage_eval.api.sample import (LETTERS, content_text, label_text, last_user_text, messages_text, reference_texts,
-                              render_few_shot, segment_types, text_segment)
+                              render_few_shot, text_segment)
 from gage_eval.api.templates import Template
 from gage_eval.tasks.spec import TASK_FILE, TaskSpec
 
@@ -340,6 +340,21 @@ def _tools(sample: Mapping[str, Any], loop: Mapping[str, Any] | None = None) -> 
 
 
 _TEXT_ONLY = frozenset({"text"})
+
+
+def segment_types(messages: Iterable[Mapping]) -> set[str]:
+    """The content segment types used by the messages (``text``, ``image_url``, ...)."""
+    found = set()
+    for message in messages:
+        content = message.get("content")
+        if isinstance(content, str):
+            found.add("text")
+        elif isinstance(content, list):
+            for seg in content:
+                if type(seg) is dict or isinstance(seg, Mapping):
+                    found.add(seg.get("type", "text"))
+    return found
+
 
 
 def _modalities(messages: list[dict]) -> frozenset[str]:

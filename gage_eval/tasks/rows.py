@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from gage_eval.api.errors import GageError, RowError
+from gage_eval.api.loader import Preprocessor
 from gage_eval.api.paths import checked_url
 from gage_eval.api.sample import MEDIA_SEGMENTS, RowContext
 from gage_eval.api.schemas import SchemaChecks, field_message, sample_v1_row_errors, validation_errors
@@ -98,6 +99,8 @@ class RowChecker:
         self.allow_urls = bool(allow_urls)
         self.input_schema = getattr(preprocess, "input_schema", None)
         roots_of = getattr(preprocess, "data_roots", None)
+        if getattr(roots_of, "__func__", None) is Preprocessor.data_roots:  # the contract's default: none
+            roots_of = None
         extra = roots_of(self.base_dir) if callable(roots_of) else ()
         self.roots = tuple(dict.fromkeys([self.base_dir, *([Path(p).resolve() for p in extra] if extra else ())]))
         self.seen = seen if seen is not None else _Seen()

@@ -11,7 +11,8 @@ from types import SimpleNamespace
 
 from gage_eval.engine.background import write_stage
 from gage_eval.engine.repeats import Repeats
-from gage_eval.engine.row import Answer, Row, WriteOrder
+from gage_eval.engine.row import Answer, Row
+from gage_eval.engine.taskrun import WriteOrder
 
 
 class Slow:
@@ -33,9 +34,17 @@ def rows(n):
     return [Row(i, f"f:{i}", {"id": str(i)}, answer=Answer(None, model_output={"text": "x"})) for i in range(n)]
 
 
+def writer(tr, written):
+    """The engine's write as far as the order goes: each row noted as its record is counted (TaskRun.account)."""
+    def write(row):
+        tr.order.note(row)
+        written.append(row.sample["id"])
+    return write
+
+
 def test_no_submitting_metric_leaves_the_write_stage_alone():
     tr, written = task([("m", object())]), []
-    write, finish = write_stage(tr, lambda row: written.append(row.sample["id"]))
+    write, finish = write_stage(tr, writer(tr, written))
     for row in rows(3):
         write(row)
     assert written == ["0", "1", "2"]  # written at once, in the data's order (noted)
@@ -46,7 +55,7 @@ def test_no_submitting_metric_leaves_the_write_stage_alone():
 def test_rows_wait_for_their_results_and_the_end_writes_the_rest():
     metric, written = Slow(), []
     tr = task([("m", metric)])
-    write, finish = write_stage(tr, lambda row: written.append(row.sample["id"]))
+    write, finish = write_stage(tr, writer(tr, written))
     for row in rows(3):
         write(row)
     write(Row(3, "f:3", {"id": "3"}, error={"stage": "inference", "message": "x", "locator": "f:3"}))

@@ -4,7 +4,8 @@ from __future__ import annotations
 import pytest
 
 from gage_eval.api.sample import (from_legacy, label_text, last_user_text, messages_text, normalize_references,
-                              reference_texts, render_few_shot, segment_types)
+                              reference_texts, render_few_shot)
+from gage_eval.tasks.requests import segment_types
 from gage_eval.api.schemas import validation_errors
 
 
