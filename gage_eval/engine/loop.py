@@ -89,6 +89,8 @@ class Engine:
         # (rewritten on resume: writers named then, and a new --fail-fast/--max-error-rate, are kept)
         self.folder.write_config(redact(opts.as_dict(), self.secrets))
         events = EventLog(self.folder.events_file, self.run_id)
+        self.log = self.row_log(events, self.stops, self.quiet)  # what each task's row errors and warnings go to
+        self.infer = Inference(staged["model"], self.stops, opts.strip_reasoning, self.secrets)  # (the tasks' infer stage)
         events.emit("run_resume" if self.resume else "run_start", tasks=opts.tasks, model=opts.model, **self.started)
         for tr in ready:
             if not self.quiet and tr.data_note():  # said once: where each task's rows come from
@@ -155,9 +157,8 @@ class Engine:
         return tr.items(self.allowed_dirs, self.options.allow_urls, seen)
 
     def _stages(self, tr: TaskRun, staged: dict[str, Backend], write: Any) -> tuple[Any, Judging | None]:
-        """The infer stage and the judge's (None: the task has no judge)."""
-        infer = Inference(staged["model"], self.stops, self.options.strip_reasoning, self.secrets)
-        return infer, Judging(staged["judge"], self.stops, write, self.secrets) if tr.judge is not None else None
+        """The infer stage (the run's) and the task's judge stage (None: the task has no judge)."""
+        return self.infer, Judging(staged["judge"], self.stops, write, self.secrets) if tr.judge is not None else None
 
     def _recount_failed(self, runs: list[TaskRun]) -> None:
         """On resume, a task that cannot run now still counts the rows it wrote before."""
@@ -188,7 +189,7 @@ class Engine:
         window_size = max(1, int(getattr(backend, "max_batch", 64) or 64))
         expected = None if self.quiet or opts.shard else tr.expected()  # (for the progress bar only)
         progress = Progress(tr.name, total=expected, quiet=self.quiet, start=len(done) if done else 0)
-        log = self.row_log(events, self.stops, self.quiet)
+        log = self.log
         self.tally.task = tr.name
         write, finish = write_stage(tr, lambda it: self._write(tr, it, log, progress))
         infer, judging = self._stages(tr, staged, write)

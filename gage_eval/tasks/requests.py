@@ -201,9 +201,10 @@ class RequestBuilder:
         tools = _tools(sample, self.tool_loop) if self.tool_loop or "tools" in sample else {}
         if self.chat:
             chat = self._chat_messages(messages, rendered, shots, variables)
+            prompt = last_user_text(chat)  # (read while the api.sample helpers are at hand, then the modalities)
             return (Request(kind=GENERATE, sample_id=sid, messages=tuple(chat), chat=True, gen=gen,
                             modalities=_modalities(chat), **tools),
-                    {"prompt": last_user_text(chat)})
+                    {"prompt": prompt})
         prompt = self._plain(rendered if rendered is not None else messages_text(messages), shots, variables)
         return (Request(kind=GENERATE, sample_id=sid, prompt=prompt, messages=tuple(messages), gen=gen,
                         modalities=_modalities(messages), **tools),

@@ -34,6 +34,7 @@ from gage_eval.api.schemas import SchemaChecks, field_message, sample_v1_row_err
 
 Problem = tuple[str, str]  # (JSON path such as "$.references", message)
 MAX_IN_MESSAGE = 5
+TOO_DEEP = "the row is nested too deeply to check"
 _new_object = object.__new__
 _set_attr = object.__setattr__
 _PLAIN_ROW_CONTEXT = not hasattr(RowContext, "__post_init__") and "__slots__" not in vars(RowContext) \
@@ -122,9 +123,7 @@ class RowChecker:
             return RowResult(stage=record.stage, problems=[("", record.message)])
         warnings: list[Problem] = []
         if self.input_schema:
-            checks = self._input or self._input_checks()
-            problems = _guarded(lambda: sample_v1_row_errors(record) if checks.name == "sample" else checks.errors(record))
-            warnings = _guarded(lambda: checks.warn(record)) if checks.warn and isinstance(record, dict) else []
+            problems, warnings = self._input_problems(record)
             if problems:
                 return RowResult(stage="validate", problems=problems, warnings=warnings)
         ctx = self.context(locator, index)
@@ -152,11 +151,19 @@ class RowChecker:
             return RowResult(stage="validate", problems=[("$.id", f"duplicate sample id {sid!r}")], warnings=warnings)
         return RowResult(sample=sample, warnings=warnings)
 
-    def _input_checks(self) -> SchemaChecks:
-        """The checks of the rows' format (``input_schema``): Sample v1's required-field rules
-        (spec 000) for ``sample``, else the schema's errors; its warnings either way."""
-        self._input = SchemaChecks(self.input_schema)
-        return self._input
+    def _input_problems(self, record: Any) -> tuple[list[Problem], list[Problem]]:
+        """The row's problems and warnings in the rows' format (``input_schema``): Sample v1's
+        required-field rules (spec 000) for ``sample``, else the schema's errors; its warnings either way."""
+        checks = self._input = self._input or SchemaChecks(self.input_schema)
+        try:  # (each check guarded as _guarded does, inlined: a per-row path)
+            problems = sample_v1_row_errors(record) if checks.name == "sample" else checks.errors(record)
+        except RecursionError:
+            problems = [("$", TOO_DEEP)]
+        try:
+            warnings = checks.warn(record) if checks.warn and isinstance(record, dict) else []
+        except RecursionError:
+            warnings = [("$", TOO_DEEP)]
+        return problems, warnings
 
     def close(self) -> None:
         close = getattr(self.seen, "close", None)
@@ -166,10 +173,10 @@ class RowChecker:
     def _sample_problems(self, sample: Any) -> list[Problem]:
         if not isinstance(sample, dict):
             return [("", f"the preprocessor returned {type(sample).__name__}, not a Sample v1 object")]
-        try:  # (_guarded, inlined: a per-row path)
+        try:
             problems = validation_errors(sample, "sample")
         except RecursionError:
-            problems = [("$", "the row is nested too deeply to check")]
+            problems = [("$", TOO_DEEP)]
         if problems:
             if self.input_schema != "sample":  # a sample built from another format: say whose it is
                 where, what = problems[0]
@@ -222,11 +229,6 @@ def _text_only(messages: Any) -> bool:
     return True
 
 
-def _guarded(check: Callable[[], list[Problem]]) -> list[Problem]:
-    try:
-        return check()
-    except RecursionError:
-        return [("$", "the row is nested too deeply to check")]
 
 
 def _checked_messages(messages: list, prefix: str, ctx: RowContext, roots: Sequence[Path],
