@@ -123,9 +123,9 @@ def report_data(run_dirs: Sequence[Path | str], out_dir: Path, summaries: Mappin
                 sid = view["id"]
                 if in_order:
                     view["p"] = n_samples  # (its place in the file is its position in the data)
-                    listed.add(_json_for_script(view))
+                    listed.add(_script_json(view))
                 else:
-                    listed.add(_json_for_script(view), sid)
+                    listed.add(_script_json(view), sid)
                 n_samples += 1
                 for metric, value in (view.get("v") or {}).items():
                     rows = ranges.get(metric)
@@ -285,15 +285,28 @@ def _json_for_script(value: Any) -> str:
     """JSON safe inside <script type="application/json">: '<', '>' and '&' (only ever inside JSON
     strings) and the JavaScript line separators as \\u escapes, so no value can end the element;
     JSON.parse reads them back unchanged."""
-    try:
-        import orjson
-
-        text = orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS).decode("utf-8")
-    except (ImportError, TypeError):  # (a lone surrogate: escaped as \\udXXX, which JSON.parse reads)
-        text = json.dumps(value, ensure_ascii=True, separators=(",", ":"), default=str)
-    return text.translate(_SCRIPT_ESCAPES) if any(c in text for c in _UNSAFE) else text
+    return _script_json(value).decode("utf-8")
 
 
+def _script_json(value: Any) -> bytes:
+    """:func:`_json_for_script` as UTF-8 bytes (as a sample's JSON goes to the spool)."""
+    if _orjson is not None:
+        try:
+            data = _orjson.dumps(value, option=_orjson.OPT_NON_STR_KEYS)
+        except TypeError:  # (a lone surrogate: escaped as \\udXXX below, which JSON.parse reads)
+            data = None
+        if data is not None:
+            if b"<" in data or b">" in data or b"&" in data or b"\xe2\x80\xa8" in data or b"\xe2\x80\xa9" in data:
+                return data.decode("utf-8").translate(_SCRIPT_ESCAPES).encode("utf-8")
+            return data
+    text = json.dumps(value, ensure_ascii=True, separators=(",", ":"), default=str)
+    return (text.translate(_SCRIPT_ESCAPES) if any(c in text for c in _UNSAFE) else text).encode("utf-8")
+
+
+try:
+    import orjson as _orjson
+except ImportError:  # pragma: no cover - a core dependency; json writes the same page
+    _orjson = None
 _UNSAFE = "<>&\u2028\u2029"
 _SCRIPT_ESCAPES = {ord(c): f"\\u{ord(c):04x}" for c in _UNSAFE}
 

@@ -63,9 +63,10 @@ def loglikelihood_view(predicted: Mapping[str, Any], record: Mapping[str, Any], 
     normalised = "acc_norm" in metrics  # lm-eval's acc_norm: ll / the choice's length in characters
     rows = []
     for ident, ll, text in zip(ids, lls, choices):
-        value = ll if type(ll) is float and math.isfinite(ll) else _finite(ll)  # (the usual case first)
-        text = text if isinstance(text, str) else str(text)
-        norm = value / max(len(text), 1) if normalised and value is not None else None
+        value = ll if type(ll) is float and ll - ll == 0.0 else _finite(ll)  # (the usual case first: finite)
+        if type(text) is not str:
+            text = str(text)
+        norm = value / (len(text) or 1) if normalised and value is not None else None
         rows.append([ident, text if len(text) <= limit else clip(text, limit), value, norm])
     taken = {}
     for name, m in metrics.items():

@@ -28,9 +28,9 @@ class _InOrder:
         self.start = self.end = fh.tell()
         self.n = 0
 
-    def add(self, text: str) -> None:
-        """The next sample's JSON, its position already in it."""
-        self.end += self.fh.write(("," + text if self.n else text).encode("utf-8"))
+    def add(self, data: bytes) -> None:
+        """The next sample's JSON (UTF-8), its position already in it."""
+        self.end += self.fh.write(b"," + data if self.n else data)
         self.n += 1
 
     def texts(self, positions: Mapping[str, int] | None, task: str) -> Iterator[str]:
@@ -57,9 +57,8 @@ class _Unplaced:
         self.offsets, self.lengths, self.ids = array("q"), array("q"), []
         self.n = 0
 
-    def add(self, text: str, sid: str) -> None:
-        """The next sample's JSON (without its position) and its id."""
-        data = text.encode("utf-8")
+    def add(self, data: bytes, sid: str) -> None:
+        """The next sample's JSON (UTF-8, without its position) and its id."""
         self.offsets.append(self.fh.tell())
         self.lengths.append(len(data))
         self.ids.append(sid)
@@ -86,8 +85,8 @@ class Spool:
         self.tasks: list[tuple[int, str, _InOrder | _Unplaced]] = []  # (run, task, its samples)
 
     def task(self, run: int, task: str, in_order: bool) -> Any:
-        """Where the samples of the page's next task go: ``add(text)`` in the page's order (each
-        text with its position), else ``add(text, sample id)``."""
+        """Where the samples of the page's next task go: ``add(json)`` in the page's order (each
+        with its position), else ``add(json, sample id)``."""
         part = _InOrder(self.fh) if in_order else _Unplaced(self.fh)
         self.tasks.append((run, task, part))
         return part
