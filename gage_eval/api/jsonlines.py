@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
@@ -127,6 +128,18 @@ class JsonlAppender:
         except OSError as exc:
             if not self._failed:
                 raise self._error(self.path, exc) from None
+
+
+class EventAppender(JsonlAppender):
+    """An append-only jsonl file of events (the run folder's events.jsonl): each line the time,
+    the run's id, the event's name and its fields."""
+
+    def __init__(self, path: Path, run_id: str, *, error: Callable[[Path, OSError], OutputError]):
+        super().__init__(path, error=error)
+        self.run_id = run_id
+
+    def emit(self, event: str, **fields: Any) -> None:
+        self.write({"ts": round(time.time(), 6), "run_id": self.run_id, "event": event, **fields})
 
 
 class TaskFiles:

@@ -28,6 +28,10 @@ class Judging:
         self.chunk = judge_chunk(judge_backend)
 
     def add(self, tr: TaskRun, row: Row) -> None:
+        """An answered row: judged with the next chunk, or passed on at once when it failed already."""
+        if row.error is not None:
+            self.then(row)
+            return
         self.pending.append(row)
         if len(self.pending) >= self.chunk:
             self.flush(tr)
@@ -90,7 +94,7 @@ class Judging:
                 if not isinstance(answered, list) or len(answered) != len(requests):
                     answered = [None] * len(requests)
                 return [out if out is not None else ModelOutput(error=self.stops.get("judge")) for out in answered]
-            return [checked_output(r, o) for r, o in zip(requests, outs)]  # malformed: a judge row error
+            return list(map(checked_output, requests, outs))  # malformed: a judge row error
         return [ModelOutput(error=f"not run: {self.stops.get('judge')}") for _ in requests]
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import sys
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
@@ -63,7 +64,8 @@ class Engine:
         self.stops = Stops(self._clean)
         self.observers = Observers(self.pm, self._clean)
         self._notify = self.observers.notify
-        self.sample_observed = bool(self.observers.impls("gage_sample_done"))  # (most runs: no event per row)
+        # the row and task hooks some observer implements (most runs: none, and no event is built)
+        self.observed = {hook for hook in ("gage_sample_done", "gage_task_done") if self.observers.impls(hook)}
         self.allowed_dirs = tuple(Path(p).expanduser().resolve() for p in options.allow_paths)
         self.samples = SamplesWriter(run_dir)
         use_reread(reread_samples)  # what a writer (the report) reads a stored run's rows again with
@@ -162,11 +164,10 @@ class Engine:
 
     def _recount_failed(self, runs: list[TaskRun]) -> None:
         """On resume, a task that cannot run now still counts the rows it wrote before."""
-        if self.resume:
-            for tr in runs:
-                if tr.failure:
-                    for record in read_jsonl(self.samples.path(tr.name)):
-                        tr.account(record)
+        for tr in runs if self.resume else ():
+            if tr.failure:
+                for record in read_jsonl(self.samples.path(tr.name)):
+                    tr.account(record)
 
     def _finish(self, summary: dict, events: EventLog, interrupted: str | None, backends: tuple) -> None:
         """Write the summary (every writer's end), tell the observers, close the backends."""
@@ -192,11 +193,11 @@ class Engine:
         log = self.log
         self.tally.task = tr.name
         write, finish = write_stage(tr, lambda it: self._write(tr, it, log, progress))
-        infer, judging = self._stages(tr, staged, write)
         seen, window, shown, shard = IdSet(), [], 0, opts.shard
+        rows, (infer, judging) = self._rows(tr, seen), self._stages(tr, staged, write)  # (rows: read in the loop)
         t_load = time.perf_counter()
         try:
-            for item, warnings in self._rows(tr, seen):
+            for item, warnings in rows:
                 if warnings:
                     shown = log.warnings(tr, item.locator, warnings, progress, shown)
                 if (done is not None and item.sample["id"] in done) or (shard and not in_shard(item.sample["id"], shard)):
@@ -226,7 +227,8 @@ class Engine:
         event = TaskDone(self.run_id, tr.name, dict(tr.counts), result["metrics"], tr.in_data_order())
         events.emit("task_done", task=tr.name, counts=tr.counts, timings=result["timings"])
         self.writers.task_end(event)
-        self._notify("gage_task_done", event)
+        if "gage_task_done" in self.observed:
+            self._notify("gage_task_done", event)
 
     def _recover(self, tr: TaskRun, events: EventLog) -> IdSet:
         """On resume, the ids already finished; their records go to every writer again, so each
@@ -253,9 +255,8 @@ class Engine:
             for it in failed:
                 write(it)
             failed = []
-        if live:  # (without a judge each answered row goes straight to write)
-            infer.run(tr, live, write if judging is None else
-                      lambda it: judging.add(tr, it) if it.error is None else write(it))
+        if live:  # each answered row to the judge stage, or without one straight to write
+            infer.run(tr, live, write if judging is None else partial(judging.add, tr))
         if judging is not None:
             judging.flush(tr)
         for it in failed:
@@ -274,7 +275,7 @@ class Engine:
         tr.timings["writing_s"] += time.perf_counter() - t_w
         if err:
             log.error(tr, record, err, it.locator, progress)
-        if self.sample_observed:
+        if "gage_sample_done" in self.observed:
             self._notify("gage_sample_done", SampleDone(self.run_id, tr.name, str(record["id"]),
                                                         err.get("message") if err else None,
                                                         (record.get("eval_result") or {}).get("metrics", {}), record))

@@ -127,7 +127,7 @@ class Rescore(Engine):
                         "judge_model": new.judge_model if self.rejudge else None}
         self.observers = Unobserved(self.pm, self._clean)
         self._notify = self.observers.notify
-        self.sample_observed = False
+        self.observed = set()
         self._gone: set[str] = set()
         self.now: dict = {}
 

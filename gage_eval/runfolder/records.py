@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
 
 from gage_eval.api.errors import GageError
-from gage_eval.api.jsonlines import JsonlAppender, dumps, truncate_partial_line
+from gage_eval.api.jsonlines import EventAppender, dumps, truncate_partial_line
 from gage_eval.api.runfolder import output_error
 
 
@@ -37,14 +36,12 @@ def read_jsonl_numbered(path: Path) -> Iterator[tuple[int, dict]]:
                 yield lineno, record
 
 
-class EventLog(JsonlAppender):
+class EventLog(EventAppender):
+    """The run folder's events.jsonl, a half-written last line cut first (``emit(event, **fields)``)."""
+
     def __init__(self, path: Path, run_id: str):
         truncate_partial_line(path)
-        super().__init__(path, error=output_error)
-        self.run_id = run_id
-
-    def emit(self, event: str, **fields: Any) -> None:
-        self.write({"ts": round(time.time(), 6), "run_id": self.run_id, "event": event, **fields})
+        super().__init__(path, run_id, error=output_error)
 
 
 def recover_jsonl(path: Path, keep: Callable[[Mapping[str, Any]], bool]) -> Iterator[tuple[dict, bool]]:

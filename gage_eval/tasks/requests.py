@@ -270,6 +270,7 @@ class RequestBuilder:
 
     def _chat_messages(self, messages: list[dict], rendered: str | None,
                        shots: list[tuple[str, str, list]], variables: dict) -> list[dict]:
+        head = self._head(variables)  # (first: what follows builds the messages from api.sample's helpers)
         system = [m for m in messages if m.get("role") == "system"]
         rest = [m for m in messages if m.get("role") != "system"]
         if rendered is not None:
@@ -282,7 +283,6 @@ class RequestBuilder:
             rest = turns + rest
         elif shots:
             rest = _prefix_first_user(rest, self._shots_text(shots), [s for _, _, m in shots for s in m])
-        head = self._head(variables)
         if head:
             own = messages_text(system)
             text = head if not own else _join(head, own, self.fewshot_delimiter)
