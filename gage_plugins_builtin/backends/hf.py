@@ -801,9 +801,16 @@ class TransformersBackend(Backend):
     def _memory_plan(self, max_new_tokens: int) -> hf_memory.MemoryPlan:
         """A plan for one generation call, from the memory free now (less what the prefix store may
         still grow by) and the share left by earlier out-of-memory errors."""
-        budget = hf_memory.free_bytes(self.device) * hf_memory.FREE_SHARE * self._oom_scale
+        free = hf_memory.free_bytes(self.device)
+        budget = free * hf_memory.FREE_SHARE * self._oom_scale
         if self.prefix_store is not None:
             budget -= max(0, self.prefix_store.budget - sum(e[2] for e in self.prefix_store.entries))
+        if not getattr(self, "_plan_told", False):  # once: how generation is batched here
+            self._plan_told = True
+            store = f"{self.prefix_store.budget / 2**30:.1f} GiB" if self.prefix_store is not None else "off"
+            print(f"gage-eval: note: transformers backend: generation batches sized by memory: {budget / 2**30:.1f} "
+                  f"of {free / 2**30:.1f} GiB free on {self.device} for the rows in flight (at most "
+                  f"{self._auto_rows()}), prefix store {store}", file=sys.stderr, flush=True)
         return hf_memory.MemoryPlan(self._shape, max(int(budget), 0), self._auto_rows(), max_new_tokens)
 
     def _prompt_ids(self, req: Request, text: str, limit: int) -> tuple[list[int] | None, str | None]:

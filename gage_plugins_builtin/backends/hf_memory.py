@@ -10,9 +10,11 @@ fixed ``batch_size`` only caps the rows. What the estimate misses is caught wher
 a batch that runs out of memory is split in halves and run again (``hf.py``), and the plan's
 budget halves for the rest of the run.
 
-Measured on the CPU (SmolLM2-135M, float32, one prefill with a padding mask, peak RSS over the
-model's): 2 rows x 2,048 tokens 537 MiB against 180 MiB of keys and values and 288 MiB of scores
-a layer; benchmarks/README.md has the table.
+Measured on the CPU (SmolLM2-135M, float32, torch 2.13, peak RSS of one prefill with a padding
+mask, benchmarks/README.md): torch's CPU sdpa does not materialise the scores there (1 row of 4,096
+tokens: 320 MiB against 180 MiB of keys and values), so the estimate is 2 to 5 times too high on
+the CPU; it keeps the scores everywhere: CUDA's path did materialise them (the 14.12 GiB request was
+64 rows' scores of one layer), and a CPU process out of memory is killed, not told.
 """
 from __future__ import annotations
 
