@@ -52,9 +52,11 @@ def _is_page(path: Path) -> bool:
 _OLD_PAGE = re.compile(rb"<head>\s*<meta charset=\"utf-8\">[^<]*(?:<meta [^>]*>\s*)*<title>gage-eval (?:report|compare): ")
 
 
-def write_page(out: Path, chunks: Iterable[str], make_folder: bool = True) -> None:
+def write_page(out: Path, chunks: Iterable[str | bytes], make_folder: bool = True) -> None:
     """The page written whole or not at all: a new temporary file beside ``out``, renamed over it
-    (its folder made first when ``make_folder``)."""
+    (its folder made first when ``make_folder``). ``chunks``: text, or bytes already UTF-8 (the
+    report's samples, copied as they are from its spool); written as they are (no newline
+    translation)."""
     import secrets
 
     tmp = out.with_name(f".{out.name}.{secrets.token_hex(6)}.tmp")
@@ -65,9 +67,9 @@ def write_page(out: Path, chunks: Iterable[str], make_folder: bool = True) -> No
     except OSError as exc:
         raise OutputError(f"{out}: cannot write the page ({exc.strerror or exc})") from None
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        with os.fdopen(fd, "wb") as fh:
             for chunk in chunks:
-                fh.write(chunk)
+                fh.write(chunk.encode("utf-8") if isinstance(chunk, str) else chunk)
         os.replace(tmp, out)
     except OSError as exc:
         tmp.unlink(missing_ok=True)

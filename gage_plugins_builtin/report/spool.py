@@ -8,7 +8,6 @@ its samples are copied in that order. So memory stays flat however many samples 
 data's order holds."""
 from __future__ import annotations
 
-import codecs
 import re
 from array import array
 from typing import Any, Iterator, Mapping
@@ -33,9 +32,8 @@ class _InOrder:
         self.end += self.fh.write(b"," + data if self.n else data)
         self.n += 1
 
-    def texts(self, positions: Mapping[str, int] | None, task: str) -> Iterator[str]:
+    def texts(self, positions: Mapping[str, int] | None, task: str) -> Iterator[bytes]:
         fh = self.fh
-        decoder = codecs.getincrementaldecoder("utf-8")()
         fh.seek(self.start)
         left = self.end - self.start
         while left > 0:
@@ -43,7 +41,7 @@ class _InOrder:
             if not block:  # (the spool is this page's own temporary file: never shorter)
                 raise OSError("the report's spool file ended early")
             left -= len(block)
-            yield decoder.decode(block, final=left <= 0)
+            yield block
 
 
 class _Unplaced:
@@ -65,16 +63,16 @@ class _Unplaced:
         self.fh.write(data)
         self.n += 1
 
-    def texts(self, positions: Mapping[str, int] | None, task: str) -> Iterator[str]:
+    def texts(self, positions: Mapping[str, int] | None, task: str) -> Iterator[bytes]:
         fh = self.fh
         where = [row_position(sid, task, positions) for sid in self.ids]
         order = sorted(range(self.n), key=lambda i: (position_key(where[i]), i))
         for j, i in enumerate(order):
             fh.seek(self.offsets[i])
-            text = fh.read(self.lengths[i]).decode("utf-8")
+            data = fh.read(self.lengths[i])
             if where[i] is not None:  # the row's position in its data, for the card's heading
-                text = text[:-1] + f',"p":{where[i]}}}'
-            yield "," + text if j else text
+                data = data[:-1] + b',"p":%d}' % where[i]
+            yield b"," + data if j else data
 
 
 class Spool:
@@ -95,15 +93,15 @@ class Spool:
     def n(self) -> int:
         return sum(part.n for _, _, part in self.tasks)
 
-    def texts(self, positions: Mapping[tuple[int, str], Mapping[str, int]]) -> Iterator[str]:
-        """Every sample's JSON, comma-separated, in the page's order: a task not in order sorted by
+    def texts(self, positions: Mapping[tuple[int, str], Mapping[str, int]]) -> Iterator[bytes]:
+        """Every sample's JSON (UTF-8), comma-separated, in the page's order: a task not in order sorted by
         ``positions[(run, task)]`` (a sample without a position last, in the samples file's order)."""
         first = True
         for run, task, part in self.tasks:
             if not part.n:
                 continue
             if not first:
-                yield ","
+                yield b","
             first = False
             yield from part.texts(positions.get((run, task)), task)
 
