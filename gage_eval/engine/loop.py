@@ -50,10 +50,7 @@ class Engine:
     row_log = RowLog  # what a task's row errors and warnings go to (events.jsonl, the console)
 
     def __init__(self, options: RunOptions, run_dir: Path, resume: bool = False):
-        self.options = options
-        self.run_dir = run_dir
-        self.folder = RunFolder(run_dir)
-        self.resume = resume
+        self.options, self.run_dir, self.folder, self.resume = options, run_dir, RunFolder(run_dir), resume
         self.quiet, self.fail_fast = options.quiet, options.fail_fast  # (a rescore has neither)
         self.started: dict[str, Any] = {}  # more of run_start's event
         self.pm, self.registry = load_plugins()
@@ -190,9 +187,9 @@ class Engine:
         window_size = max(1, int(getattr(backend, "max_batch", 64) or 64))
         expected = None if self.quiet or opts.shard else tr.expected()  # (for the progress bar only)
         progress = Progress(tr.name, total=expected, quiet=self.quiet, start=len(done) if done else 0)
-        log = self.log
-        self.tally.task = tr.name
-        write, finish = write_stage(tr, lambda it: self._write(tr, it, log, progress))
+        log, self.tally.task = self.log, tr.name
+        write = lambda it: self._write(tr, it, log, progress)  # noqa: E731 (the write stage's end)
+        write, finish = write_stage(tr, write) if tr.background or tr.repeats.n > 1 else (write, None)
         seen, window, shown, shard = IdSet(), [], 0, opts.shard
         rows, (infer, judging) = self._rows(tr, seen), self._stages(tr, staged, write)  # (rows: read in the loop)
         t_load = time.perf_counter()

@@ -97,6 +97,7 @@ class TaskRun:
         self.sections: dict[str, dict[str, int]] = {}  # what backend wrappers count (api.running.Tally)
         self.metrics: list = []
         self.higher: dict[str, bool] = {}  # each metric's higher_is_better (summary.json)
+        self.background = False  # a metric scores in the background (submit: gage_eval.engine.background)
         self.judge = None
         self.primary = spec.primary_metric
         self.repeats = Repeats(spec.repeats, options.repeats, options.seed)
@@ -130,6 +131,7 @@ class TaskRun:
                                  metric if policy == "error" else MissingFieldPolicy(metric, policy)))
         self.aggregate.corpus = {name: m.aggregate for name, m in self.metrics if getattr(m, "corpus", False)}
         self.higher = {name: getattr(m, "higher_is_better", True) for name, m in self.metrics}
+        self.background = any(callable(getattr(m, "submit", None)) for _, m in self.metrics)
         self.primary = spec.primary_metric or self.metrics[0][0]
         if spec.judge:
             self.judge = registry.build("judges", spec.judge["name"], where, "judge",
