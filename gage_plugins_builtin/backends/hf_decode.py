@@ -207,24 +207,32 @@ class PrefixStore:
 
     An entry is the tokens of one sequence and a one-row cache of exactly those tokens. A
     prompt reuses the longest beginning it shares with an entry (keys and values of a position
-    depend only on the tokens up to it), always leaving itself at least one token to run.
+    depend only on the tokens up to it), always leaving itself at least one token to run. The
+    tokens are compared as numpy arrays: a store of a hundred 5,000-token conversations that
+    share their tool lists is searched for each of 200 prompts at every step of a tool loop.
     """
 
     def __init__(self, budget_bytes: int):
         self.budget = int(budget_bytes)
-        self.entries: list[tuple[list[int], Any, int]] = []  # (tokens, cache, bytes), most recent last
+        # (tokens, cache, bytes, the tokens as an array), most recent last
+        self.entries: list[tuple[list[int], Any, int, Any]] = []
         self.hits = self.reused_tokens = 0
 
     def lookup(self, prompt: Sequence[list[int]] | list[int], use: bool = True) -> tuple[int, Any]:
         """(n, cache): the cache's first n positions are the prompt's first n tokens; (0, None) if none is
         at least :data:`MIN_SHARED_PREFIX` long. ``use=False`` only looks (for planning a batch): the
         entry is not marked as used and no hit is counted."""
+        import numpy as np
+
         best, found = 0, None
         limit = len(prompt) - 1
-        for k, (tokens, cache, size) in enumerate(self.entries):
-            n, top = 0, min(limit, len(tokens))
-            while n < top and tokens[n] == prompt[n]:
-                n += 1
+        wanted = np.asarray(prompt[:limit], dtype=np.int64)
+        for k, entry in enumerate(self.entries):
+            top = min(limit, len(entry[0]))
+            if top <= best:
+                continue
+            differ = np.flatnonzero(entry[3][:top] != wanted[:top])
+            n = int(differ[0]) if differ.size else top
             if n > best:
                 best, found = n, k
         if found is None or best < MIN_SHARED_PREFIX:
@@ -242,7 +250,9 @@ class PrefixStore:
         if len(tokens) < MIN_SHARED_PREFIX or size > self.budget:
             return
         self.entries = [e for e in self.entries if not (len(e[0]) <= len(tokens) and tokens[:len(e[0])] == e[0])]
-        self.entries.append((list(tokens), cache, size))
+        import numpy as np
+
+        self.entries.append((list(tokens), cache, size, np.asarray(tokens, dtype=np.int64)))
         while sum(e[2] for e in self.entries) > self.budget:
             self.entries.pop(0)
 
@@ -402,16 +412,23 @@ def decode_rows(model: Any, prompts: Sequence[list[int]], settings: dict, *, slo
         n, found = store.lookup(prompts[i], use) if store is not None else (0, None)
         return (n, found) if n > shared else (shared, prefix_cache)
 
+    blocked = False  # the plan admitted no one: nothing changes that until a row finishes
+
     def joining() -> int:
         """How many waiting prompts to prefill now (0: the running rows decode first)."""
+        nonlocal blocked
         count = min(slots - len(rows), len(waiting))
-        if count <= 0 or plan is None:
-            return max(count, 0)
-        sizes = []
-        for j in range(count):
-            n = prefix_of(waiting[-1 - j], use=False)[0]
-            sizes.append((n, len(prompts[waiting[-1 - j]]) - n))
-        return plan.admit(len(rows), mask.shape[1] if mask is not None else 0, sizes)
+        if count <= 0 or blocked:
+            return 0
+        if plan is None:
+            return count
+        def sizes() -> Iterator[tuple[int, int]]:  # (looked up only as far as the plan reads)
+            for j in range(count):
+                n = prefix_of(waiting[-1 - j], use=False)[0]
+                yield n, len(prompts[waiting[-1 - j]]) - n
+        take = plan.admit(len(rows), mask.shape[1] if mask is not None else 0, sizes())
+        blocked = take == 0
+        return take
     while waiting or rows:
         ended: list[Row] = []
         with torch.inference_mode():
@@ -481,6 +498,7 @@ def decode_rows(model: Any, prompts: Sequence[list[int]], settings: dict, *, slo
                                   _row_cache(cache, r, columns))
             if len(keep) < len(rows):
                 cache, mask, positions, last, rows = _drop(cache, mask, positions, last, rows, keep)
+                blocked = False
         if on_tokens is not None:
             on_tokens(stepped)
         yield from ended

@@ -19,7 +19,7 @@ the CPU; it keeps the scores everywhere: CUDA's path did materialise them (the 1
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Iterable, Sequence
 
 # share of the free memory a generation call may plan to use (the rest: the allocator's slack,
 # other tensors, the estimate's error)
@@ -117,9 +117,10 @@ class MemoryPlan:
         """Keys and values of ``rows`` rows of ``width`` positions once each has its answer."""
         return rows * (width + self.max_new) * self.shape.kv_bytes_per_token
 
-    def admit(self, running: int, width: int, joining: Sequence[tuple[int, int]]) -> int:
+    def admit(self, running: int, width: int, joining: Iterable[tuple[int, int]]) -> int:
         """How many of ``joining`` (each (prefix tokens reused, own tokens), in order) to prefill now,
-        next to ``running`` rows whose batch cache is ``width`` positions wide."""
+        next to ``running`` rows whose batch cache is ``width`` positions wide; ``joining`` is read
+        only up to the first that does not fit."""
         take = 0
         head = own = 0
         for n, (prefix, tokens) in enumerate(joining, start=1):

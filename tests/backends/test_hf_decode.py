@@ -245,7 +245,7 @@ def test_the_prefix_store_keeps_to_its_budget_and_drops_what_a_longer_entry_cove
     for prompt in (PROMPTS[1], PROMPTS[1] + [50, 51], PROMPTS[4], SHARED + [1, 2, 3, 4, 5, 6]):
         hf_decode.decode(tiny_llama, [prompt], settings(max_new_tokens=2), slots=1, pad_id=0, eos_ids=set(),
                          decode_text=str, device="cpu", store=store)
-    kept = [tokens for tokens, _, _ in store.entries]
+    kept = [entry[0] for entry in store.entries]
     # the second entry extends the first (which goes), the budget holds about two 12-token entries
     assert sum(e[2] for e in store.entries) <= 2 * size
     assert kept[-1][:len(SHARED)] == SHARED and not any(k[:11] == PROMPTS[1] and len(k) == 12 for k in kept)

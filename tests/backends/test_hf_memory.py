@@ -51,6 +51,13 @@ def test_a_plan_admits_rows_while_they_fit_and_never_refuses_a_lone_first_row():
     reuse = MemoryPlan(SMOL, budget=plan.kv_bytes(8, 5000) + SMOL.forward_bytes(8, 100, 5000), rows=64,
                        max_new_tokens=256)
     assert reuse.admit(0, 0, [(4900, 100)] * 16) == 8 and reuse.admit(0, 0, long_rows) < 8
+    read = []
+
+    def lazily():  # the prompts' prefix lookups cost time: only those the plan needs are read
+        for k in range(64):
+            read.append(k)
+            yield 0, 5000
+    assert plan.admit(0, 0, lazily()) == take and len(read) == take + 1
     assert plan.static_rows([5000] * 64) == take and plan.static_rows([]) == 0
     assert tiny.static_rows([5000, 10]) == 1
     assert kv * 5256 * 2 == plan.kv_bytes(2, 5000)
