@@ -290,6 +290,7 @@ class RunFolder:
         self.config_file, self.inputs_file = path / CONFIG_FILE, path / INPUTS_FILE
         self.summary_file, self.events_file = path / SUMMARY_FILE, path / EVENTS_FILE
         self.lock_file, self.report_file, self.samples_dir = path / LOCK_FILE, path / REPORT_FILE, path / SAMPLES_DIR
+        self.instances_dir = path / INSTANCES_DIR
 
     def __repr__(self) -> str:
         return f"RunFolder({str(self.path)!r})"

@@ -34,6 +34,7 @@ class InstancesWriter(Writer):
         self.eee_version = "0.2.0"
         self._notes = v030.MetricNotes()  # what the 0.3.0 aggregate needs from the records
         self._files: Any = None  # the open instances files, by task (RunFolder.task_files)
+        self._left: set[str] = set()  # the tasks whose instances file an earlier run of the folder left
 
     def path(self, task: str) -> Path:
         assert self.folder is not None
@@ -42,11 +43,14 @@ class InstancesWriter(Writer):
     def start(self, run: events.RunStart) -> None:
         self.folder, self.model_id, self.run_id = RunFolder(run.run_dir), run.model_id, run.run_id
         self._files = self.folder.task_files(self.folder.instances_file)
+        found = self.folder.instances_dir
+        self._left = {str(p.relative_to(found).with_suffix("")) for p in found.rglob("*.jsonl")} if found.is_dir() else set()
         version = run.options.get("eee_version")
         self.eee_version = version if version in v030.VERSIONS else "0.2.0"
 
     def task_start(self, task: str) -> None:
-        self.path(task).unlink(missing_ok=True)  # rebuilt whole from the kept records on resume
+        if task in self._left:  # rebuilt whole from the kept records on resume (looked for once, at the start)
+            self.path(task).unlink(missing_ok=True)
 
     def write(self, task: str, record: Mapping[str, Any]) -> None:
         if self.eee_version != v030.EEE_VERSION:
