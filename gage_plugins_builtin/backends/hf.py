@@ -8,7 +8,9 @@ and the input is truncated from the left to ``max_length + 1`` tokens. Whole tex
 perplexity go through lm-eval's rolling windows (``hf_rolling``). Unlike lm-eval, the
 context of a multiple-choice question is run once and every choice attends to its keys and
 values (one packed pass, see ``_score_packed``), and the output projection is applied only
-at the positions that are scored. Generation batches continuously (``hf_decode``) where the model allows it.
+at the positions that are scored. Generation batches continuously (``hf_decode``) where the model allows it,
+as many rows at once as the device's free memory holds (``hf_memory``); a prompt too long for the model
+is its row's error, not cut (``truncate_prompts=left`` cuts it as lm-eval's generate_until does).
 
 torch and transformers are imported inside the functions that need them.
 """
