@@ -48,11 +48,15 @@ export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 
 "$PY" - <<'EOF' || exit 2
 import importlib.util, sys
-need = ["gage_eval", "gage_plugins_builtin", "bfcl_eval", "gguf", "jsonschema", "jsonschema_rs", "orjson", "torch",
-        "transformers", "pluggy", "click", "jinja2", "yaml", "numpy", "tqdm", "mpmath", "attr", "referencing"]
+need = ["gage_eval", "gage_plugins_builtin", "bfcl_eval", "gguf", "torch", "transformers", "pluggy", "click",
+        "jinja2", "yaml", "numpy", "tqdm"]
 missing = [m for m in need if importlib.util.find_spec(m) is None]
 if missing:
     sys.exit(f"bfcl_multi_gpu: missing modules: {', '.join(missing)} (add their wheels to .gpu/)")
+want = ["jsonschema", "jsonschema_rs", "orjson", "referencing", "rpds", "attr", "mpmath"]  # (checks, speed, MathAPI)
+lacking = [m for m in want if importlib.util.find_spec(m) is None]
+if lacking:
+    print(f"bfcl_multi_gpu: warning: not installed: {', '.join(lacking)}", flush=True)
 import torch
 print(f"bfcl_multi_gpu: python {sys.version.split()[0]}, torch {torch.__version__}, cuda "
       f"{torch.cuda.is_available() and torch.cuda.get_device_name(0)}")
