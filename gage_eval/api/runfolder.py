@@ -163,9 +163,11 @@ def _expect(where: str, key: str, value: Any, types: tuple, what: str) -> None:
 
 
 def _fields(where: str, prefix: str, obj: Mapping[str, Any], spec: Mapping[str, tuple[tuple, str]]) -> None:
-    for key, (types, what) in spec.items():
+    for key, (types, what) in spec.items():  # (the key's name is spelled only for a message)
         if key in obj:
-            _expect(where, prefix + key, obj[key], types, what)
+            value = obj[key]
+            if not isinstance(value, types) or (value.__class__ is bool and bool not in types):
+                _expect(where, prefix + key, value, types, what)
 
 
 _OBJ_OR_NULL = ((_OBJ, _NONE), "an object or null")
@@ -178,6 +180,9 @@ _RECORD = {"id": ((_STR, int), "a string or an integer"), "messages": _LIST_OR_N
 _PREDICTED = {"message": _OBJ_OR_NULL, "usage": _OBJ_OR_NULL, "prompt": _STR_OR_NULL, "raw_text": _STR_OR_NULL,
               "choices": _LIST_OR_NULL, "loglikelihoods": _LIST_OR_NULL}
 _RESULT = {"metrics": _OBJ_OR_NULL, "overall": _OBJ_OR_NULL, "error": _OBJ_OR_NULL, "judge": _OBJ_OR_NULL}
+_MESSAGE = {"content": ((_STR, _LIST, _NONE), "a string, a list or null")}
+_METRIC_VALUE = {"value": _NUM_OR_NULL}
+_ERROR = {"stage": _STR_OR_NULL, "locator": _STR_OR_NULL}
 _METRIC = {"value": _NUM_OR_NULL, "stderr": ((int, float, _NONE), "a number or null"),
            "n": ((int, _NONE), "an integer or null"), "higher_is_better": ((bool, _NONE), "true, false or null")}
 
@@ -186,24 +191,27 @@ def check_record(where: str, record: Mapping[str, Any]) -> None:
     """The keys of a sample record that report, compare and rescore use have the types a run writes."""
     _fields(where, "", record, _RECORD)
     for i, item in enumerate(record.get("options") or []):
-        _expect(where, f"options[{i}]", item, (_OBJ,), "an object")
+        if not isinstance(item, dict):
+            _expect(where, f"options[{i}]", item, (_OBJ,), "an object")
     for i, item in enumerate(record.get("predict_result") or []):
-        _expect(where, f"predict_result[{i}]", item, (_OBJ,), "an object")
+        if not isinstance(item, dict):
+            _expect(where, f"predict_result[{i}]", item, (_OBJ,), "an object")
         _fields(where, f"predict_result[{i}].", item, _PREDICTED)
-        _fields(where, f"predict_result[{i}].message.", item.get("message") or {},
-                {"content": ((_STR, _LIST, _NONE), "a string, a list or null")})
+        _fields(where, f"predict_result[{i}].message.", item.get("message") or {}, _MESSAGE)
         for key, value in (item.get("usage") or {}).items():
-            _expect(where, f"predict_result[{i}].usage.{key}", value, (int, float, _NONE), "a number or null")
+            if not isinstance(value, (int, float, _NONE)) or value.__class__ is bool:
+                _expect(where, f"predict_result[{i}].usage.{key}", value, (int, float, _NONE), "a number or null")
     result = record.get("eval_result") or {}
     _fields(where, "eval_result.", result, _RESULT)
     for name, value in (result.get("metrics") or {}).items():
-        _expect(where, f"eval_result.metrics.{name}", value, (int, float, bool, _OBJ, _NONE),
-                "a number, an object or null")
         if isinstance(value, dict):
-            _fields(where, f"eval_result.metrics.{name}.", value, {"value": _NUM_OR_NULL})
+            _fields(where, f"eval_result.metrics.{name}.", value, _METRIC_VALUE)
+        elif not isinstance(value, (int, float, bool, _NONE)):
+            _expect(where, f"eval_result.metrics.{name}", value, (int, float, bool, _OBJ, _NONE),
+                    "a number, an object or null")
     error = result.get("error")
     if isinstance(error, dict):
-        _fields(where, "eval_result.error.", error, {"stage": _STR_OR_NULL, "locator": _STR_OR_NULL})
+        _fields(where, "eval_result.error.", error, _ERROR)
 
 
 _BACKEND = {"name": _STR_OR_NULL, "model_id": _STR_OR_NULL, "args": _OBJ_OR_NULL, "settings": _OBJ_OR_NULL,
