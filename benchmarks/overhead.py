@@ -18,7 +18,9 @@ extracted older commit, e.g. ``git archive <rev> | tar -x -C DIR``) in the same
 venv, from a neutral working directory so that DIR's ``gage_eval`` wins, and
 prints the speed-up of this checkout over it. ``--repeat N`` runs N rounds, old and new in turn
 (the order swapped every other round, so a load that drifts weighs on both), and compares the
-median of the rounds: on a machine shared with other work one pair of runs is mostly noise.
+median of the rounds: on a machine shared with other work one pair of runs is mostly noise. Each
+run's CPU seconds (user + system, from the reaped child's rusage) are compared too: a busy machine
+stretches the wall far more than the CPU time.
 
 ``--profile`` also runs the smallest size under cProfile and prints the top
 entries by cumulative time. Exit status 1 when the RSS ratio is exceeded.
@@ -73,6 +75,7 @@ def measure(cmd: list[str], env: dict | None = None, poll_s: float = 0.02, cwd: 
         import psutil
     except ImportError:
         psutil = None
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True, cwd=cwd)
     peak = 0
@@ -86,10 +89,12 @@ def measure(cmd: list[str], env: dict | None = None, poll_s: float = 0.02, cwd: 
             time.sleep(poll_s)
     out, err = proc.communicate()
     wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)  # (this child's CPU: it is the one reaped since)
+    cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
     # ru_maxrss of reaped children (KiB on Linux): a maximum over every child so
     # far, so it is exact only for the first or largest run; psutil is per run.
     children_max = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
-    return {"rc": proc.returncode, "wall_s": wall, "peak_rss_mib": (peak or children_max) / 2**20,
+    return {"rc": proc.returncode, "wall_s": wall, "cpu_s": cpu, "peak_rss_mib": (peak or children_max) / 2**20,
             "source": "psutil" if peak else "ru_maxrss", "stdout": out, "stderr": err}
 
 
@@ -191,11 +196,11 @@ def main(argv: list[str] | None = None) -> int:
         base = [r for rb, _ in rounds for r in rb]
         every = base + [r for _, rn in rounds for r in rn]
         if not args.json:
-            print(f"{'round':>5}  {'code':>4}  {'rows':>8}  {'wall s':>7}  {'samples/s':>9}  {'engine/s':>8}  "
-                  f"{'peak RSS MiB':>12}  stages (s)")
+            print(f"{'round':>5}  {'code':>4}  {'rows':>8}  {'wall s':>7}  {'CPU s':>6}  {'samples/s':>9}  "
+                  f"{'engine/s':>8}  {'peak RSS MiB':>12}  stages (s)")
         for r in sorted(every, key=lambda r: (r["round"], r["order"])):
             if not args.json:
-                print(f"{r['round']:>5}  {r['code']:>4}  {r['rows']:>8}  {r['wall_s']:>7.1f}  "
+                print(f"{r['round']:>5}  {r['code']:>4}  {r['rows']:>8}  {r['wall_s']:>7.1f}  {r['cpu_s']:>6.1f}  "
                       f"{r['samples_per_s']:>9.0f}  {r['engine_samples_per_s'] or 0:>8.0f}  "
                       f"{r['peak_rss_mib']:>12.1f}  {r['stage_s']}")
         for n in sizes if base and not args.json else ():
@@ -205,6 +210,10 @@ def main(argv: list[str] | None = None) -> int:
                       if sizes[i] == n]
             print(f"{n:>8} rows: new/old samples/s {new / old:.2f}x (medians over {len(ratios)} round(s): "
                   f"old {old:.0f}, new {new:.0f}; each round {', '.join(f'{x:.2f}x' for x in ratios)})")
+            cpu_old = statistics.median(r["cpu_s"] for r in base if r["rows"] == n)
+            cpu_new = statistics.median(r["cpu_s"] for r in every if r["rows"] == n and r["code"] == "new")
+            print(f"{n:>8} rows: new/old samples per CPU second {cpu_old / cpu_new:.2f}x (median CPU s of the "
+                  f"process: old {cpu_old:.2f}, new {cpu_new:.2f}; less swayed by other work than the wall)")
         results = rounds[-1][1]
         ratio = results[-1]["peak_rss_mib"] / results[0]["peak_rss_mib"]
         ok = ratio <= args.rss_ratio
