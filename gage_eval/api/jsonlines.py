@@ -143,18 +143,23 @@ class EventAppender(JsonlAppender):
 
 
 class TaskFiles:
-    """One append-only jsonl file per task (``path_of(task)``), each opened by ``opener(path)`` at its
-    task's first line, so a task that writes none leaves no file; ``close(task)`` closes one,
-    ``close()`` every one still open."""
+    """One append-only jsonl file per task, ``<task>.jsonl`` in ``folder`` (:meth:`file`), each opened
+    at its task's first line (``error`` as :class:`JsonlAppender`'s), so a task that writes none
+    leaves no file; ``close(task)`` closes one, ``close()`` every one still open."""
 
-    def __init__(self, path_of: Callable[[str], Path], opener: Callable[[Path], JsonlAppender]):
-        self._path_of, self._open = path_of, opener
+    def __init__(self, folder: Path, *, error: Callable[[Path, OSError], OutputError]):
+        self.folder, self._error = folder, error
         self._files: dict[str, JsonlAppender] = {}
+
+    @staticmethod
+    def file(folder: Path, task: str) -> Path:
+        """Where a task's file lies in ``folder`` (the run folder's samples/ and instances/ name theirs so)."""
+        return folder / f"{task}.jsonl"
 
     def write(self, task: str, obj: Any) -> None:
         out = self._files.get(task)
         if out is None:
-            out = self._files[task] = self._open(self._path_of(task))
+            out = self._files[task] = JsonlAppender(self.file(self.folder, task), error=self._error)
         out.write(obj)
 
     def close(self, task: str | None = None) -> None:

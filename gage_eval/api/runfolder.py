@@ -304,10 +304,10 @@ class RunFolder:
         return f"RunFolder({str(self.path)!r})"
 
     def samples_file(self, task: str) -> Path:
-        return self.path / SAMPLES_DIR / f"{task}.jsonl"
+        return TaskFiles.file(self.samples_dir, task)
 
     def instances_file(self, task: str) -> Path:
-        return self.path / INSTANCES_DIR / f"{task}.jsonl"
+        return TaskFiles.file(self.instances_dir, task)
 
     def is_run(self) -> bool:
         """Whether this looks like a run folder (see :func:`is_run_folder`)."""
@@ -369,10 +369,11 @@ class RunFolder:
         is an :class:`OutputError` saying how to go on."""
         return JsonlAppender(path, error=output_error)
 
-    def task_files(self, path_of: Callable[[str], Path]) -> TaskFiles:
-        """One :meth:`jsonl_appender` per task at ``path_of(task)``, opened at the task's first line
-        (``write(task, obj)``, ``close(task)``, ``close()``: every one)."""
-        return TaskFiles(path_of, self.jsonl_appender)
+    def task_files(self, folder: Path) -> TaskFiles:
+        """One :meth:`jsonl_appender` per task, ``<task>.jsonl`` in ``folder`` (:attr:`samples_dir`,
+        :attr:`instances_dir`: :meth:`samples_file`, :meth:`instances_file`), opened at the task's
+        first line (``write(task, obj)``, ``close(task)``, ``close()``: every one)."""
+        return TaskFiles(folder, error=output_error)
 
 
 # -- a stored run's rows read again from its data ------------------------------------------------

@@ -35,7 +35,7 @@ class SamplesWriter(Writer):
     def __init__(self, run_dir: Path):
         self.run_dir = run_dir
         self.folder = RunFolder(run_dir)
-        self._files = self.folder.task_files(self.folder.samples_file)  # a task that writes no record leaves no file
+        self._files = self.folder.task_files(self.folder.samples_dir)  # a task that writes no record leaves no file
 
     def path(self, task: str) -> Path:
         return self.folder.samples_file(task)

@@ -42,7 +42,7 @@ class InstancesWriter(Writer):
 
     def start(self, run: events.RunStart) -> None:
         self.folder, self.model_id, self.run_id = RunFolder(run.run_dir), run.model_id, run.run_id
-        self._files = self.folder.task_files(self.folder.instances_file)
+        self._files = self.folder.task_files(self.folder.instances_dir)
         found = self.folder.instances_dir
         self._left = {str(p.relative_to(found).with_suffix("")) for p in found.rglob("*.jsonl")} if found.is_dir() else set()
         version = run.options.get("eee_version")
