@@ -53,15 +53,13 @@ class InstancesWriter(Writer):
             self.path(task).unlink(missing_ok=True)
 
     def write(self, task: str, record: Mapping[str, Any]) -> None:
+        # (each instance to the task's file, opened at its first record: a task that never wrote one leaves no file)
         if self.eee_version != v030.EEE_VERSION:
-            self._append(task, build_instance(record, task=task, model_id=self.model_id, evaluation_id=self.run_id))
+            self._files.write(task, build_instance(record, task=task, model_id=self.model_id, evaluation_id=self.run_id))
             return
         self._notes.add(task, record)
         for instance in v030.build_instances(record, task=task, model_id=self.model_id, evaluation_id=self.run_id):
-            self._append(task, instance)
-
-    def _append(self, task: str, instance: Mapping[str, Any]) -> None:
-        self._files.write(task, instance)  # opened at the first record: a task that never wrote one leaves no file
+            self._files.write(task, instance)
 
     def task_end(self, event: events.TaskDone) -> None:
         if self._files is not None:
