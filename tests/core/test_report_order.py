@@ -119,3 +119,29 @@ def test_the_pages_json_escapes_what_could_end_its_script_element():
     assert _json_for_script({"a": "</script><!-- & \u2028\u2029"}) == \
         '{"a":"\\u003c/script\\u003e\\u003c!-- \\u0026 \\u2028\\u2029"}'
     assert _json_for_script({"a": "plain", "b": [1.5, None]}) == '{"a":"plain","b":[1.5,null]}'  # (nothing to escape)
+
+
+def test_the_spool_gives_the_samples_back_in_the_pages_order(monkeypatch):
+    """A task in the data's order comes back as written (copied in blocks, here of 7 bytes), an
+    empty one adds nothing, another is sorted by the positions the rows read again gave (an error
+    stub's id gives its own; an unknown one comes last, in the file's order, without a position)."""
+    import tempfile
+
+    from gage_plugins_builtin.report import spool as spool_module
+
+    monkeypatch.setattr(spool_module, "_BLOCK", 7)
+    with tempfile.TemporaryFile("w+b") as fh:
+        spool = spool_module.Spool(fh)
+        first = spool.task(0, "a", True)
+        first.add(b'{"id":"a-0","p":0}')
+        first.add('{"id":"a-1","t":"\u00e9\u2028","p":1}'.encode())
+        spool.task(0, "empty", True)
+        later = spool.task(0, "b", False)
+        for sid in ("b-2", "b-x", "b-0", "b-row-1", "b-y"):
+            later.add(b'{"id":"%s"}' % sid.encode(), sid)
+        spool.task(1, "b", False).add(b'{"id":"b-9"}', "b-9")  # (another run: its rows were not read again)
+        text = b"".join(spool.texts({(0, "b"): {"b-0": 0, "b-2": 2}}))
+    assert spool.n == 8
+    assert json.loads(b"[" + text + b"]") == [
+        {"id": "a-0", "p": 0}, {"id": "a-1", "t": "\u00e9\u2028", "p": 1}, {"id": "b-0", "p": 0},
+        {"id": "b-row-1", "p": 1}, {"id": "b-2", "p": 2}, {"id": "b-x"}, {"id": "b-y"}, {"id": "b-9"}]
