@@ -94,7 +94,7 @@ class Judging:
                 if not isinstance(answered, list) or len(answered) != len(requests):
                     answered = [None] * len(requests)
                 return [out if out is not None else ModelOutput(error=self.stops.get("judge")) for out in answered]
-            return list(map(checked_output, requests, outs))  # malformed: a judge row error
+            return [checked_output(r, o) for r, o in zip(requests, outs)]  # malformed: a judge row error
         return [ModelOutput(error=f"not run: {self.stops.get('judge')}") for _ in requests]
 
 

@@ -137,7 +137,7 @@ class WriterSet:
             try:  # each its own copy: what a plugin changes reaches no count, file or other writer
                 call = getattr(writer, method)
                 if getattr(call, "__func__", None) is not no_op:  # (nor copied for: a copy a record is not free)
-                    call(*(args if getattr(writer, "read_only", False) is True else map(plugin_copy, args)))
+                    call(*(args if getattr(writer, "read_only", False) is True else [plugin_copy(a) for a in args]))
             except PLUGIN_FAULTS as exc:  # a bug, a full disk, sys.exit: its output is rebuilt by a resume
                 self.plugins.remove(writer)
                 why = fault_text(exc)

@@ -17,7 +17,7 @@ class Accuracy(Metric):
         self.lls = loglikelihoods
 
     def scores(self, ctx: MetricContext) -> list[float]:
-        return list(map(float, ctx.get(self.lls)))
+        return [float(x) for x in ctx.get(self.lls)]
 
     def compute(self, ctx: MetricContext) -> dict:
         scores = self.scores(ctx)
@@ -47,5 +47,5 @@ class NormalizedAccuracy(Accuracy):
 
     def scores(self, ctx: MetricContext) -> list[float]:
         lls = super().scores(ctx)
-        lengths = list(map(len, ctx.get(self.choices)))
+        lengths = [len(c) for c in ctx.get(self.choices)]
         return [ll / (n if n > 1 else 1) for ll, n in zip(lls, lengths)]  # ll / max(n, 1)
