@@ -186,7 +186,7 @@ def gage_wrap_backend(backend, use):
         from gage_plugins_builtin.cache import CachedBackend  # (imported only for a run with --cache)
 
         cached = backend = CachedBackend(backend, use)
-    if use.role != "model":
+    if use.role != "model" or not use.tool_loops:  # (no task of the run has a tool loop)
         return cached
     from gage_plugins_builtin.tools.loop import ToolLoopBackend  # (outside the cache: each step is cached)
 

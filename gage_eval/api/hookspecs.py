@@ -88,8 +88,8 @@ def gage_wrap_backend(backend: Any, use: Any) -> Any:
         ``open()`` ran, at its first request.
     :param use: a :class:`gage_eval.api.running.BackendUse`: the role (``model``, ``judge``),
         the backend's registered name, the run's seed, secrets and settings, ``keeps(request,
-        output)`` (whether a reply may be kept for reuse) and a ``tally`` of per-task counts
-        that reach summary.json.
+        output)`` (whether a reply may be kept for reuse), a ``tally`` of per-task counts
+        that reach summary.json and ``tool_loops`` (whether a task of the run has a tool loop).
     :return: the backend the engine uses instead, or None to leave it. A wrapper whose backend
         raises :class:`gage_eval.api.errors.FatalBackendError` in ``run`` re-raises it; it may
         set the error's ``outputs`` to the list of replies it has (None for the others).

@@ -60,7 +60,9 @@ class BackendUse:
     run's settings by key, as config.json holds them (the plugins' options among them);
     ``keeps(request, output)``: whether a reply may be kept for reuse: a well-formed
     ModelOutput without an error that quotes no secret (the run writes such a reply masked, so
-    a kept copy would give back the mask); ``tally``: per-task counts that reach summary.json.
+    a kept copy would give back the mask); ``tally``: per-task counts that reach summary.json;
+    ``tool_loops``: whether a task of the run sends requests with a ``tool_loop`` (a wrapper that
+    carries out tool loops has nothing to do in a run without).
     """
 
     role: str
@@ -70,6 +72,7 @@ class BackendUse:
     options: Mapping[str, Any] = field(default_factory=dict)
     keeps: Callable[[Any, Any], bool] = lambda request, output: True
     tally: Tally = field(default_factory=Tally)
+    tool_loops: bool = True
 
 
 class Executor:

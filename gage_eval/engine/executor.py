@@ -88,18 +88,19 @@ def model_backend(registry: Registry, name: str, args: Mapping[str, Any], batch_
 
 
 def wrap_backends(pm: Any, opts: Any, secrets: tuple[str, ...], tally: Tally, backends: tuple[Backend, Backend],
-                  judged: bool) -> tuple[dict[str, Backend], list]:
-    """The backend each stage sends its requests to (``model``; ``judge`` when a task is
-    ``judged``): the role's backend as the plugins wrap it (``gage_wrap_backend``, builtins
-    innermost), and every wrapper put around them (closed at the end of the run)."""
+                  ready: list) -> tuple[dict[str, Backend], list]:
+    """The backend each stage sends its requests to (``model``; ``judge`` when a task of
+    ``ready`` is judged): the role's backend as the plugins wrap it (``gage_wrap_backend``,
+    builtins innermost), and every wrapper put around them (closed at the end of the run)."""
     settings = opts.as_dict()
     roles = {"model": (backends[0], opts.model)}
-    if judged:
+    tool_loops = any(getattr(tr, "builder", None) is not None and tr.builder.tool_loop for tr in ready)
+    if any(tr.judge for tr in ready):
         roles["judge"] = (backends[1], opts.judge_model or opts.model)
     staged, layers = {}, []
     for role, (b, name) in roles.items():
         use = BackendUse(role, name, opts.seed, secrets, settings,
-                         lambda request, out: reusable(request, out, secrets), tally)
+                         lambda request, out: reusable(request, out, secrets), tally, tool_loops)
         for impl in pm.hook.gage_wrap_backend.get_hookimpls():  # registration order
             wrapped = impl.function(backend=b, use=use)
             if wrapped is not None:

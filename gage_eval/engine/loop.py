@@ -134,7 +134,7 @@ class Engine:
               ) -> dict[str, Backend]:
         """The backend each stage sends its requests to (``model``, ``judge``), as the plugins wrap it."""
         staged, self.layers = wrap_backends(self.pm, self.options, self.secrets, self.tally,
-                                            (backend, judge_backend), any(tr.judge for tr in ready))
+                                            (backend, judge_backend), ready)
         for tr in runs:
             tr.sections = self.tally.of_task(tr.name)
         return staged
