@@ -24,9 +24,13 @@ def tool_call(name: str, arguments: Any, index: int = 0, call_id: str | None = N
 
 def call_arguments(arguments: Any) -> Any:
     """A call's arguments as a value: JSON text parsed (blank text is ``{}``), anything else as it is;
-    ValueError when the text is not JSON."""
+    ValueError when the text is not JSON, or nests deeper than the decoder can follow (a model's or a
+    server's ``[[[[...`` is the call's failure, not a RecursionError out of the loop or the metric)."""
     if isinstance(arguments, str):
-        return json.loads(arguments) if arguments.strip() else {}
+        try:
+            return json.loads(arguments) if arguments.strip() else {}
+        except RecursionError:
+            raise ValueError("nested too deeply to read") from None
     return arguments
 
 
