@@ -23,9 +23,18 @@ from gage_eval.api import Backend, ModelOutput, Request, running, text_segment, 
 from gage_plugins_builtin.tools.calls import call_arguments
 
 MAX_STEPS = 20  # BFCL's MAXIMUM_STEP_LIMIT
+MAX_RESULT_CHARS = 65_536  # of one call's result, the model (and the trajectory) get at most this much
+
+
+def _cut(text: str, limit: int) -> str:
+    if len(text) <= limit:
+        return text
+    return text[:limit] + f"\n[result cut: {len(text) - limit} more characters]"
 
 
 def _error_text(exc: BaseException) -> str:
+    if isinstance(exc, SystemExit):  # (its str is only the status)
+        return f"Error during execution: SystemExit({exc.code!r})"
     return f"Error during execution: {exc}"
 
 
@@ -33,8 +42,10 @@ class Toolbox:
     """One row's tool instances and the functions each serves (a later tool wins a name two serve,
     as BFCL maps a method to the last class that has it)."""
 
-    def __init__(self, names: Sequence[str], row: Mapping[str, Any], args: Mapping[str, Any] | None = None):
+    def __init__(self, names: Sequence[str], row: Mapping[str, Any], args: Mapping[str, Any] | None = None,
+                 max_result_chars: int = MAX_RESULT_CHARS):
         args = dict(args or {})
+        self.max_result_chars = max_result_chars
         unknown = sorted(set(args) - set(names))
         if unknown:
             raise ValueError(f"tool_args names {', '.join(unknown)}, not among the tools {', '.join(names)}")
@@ -61,9 +72,9 @@ class Toolbox:
         if not isinstance(args, dict):
             return f"Error: the arguments of {name} are not a JSON object"
         try:
-            return tools.Tool.result_text(tool.call(name, args))
-        except Exception as exc:  # a tool's failure is the model's to read, never the run's
-            return _error_text(exc)
+            return _cut(tools.Tool.result_text(tool.call(name, args)), self.max_result_chars)
+        except (Exception, SystemExit) as exc:  # a tool's failure is the model's to read, never the run's
+            return _cut(_error_text(exc), self.max_result_chars)
 
     def state(self) -> dict | None:
         states = {type(t).__name__: s for t in self.tools if (s := t.state()) is not None}
@@ -86,7 +97,8 @@ class Conversation:
         self.latency_ms = 0.0
         self.tokens = [0, 0]
         self.last: ModelOutput | None = None
-        self.toolbox = Toolbox(loop.get("tools") or (), self.row, loop.get("tool_args"))
+        self.toolbox = Toolbox(loop.get("tools") or (), self.row, loop.get("tool_args"),
+                               int(loop.get("max_result_chars") or MAX_RESULT_CHARS))
         self.tools = request.tools or tuple(self.toolbox.definitions()) or None
 
     def next_request(self) -> Request:

@@ -77,3 +77,91 @@ def test_bfcl_deeply_nested_arguments_are_a_scored_failure(run_cli, tmp_path):
     assert "error" not in verdict, verdict
     assert verdict["metrics"]["bfcl_ast"]["value"] == 0.0
     assert "not valid JSON" in json.dumps(verdict["metrics"]["bfcl_ast"])
+
+
+# -- a hostile plugin tool -------------------------------------------------------------------------
+
+class Hostile:
+    """A plugin whose tool misbehaves in each of its functions."""
+
+    @staticmethod
+    def make():
+        from gage_eval.api import hookimpl, tools
+
+        class Trouble(tools.Tool):
+            def huge(self) -> str:
+                return "x" * 20_000_000  # 20 MB of result text
+
+            def odd(self) -> object:
+                return {"when": {1, 2}, "what": object()}  # nothing JSON can write
+
+            def leave(self) -> None:
+                raise SystemExit(3)  # a tool that tries to end the run
+
+            def state(self):
+                return {"seen": {1, 2}}  # a state JSON cannot write
+
+        class Plugin:
+            @hookimpl
+            def gage_register_tools(self, register):
+                register("hostile/trouble", Trouble)
+
+        return Plugin()
+
+
+def hostile_task(tmp_path: Path) -> Path:
+    folder = tmp_path / "tasks" / "hostile_agent"
+    folder.mkdir(parents=True)
+    (folder / "task.yaml").write_text(
+        "name: hostile_agent\nversion: 1\ndataset:\n  loader: jsonl\n  args:\n    path: rows.jsonl\n"
+        "preprocessor:\n  name: identity\nrequest:\n  kind: generate\n  chat: true\n  tool_loop:\n"
+        "    tools: [hostile/trouble]\n    max_steps: 5\n  generation:\n    max_new_tokens: 16\n"
+        "requires: [tools]\nmetrics:\n  - exact_match\n")
+    rows = [{"schema_version": "v1", "id": f"h{i}", "task_type": "agent",
+             "messages": [{"role": "user", "content": [{"type": "text", "text": "go"}]}], "references": ["ok"]}
+            for i in range(4)]
+    (folder / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return folder
+
+
+def run_hostile(run_cli, fresh_plugins, tmp_path, script):
+    fresh_plugins.register_plugin(Hostile.make(), "hostile")
+    folder = hostile_task(tmp_path)
+    path = tmp_path / "script.json"
+    path.write_text(json.dumps(script))
+    result = run_cli("--tasks", "hostile_agent", "--include-path", folder, "--model", "dummy",
+                     "--model-args", f"response=script,script={path}", "-o", tmp_path, "--run-id", "h",
+                     "-q", "--no-report")
+    return result, samples_of(tmp_path / "h", "hostile_agent")
+
+
+def tool_texts(sample: dict) -> list[str]:
+    return [m["content"][0]["text"] for m in sample["predict_result"][0]["trajectory"] if m["role"] == "tool"]
+
+
+def test_a_plugin_tools_huge_result_is_cut(fresh_plugins, run_cli, tmp_path):
+    script = {"h0": [{"tool_calls": [call("c", "huge", {})]}, {"text": "ok"}]}
+    result, samples = run_hostile(run_cli, fresh_plugins, tmp_path, script)
+    assert result.exit_code == 0, result.output
+    (text,) = tool_texts(samples["h0"])
+    assert len(text) < 100_000 and "[result cut:" in text
+    assert (tmp_path / "h" / "samples" / "hostile_agent.jsonl").stat().st_size < 1_000_000
+
+
+def test_a_plugin_tools_odd_result_and_state_are_written(fresh_plugins, run_cli, tmp_path):
+    script = {"h0": [{"tool_calls": [call("c", "odd", {})]}, {"text": "ok"}]}
+    result, samples = run_hostile(run_cli, fresh_plugins, tmp_path, script)
+    assert result.exit_code == 0, result.output
+    assert set(samples) == {"h0", "h1", "h2", "h3"}
+    assert all("error" not in s["eval_result"] for s in samples.values()), samples["h0"]["eval_result"]
+    assert "when" in tool_texts(samples["h0"])[0]
+
+
+def test_a_tool_that_raises_systemexit_is_the_models_to_read(fresh_plugins, run_cli, tmp_path):
+    """sys.exit() in a tool was every row's error; it is that call's result (a KeyboardInterrupt is
+    left to stop the run: a real Ctrl-C may arrive while a tool runs)."""
+    script = {"h0": [{"tool_calls": [call("c", "leave", {})]}, {"text": "ok"}]}
+    result, samples = run_hostile(run_cli, fresh_plugins, tmp_path, script)
+    assert result.exit_code == 0, result.output
+    assert all("error" not in s["eval_result"] for s in samples.values())
+    assert tool_texts(samples["h0"]) == ["Error during execution: SystemExit(3)"]
