@@ -16,6 +16,7 @@ class ReportWriter(Writer):
     in the data's order (``TaskDone.in_data_order``) is listed from it without reading its rows again."""
 
     name = "report"
+    read_only = True  # it keeps a task's name and reads the summary for the page (uncopied: tests/core/test_writer_copies.py)
 
     def __init__(self) -> None:
         self.run_dir: Path | None = None  # known at start(); None: the run's option is off

@@ -13,6 +13,7 @@ import pytest
 from gage_eval.api import Writer, events
 from gage_eval.runfolder.writers import WriterSet
 from gage_plugins_builtin.eee.writer import InstancesWriter
+from gage_plugins_builtin.report.writer import ReportWriter
 
 RECORD = {"id": "t-0", "messages": [{"role": "user", "content": [{"type": "text", "text": "q"}]}],
           "references": [{"answer": [{"type": "text", "text": "A"}]}], "label": "A",
@@ -94,3 +95,25 @@ def test_the_instances_writer_changes_no_record_or_summary(tmp_path, run_cli, ve
     writer.end(summary)
     assert (records, summary) == kept
     assert len((out / "instances" / "piqa.jsonl").read_text().splitlines()) >= 3
+
+
+def test_the_report_writer_changes_no_event_or_summary(tmp_path, run_cli):
+    """The builtin report writer declares read_only: the task-end events and the summary of a real
+    run (piqa, and a judged legal_eval_v1 with its slices, counters and errored rows) are the same after it wrote
+    the page from them."""
+    for args in (("--tasks", "piqa", "--limit", 3), ("--tasks", "legal_eval_v1", "--judge-model", "dummy", "--limit", 4)):
+        result = run_cli(*args, "--model", "dummy", "-o", tmp_path, "--run-id", args[1], "-q", "--no-report")
+        assert result.exit_code in (0, 1), result.output  # (1: the dummy judge's malformed verdicts, rows errored)
+        run_dir = Path(tmp_path / args[1])
+        summary = json.loads((run_dir / "summary.json").read_text())
+        assert ReportWriter.read_only is True
+        writer = ReportWriter()
+        writer.start(events.RunStart(run_id=args[1], run_dir=run_dir, tasks=(args[1],), model="dummy", model_id="m",
+                                     options={}))
+        done = events.TaskDone(run_id=args[1], task=args[1], counts=summary["tasks"][args[1]]["counts"],
+                               metrics=summary["tasks"][args[1]]["metrics"], in_data_order=True)
+        kept = copy.deepcopy((done, summary))
+        writer.task_end(done)
+        writer.end(summary)
+        assert (done, summary) == kept
+        assert "<html" in (run_dir / "report.html").read_text()
