@@ -61,6 +61,21 @@ def model_trajectory(model_output: Mapping[str, Any]) -> list:
     return [{"role": "assistant", "tool_calls": model_output.get("tool_calls") or []}]
 
 
+def _check_golden(goldens: list) -> None:
+    """A golden call whose arguments are not JSON could never be matched: the row's error, naming
+    the field (Sample v1's schema checks the shape, not the JSON inside the arguments' text)."""
+    for g, golden in enumerate(goldens):
+        for t, message in enumerate(golden or ()):
+            calls = message.get("tool_calls") if isinstance(message, Mapping) else None
+            for c, call in enumerate(calls or ()):
+                fn = call.get("function") if isinstance(call, Mapping) else None
+                try:
+                    call_arguments(fn.get("arguments", {}) if isinstance(fn, Mapping) else {})
+                except ValueError as exc:
+                    raise ValueError(f"golden_trajectories[{g}][{t}].tool_calls[{c}].function.arguments: "
+                                     f"not valid JSON ({exc})") from None
+
+
 class TrajectoryMatch(Metric):
     """1 when the model's tool calls match one of ``golden_trajectories`` (``mode``: exact,
     in_order or set); a row without golden trajectories is not scored."""
@@ -76,6 +91,7 @@ class TrajectoryMatch(Metric):
         goldens = ctx.sample.get("golden_trajectories") or []
         if not goldens:
             return None
+        _check_golden(goldens)
         model = trajectory_calls(model_trajectory(ctx.model_output))
         for golden in goldens:
             if calls_match(trajectory_calls(golden), model, self.mode):

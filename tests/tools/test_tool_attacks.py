@@ -165,3 +165,20 @@ def test_a_tool_that_raises_systemexit_is_the_models_to_read(fresh_plugins, run_
     assert result.exit_code == 0, result.output
     assert all("error" not in s["eval_result"] for s in samples.values())
     assert tool_texts(samples["h0"]) == ["Error during execution: SystemExit(3)"]
+
+
+def test_golden_arguments_that_are_not_json_are_the_rows_error(example_plugin, run_cli, tmp_path):
+    """A golden call's arguments that are not JSON could never match: it scored 0 as if the model
+    were wrong; it is the row's error naming the field, with the file and line."""
+    rows = [json.loads(line) for line in ROWS.read_text().splitlines()]
+    rows[1]["golden_trajectories"] = [[{"role": "assistant", "tool_calls": [
+        call("g", "count", '{"item": flour}')]}]]
+    data = tmp_path / "rows.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    result = pantry(run_cli, tmp_path, {"pantry-1": [{"text": "4"}], "pantry-2": [{"text": "no"}]}, "bad", rows=data)
+    assert result.exit_code == 1, result.output  # some rows errored
+    samples = samples_of(tmp_path / "bad", "example_pantry")
+    error = samples["pantry-2"]["eval_result"]["error"]
+    assert "golden_trajectories[0][0].tool_calls[0].function.arguments: not valid JSON" in error["message"]
+    assert error["locator"] == f"{data}:2"
+    assert "metrics" in samples["pantry-1"]["eval_result"]
