@@ -227,9 +227,11 @@ class HFLoader(Loader):
         return len(self._load())
 
     def __iter__(self) -> Iterator[tuple[str, Any]]:
-        if self._folder is not None:
-            yield from self._folder
-            return
+        if self._folder is not None:  # (the folder's own rows, with no generator of ours around them)
+            return iter(self._folder)
+        return self._hub_rows()
+
+    def _hub_rows(self) -> Iterator[tuple[str, Any]]:
         ds = self._load()
         label = self.path if not self.data_files else f"{self.path}:{_short(self.data_files)}"
         rows = iter(ds)
