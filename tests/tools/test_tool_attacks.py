@@ -109,13 +109,13 @@ class Hostile:
         return Plugin()
 
 
-def hostile_task(tmp_path: Path) -> Path:
+def hostile_task(tmp_path: Path, loop_extra: str = "") -> Path:
     folder = tmp_path / "tasks" / "hostile_agent"
     folder.mkdir(parents=True)
     (folder / "task.yaml").write_text(
         "name: hostile_agent\nversion: 1\ndataset:\n  loader: jsonl\n  args:\n    path: rows.jsonl\n"
         "preprocessor:\n  name: identity\nrequest:\n  kind: generate\n  chat: true\n  tool_loop:\n"
-        "    tools: [hostile/trouble]\n    max_steps: 5\n  generation:\n    max_new_tokens: 16\n"
+        "    tools: [hostile/trouble]\n    max_steps: 5\n" + loop_extra + "  generation:\n    max_new_tokens: 16\n"
         "requires: [tools]\nmetrics:\n  - exact_match\n")
     rows = [{"schema_version": "v1", "id": f"h{i}", "task_type": "agent",
              "messages": [{"role": "user", "content": [{"type": "text", "text": "go"}]}], "references": ["ok"]}
@@ -124,9 +124,9 @@ def hostile_task(tmp_path: Path) -> Path:
     return folder
 
 
-def run_hostile(run_cli, fresh_plugins, tmp_path, script):
+def run_hostile(run_cli, fresh_plugins, tmp_path, script, loop_extra: str = ""):
     fresh_plugins.register_plugin(Hostile.make(), "hostile")
-    folder = hostile_task(tmp_path)
+    folder = hostile_task(tmp_path, loop_extra)
     path = tmp_path / "script.json"
     path.write_text(json.dumps(script))
     result = run_cli("--tasks", "hostile_agent", "--include-path", folder, "--model", "dummy",
@@ -146,6 +146,14 @@ def test_a_plugin_tools_huge_result_is_cut(fresh_plugins, run_cli, tmp_path):
     (text,) = tool_texts(samples["h0"])
     assert len(text) < 100_000 and "[result cut:" in text
     assert (tmp_path / "h" / "samples" / "hostile_agent.jsonl").stat().st_size < 1_000_000
+
+
+def test_max_result_chars_is_a_task_setting(fresh_plugins, run_cli, tmp_path):
+    script = {"h0": [{"tool_calls": [call("c", "huge", {})]}, {"text": "ok"}]}
+    result, samples = run_hostile(run_cli, fresh_plugins, tmp_path, script, "    max_result_chars: 1000\n")
+    assert result.exit_code == 0, result.output
+    (text,) = tool_texts(samples["h0"])
+    assert text == "x" * 1000 + "\n[result cut: 19999000 more characters]"
 
 
 def test_a_plugin_tools_odd_result_and_state_are_written(fresh_plugins, run_cli, tmp_path):
