@@ -46,6 +46,5 @@ class NormalizedAccuracy(Accuracy):
         self.choices = choices
 
     def scores(self, ctx: MetricContext) -> list[float]:
-        lls = super().scores(ctx)
-        lengths = [len(c) for c in ctx.get(self.choices)]
-        return [ll / (n if n > 1 else 1) for ll, n in zip(lls, lengths)]  # ll / max(n, 1)
+        lls, choices = ctx.get(self.lls), ctx.get(self.choices)
+        return [float(ll) / max(len(c), 1) for ll, c in zip(lls, choices)]  # (one pass over both)
