@@ -15,6 +15,7 @@ steps taken, why it stopped and, per user turn, the tools' ``state()``.
 """
 from __future__ import annotations
 
+import threading
 from dataclasses import replace
 from typing import Any, Iterator, Mapping, Sequence
 
@@ -24,6 +25,7 @@ from gage_plugins_builtin.tools.calls import call_arguments
 
 MAX_STEPS = 20  # BFCL's MAXIMUM_STEP_LIMIT
 MAX_RESULT_CHARS = 65_536  # of one call's result, the model (and the trajectory) get at most this much
+CALL_TIMEOUT_S = 300.0  # a call that has not returned by then is abandoned (a tool that hangs)
 
 
 def _cut(text: str, limit: int) -> str:
@@ -38,14 +40,40 @@ def _error_text(exc: BaseException) -> str:
     return f"Error during execution: {exc}"
 
 
+class _Hung(Exception):
+    pass
+
+
+def _call_within(tool: Any, name: str, args: dict, timeout_s: float) -> Any:
+    """``tool.call(name, args)`` in a thread of its own, waited for ``timeout_s`` (a hung call is left
+    to run in that daemon thread: Python cannot stop it, but the row and the run go on)."""
+    box: dict[str, Any] = {}
+
+    def work() -> None:
+        try:
+            box["value"] = tool.call(name, args)
+        except BaseException as exc:  # (handed to the caller, which decides)
+            box["exc"] = exc
+
+    worker = threading.Thread(target=work, name=f"tool call {name}", daemon=True)
+    worker.start()
+    worker.join(timeout_s)
+    if worker.is_alive():
+        raise _Hung
+    if "exc" in box:
+        raise box["exc"]
+    return box.get("value")
+
+
 class Toolbox:
     """One row's tool instances and the functions each serves (a later tool wins a name two serve,
     as BFCL maps a method to the last class that has it)."""
 
     def __init__(self, names: Sequence[str], row: Mapping[str, Any], args: Mapping[str, Any] | None = None,
-                 max_result_chars: int = MAX_RESULT_CHARS):
+                 max_result_chars: int = MAX_RESULT_CHARS, call_timeout_s: float = CALL_TIMEOUT_S):
         args = dict(args or {})
-        self.max_result_chars = max_result_chars
+        self.max_result_chars, self.call_timeout_s = max_result_chars, call_timeout_s
+        self.hung: set[int] = set()  # the tools (by id) a call of which never came back
         unknown = sorted(set(args) - set(names))
         if unknown:
             raise ValueError(f"tool_args names {', '.join(unknown)}, not among the tools {', '.join(names)}")
@@ -71,13 +99,29 @@ class Toolbox:
             return f"Error: the arguments of {name} are not valid JSON: {exc}"
         if not isinstance(args, dict):
             return f"Error: the arguments of {name} are not a JSON object"
+        if id(tool) in self.hung:
+            return f"Error: {name} is unavailable: an earlier call of its tool did not return"
         try:
-            return _cut(tools.Tool.result_text(tool.call(name, args)), self.max_result_chars)
+            return _cut(tools.Tool.result_text(_call_within(tool, name, args, self.call_timeout_s)),
+                        self.max_result_chars)
+        except _Hung:
+            self.hung.add(id(tool))
+            return f"Error: {name} did not return within {self.call_timeout_s:g} s"
         except (Exception, SystemExit) as exc:  # a tool's failure is the model's to read, never the run's
             return _cut(_error_text(exc), self.max_result_chars)
 
     def state(self) -> dict | None:
-        states = {type(t).__name__: s for t in self.tools if (s := t.state()) is not None}
+        states = {}
+        for t in self.tools:
+            if id(t) in self.hung:  # (its call may still be changing it)
+                states[type(t).__name__] = {"error": "a call did not return"}
+                continue
+            try:
+                s = t.state()
+            except Exception as exc:  # a state that cannot be read is recorded as such, not the row's crash
+                s = {"error": _error_text(exc)}
+            if s is not None:
+                states[type(t).__name__] = s
         return states or None
 
 
@@ -98,7 +142,8 @@ class Conversation:
         self.tokens = [0, 0]
         self.last: ModelOutput | None = None
         self.toolbox = Toolbox(loop.get("tools") or (), self.row, loop.get("tool_args"),
-                               int(loop.get("max_result_chars") or MAX_RESULT_CHARS))
+                               int(loop.get("max_result_chars") or MAX_RESULT_CHARS),
+                               float(loop.get("call_timeout_s") or CALL_TIMEOUT_S))
         self.tools = request.tools or tuple(self.toolbox.definitions()) or None
 
     def next_request(self) -> Request:

@@ -98,7 +98,15 @@ class Hostile:
             def leave(self) -> None:
                 raise SystemExit(3)  # a tool that tries to end the run
 
+            def hang(self) -> str:
+                import time
+
+                time.sleep(60)  # far past the task's call_timeout_s
+                return "late"
+
             def state(self):
+                if self.sample["id"] == "h3":
+                    raise RuntimeError("no state today")
                 return {"seen": {1, 2}}  # a state JSON cannot write
 
         class Plugin:
@@ -190,3 +198,48 @@ def test_golden_arguments_that_are_not_json_are_the_rows_error(example_plugin, r
     assert "golden_trajectories[0][0].tool_calls[0].function.arguments: not valid JSON" in error["message"]
     assert error["locator"] == f"{data}:2"
     assert "metrics" in samples["pantry-1"]["eval_result"]
+
+
+def test_the_cache_is_keyed_by_the_tools(example_plugin, run_cli, tmp_path):
+    """A tool's description changed between two runs with one cache: no step is answered from the
+    first run's replies (they were made seeing other tools); the same tools again: every step is."""
+    script = {"pantry-1": [{"tool_calls": [call("x", "take", {"amount": 2, "item": "eggs"})]}, {"text": "4"}],
+              "pantry-2": [{"text": "no"}]}
+    cache = tmp_path / "cache"
+    assert pantry(run_cli, tmp_path, script, "one", "--cache", cache).exit_code == 0
+    rows = [json.loads(line) for line in ROWS.read_text().splitlines()]
+    for r in rows:
+        r["tools"][0]["function"]["description"] = "How many are left (changed)."
+    data = tmp_path / "rows.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert pantry(run_cli, tmp_path, script, "two", "--cache", cache, rows=data).exit_code == 0
+    counts = json.loads((tmp_path / "two" / "summary.json").read_text())["tasks"]["example_pantry"]["cache"]
+    assert counts.get("hits", 0) == 0 and counts["misses"] == 3, counts
+    assert pantry(run_cli, tmp_path, script, "three", "--cache", cache, rows=data).exit_code == 0
+    counts = json.loads((tmp_path / "three" / "summary.json").read_text())["tasks"]["example_pantry"]["cache"]
+    assert counts["hits"] == 3, counts
+
+
+def test_a_hung_tool_call_times_out_and_the_row_goes_on(fresh_plugins, run_cli, tmp_path):
+    """A tool call that never returns held the run forever; past call_timeout_s it is the model's
+    error, the tool is unavailable for the rest of the row, and the other rows are untouched."""
+    import time
+
+    script = {"h0": [{"tool_calls": [call("c", "hang", {})]}, {"tool_calls": [call("d", "odd", {})]}, {"text": "ok"}],
+              "h1": [{"tool_calls": [call("c", "odd", {})]}, {"text": "ok"}]}
+    start = time.monotonic()
+    result, samples = run_hostile(run_cli, fresh_plugins, tmp_path, script, "    call_timeout_s: 0.5\n")
+    assert time.monotonic() - start < 30
+    assert result.exit_code == 0, result.output
+    assert tool_texts(samples["h0"]) == ["Error: hang did not return within 0.5 s",
+                                         "Error: odd is unavailable: an earlier call of its tool did not return"]
+    assert samples["h0"]["predict_result"][0]["raw"]["tool_loop"]["states"] == [{"Trouble": {"error": "a call did not return"}}]
+    assert "when" in tool_texts(samples["h1"])[0]
+
+
+def test_a_tool_state_that_raises_is_recorded(fresh_plugins, run_cli, tmp_path):
+    result, samples = run_hostile(run_cli, fresh_plugins, tmp_path, {})
+    assert result.exit_code == 0, result.output
+    assert all("error" not in s["eval_result"] for s in samples.values())
+    assert samples["h3"]["predict_result"][0]["raw"]["tool_loop"]["states"] == [
+        {"Trouble": {"error": "Error during execution: no state today"}}]
