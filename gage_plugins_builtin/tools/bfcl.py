@@ -86,6 +86,26 @@ def schema_of(parameters: Any) -> Any:
     return out
 
 
+def _check_truth(truth: Any) -> None:
+    """BFCL's possible answers: a list of ``{function: {parameter: [allowed values]}}`` (a bare value
+    where the list belongs would be checked as a substring or an element, not as one answer)."""
+    if truth is None:
+        raise ValueError("no 'ground_truth' (the possible answers) for a row that expects calls")
+    if not isinstance(truth, list):
+        raise ValueError(f"'ground_truth' must be a list of {{function: {{parameter: [values]}}}}, "
+                         f"not {type(truth).__name__}")
+    for i, call in enumerate(truth):
+        if not isinstance(call, Mapping) or len(call) != 1:
+            raise ValueError(f"'ground_truth'[{i}] must be one {{function: {{parameter: [values]}}}}")
+        (name, params), = call.items()
+        if not isinstance(params, Mapping):
+            raise ValueError(f"'ground_truth'[{i}].{name} must map each parameter to its allowed values")
+        for param, allowed in params.items():
+            if not isinstance(allowed, list):
+                raise ValueError(f"'ground_truth'[{i}].{name}.{param} must be a list of allowed values, "
+                                 f"not {type(allowed).__name__}")
+
+
 class BFCLRow(Preprocessor):
     """A BFCL row (``id``, ``question``, ``function``, ``ground_truth``, ``category``) as a Sample v1
     agent row: the first turn's messages, the functions as OpenAI tools, ``tool_choice: auto``;
@@ -101,17 +121,22 @@ class BFCLRow(Preprocessor):
         category = record.get("category") or self.category
         if not category:
             raise ValueError("BFCL row has no 'category' and the task names none")
+        if not isinstance(category, str):
+            raise ValueError(f"'category' must be a string, not {type(category).__name__}")
         turns = record["question"]
         if not isinstance(turns, list) or len(turns) != 1 or not isinstance(turns[0], list):
             raise ValueError("'question' must hold exactly one turn (a list of messages): the single-turn "
                              "categories only")
+        for i, m in enumerate(turns[0]):
+            if not isinstance(m, Mapping) or not isinstance(m.get("role"), str):
+                raise ValueError(f"'question'[0][{i}] must be a message with a 'role'")
         functions = record["function"]
         if not isinstance(functions, list) or not all(isinstance(f, Mapping) and "name" in f for f in functions):
             raise ValueError("'function' must be a list of function descriptions with a name")
         irrelevance = "irrelevance" in category
         truth = record.get("ground_truth")
-        if not irrelevance and not isinstance(truth, list):
-            raise ValueError("no 'ground_truth' (the possible answers) for a row that expects calls")
+        if not irrelevance:
+            _check_truth(truth)
         messages = [{"role": m["role"], "content": [text_segment(str(m.get("content") or ""))]} for m in turns[0]]
         tools = [{"type": "function", "function": {"name": f["name"], "description": f.get("description", ""),
                                                     "parameters": schema_of(f.get("parameters", {}))}}

@@ -243,3 +243,37 @@ def test_a_tool_state_that_raises_is_recorded(fresh_plugins, run_cli, tmp_path):
     assert all("error" not in s["eval_result"] for s in samples.values())
     assert samples["h3"]["predict_result"][0]["raw"]["tool_loop"]["states"] == [
         {"Trouble": {"error": "Error during execution: no state today"}}]
+
+
+def test_bfcl_rows_with_malformed_fields_name_the_field(run_cli, tmp_path):
+    """A category that is not a string was "argument of type 'int' is not iterable"; a possible
+    answer that is a bare value (not the list of allowed values) was accepted and checked as a
+    substring; a question message without a role was a KeyError. Each is the row's error naming
+    its field, with the file and line."""
+    weather = {"name": "get_weather", "description": "Weather.", "parameters": {
+        "type": "dict", "properties": {"city": {"type": "string", "description": "City."}}, "required": ["city"]}}
+    good = {"category": "simple_python", "question": [[{"role": "user", "content": "x"}]], "function": [weather],
+            "ground_truth": [{"get_weather": {"city": ["Paris"]}}]}
+    rows = [dict(good, id="ok"), dict(good, id="cat", category=5),
+            dict(good, id="bare", ground_truth=[{"get_weather": {"city": "Paris"}}]),
+            dict(good, id="two", ground_truth=[{"get_weather": {"city": ["Paris"]}, "other": {}}]),
+            dict(good, id="gt", ground_truth="Paris"), dict(good, id="role", question=[[{"content": "x"}]])]
+    data = tmp_path / "rows.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps([{"text": "none"}]))
+    result = run_cli("--tasks", "bfcl_simple", "--data", f"bfcl_simple={data}", "--model", "dummy",
+                     "--model-args", f"response=script,script={script}", "-o", tmp_path, "--run-id", "r",
+                     "--no-report")
+    assert result.exit_code == 1, result.output
+    expected = {2: "'category' must be a string, not int",
+                3: "'ground_truth'[0].get_weather.city must be a list of allowed values, not str",
+                4: "'ground_truth'[0] must be one {function: {parameter: [values]}}",
+                5: "'ground_truth' must be a list of {function: {parameter: [values]}}, not str",
+                6: "'question'[0][0] must be a message with a 'role'"}
+    for line, message in expected.items():
+        assert f"{data}:{line}: preprocess error: {message}" in result.output
+    assert "Traceback" not in result.output
+    errors = [json.loads(x)["eval_result"].get("error") for x in
+              (tmp_path / "r" / "samples" / "bfcl_simple.jsonl").read_text().splitlines()]
+    assert sum(e is not None for e in errors) == 5 and len(errors) == 6
