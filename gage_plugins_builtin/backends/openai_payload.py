@@ -173,15 +173,22 @@ _TOOL_KEYS = ("tool_calls", "tool_call_id", "name")
 
 def reply_tool_calls(choice: Mapping[str, Any]) -> list[dict] | None:
     """The first choice's ``message.tool_calls`` in Sample v1's shape (``arguments`` kept as the JSON
-    text the server sent: a malformed one is the metric's to judge); None when there is none."""
+    text the server sent: a malformed one is the metric's to judge); None when there is none. A
+    ``tool_calls`` that is not a list, or a call without a ``function`` object, is a call with no
+    name whose arguments are what the server sent: a scored failure, never silently no call."""
     message = choice.get("message")
     calls = message.get("tool_calls") if isinstance(message, Mapping) else None
-    if not isinstance(calls, list) or not calls:
+    if calls is None or calls == []:
         return None
+    if not isinstance(calls, list):  # (a server's malformed tool_calls: one call without a name, kept as sent)
+        calls = [calls]
     out = []
     for i, call in enumerate(calls):
-        call = call if isinstance(call, Mapping) else {}
-        fn = call.get("function") if isinstance(call.get("function"), Mapping) else {}
+        fn = call.get("function") if isinstance(call, Mapping) else None
+        if not isinstance(fn, Mapping):  # nothing to call: no name, what was sent kept as the arguments
+            sent = json.dumps(call, ensure_ascii=False, default=str)
+            out.append({"id": f"call_{i}", "type": "function", "function": {"name": None, "arguments": sent}})
+            continue
         args = fn.get("arguments")
         out.append({"id": str(call.get("id") or f"call_{i}"), "type": str(call.get("type") or "function"),
                     "function": {"name": fn.get("name"),

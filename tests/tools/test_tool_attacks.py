@@ -277,3 +277,23 @@ def test_bfcl_rows_with_malformed_fields_name_the_field(run_cli, tmp_path):
     errors = [json.loads(x)["eval_result"].get("error") for x in
               (tmp_path / "r" / "samples" / "bfcl_simple.jsonl").read_text().splitlines()]
     assert sum(e is not None for e in errors) == 5 and len(errors) == 6
+
+
+def test_a_servers_malformed_tool_calls_are_recorded_not_dropped():
+    """``tool_calls`` that is an object (not a list) was read as no call at all, and a call that is
+    a string lost what the server sent; each is now a call with no name holding what was sent,
+    which bfcl_ast scores as a failure with its reason and the loop answers as an unknown function."""
+    from gage_plugins_builtin.backends.openai_payload import reply_tool_calls
+    from gage_plugins_builtin.tools.bfcl import decoded_calls
+
+    def message(calls):
+        return {"message": {"role": "assistant", "content": None, "tool_calls": calls}}
+
+    (one,) = reply_tool_calls(message({"name": "get_weather"}))
+    assert one["function"] == {"name": None, "arguments": '{"name": "get_weather"}'}
+    junk, good = reply_tool_calls(message(["junk", {"id": "x", "function": {"name": "f", "arguments": {"a": 1}}}]))
+    assert junk["function"] == {"name": None, "arguments": '"junk"'}
+    assert good == {"id": "x", "type": "function", "function": {"name": "f", "arguments": '{"a": 1}'}}
+    assert reply_tool_calls(message([])) is None and reply_tool_calls(message(None)) is None
+    calls, why = decoded_calls([one], [{"type": "function", "function": {"name": "get_weather"}}], "auto")
+    assert calls is None and why == "tool call 0 has no function name"
