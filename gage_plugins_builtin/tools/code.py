@@ -42,8 +42,8 @@ class CodeTool(tools.Tool):
                  sandbox_args: Mapping[str, Any] | None = None, timeout_s: float = TIMEOUT_S,
                  limits: Mapping[str, Any] | None = None):
         super().__init__(sample)
-        self.box = execution.open_sandbox(sandbox, **dict(sandbox_args or {}))
         self.limits = execution.Limits(wall_s=float(timeout_s), cpu_s=float(timeout_s)).replace(**dict(limits or {}))
+        self.box = execution.open_sandbox(sandbox, **dict(sandbox_args or {}))  # (after the settings are read)
         self.row = execution.Job.for_row((sample or {}).get("sandbox"), (), limits=self.limits)  # its setting
         self.calls = 0
 

@@ -65,6 +65,16 @@ def _call_within(tool: Any, name: str, args: dict, timeout_s: float) -> Any:
     return box.get("value")
 
 
+def _build(name: str, row: Mapping[str, Any], args: dict) -> Any:
+    """One row's instance of tool ``name``; a failure names the tool and the task's ``tool_args`` for it."""
+    make = tools.factory(name)
+    try:
+        return make(sample=row, **args)
+    except Exception as exc:
+        given = f"tool_args.{name} {args}" if args else f"no tool_args.{name}"
+        raise ValueError(f"tool {name} ({given}): {type(exc).__name__}: {exc}") from None
+
+
 class Toolbox:
     """One row's tool instances and the functions each serves (a later tool wins a name two serve,
     as BFCL maps a method to the last class that has it)."""
@@ -77,7 +87,7 @@ class Toolbox:
         unknown = sorted(set(args) - set(names))
         if unknown:
             raise ValueError(f"tool_args names {', '.join(unknown)}, not among the tools {', '.join(names)}")
-        self.tools = [tools.factory(name)(sample=row, **dict(args.get(name) or {})) for name in names]
+        self.tools = [_build(name, row, dict(args.get(name) or {})) for name in names]
         self.owner: dict[str, Any] = {}
         for tool in self.tools:
             for fn in tool.functions():

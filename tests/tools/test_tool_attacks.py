@@ -297,3 +297,24 @@ def test_a_servers_malformed_tool_calls_are_recorded_not_dropped():
     assert reply_tool_calls(message([])) is None and reply_tool_calls(message(None)) is None
     calls, why = decoded_calls([one], [{"type": "function", "function": {"name": "get_weather"}}], "auto")
     assert calls is None and why == "tool call 0 has no function name"
+
+
+def test_a_tool_that_cannot_be_built_names_its_tool_args(run_cli, tmp_path):
+    """tool_args python: {timeout_s: fast} was "could not convert string to float: 'fast'" on every
+    row, naming neither the tool nor the setting."""
+    folder = tmp_path / "tasks" / "code_bad"
+    folder.mkdir(parents=True)
+    text = (ROOT / "tests" / "tools" / "data" / "code_agent" / "task.yaml").read_text()
+    (folder / "task.yaml").write_text(text.replace("name: code_agent", "name: code_bad")
+                                      .replace("python: {timeout_s: 2,", "python: {timeout_s: fast,"))
+    row = {"schema_version": "v1", "id": "r", "task_type": "agent", "references": ["x"],
+           "messages": [{"role": "user", "content": [{"type": "text", "text": "go"}]}]}
+    (folder / "rows.jsonl").write_text(json.dumps(row) + "\n")
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps([{"text": "x"}]))
+    result = run_cli("--tasks", "code_bad", "--include-path", folder, "--model", "dummy",
+                     "--model-args", f"response=script,script={script}", "-o", tmp_path, "--run-id", "r", "--no-report")
+    assert result.exit_code == 3, result.output
+    error = samples_of(tmp_path / "r", "code_bad")["r"]["eval_result"]["error"]["message"]
+    assert error.startswith("tool loop: cannot set up the tools: ValueError: tool python (tool_args.python {'timeout_s': 'fast'")
+    assert "could not convert string to float: 'fast'" in error
