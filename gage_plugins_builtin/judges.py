@@ -171,7 +171,7 @@ class LLMJudge(Judge):
             if "rubric" not in self.templates:
                 raise ValueError("the sample has a rubric but the judge has no rubric_template")
             return "rubric"
-        if reference_texts(sample):
+        if sample.get("references"):  # (whether it has any: their texts are read once, for the prompt)
             if "reference" not in self.templates:
                 raise ValueError("the sample has references but the judge has no reference_template")
             return "reference"
