@@ -318,3 +318,22 @@ def test_a_tool_that_cannot_be_built_names_its_tool_args(run_cli, tmp_path):
     error = samples_of(tmp_path / "r", "code_bad")["r"]["eval_result"]["error"]["message"]
     assert error.startswith("tool loop: cannot set up the tools: ValueError: tool python (tool_args.python {'timeout_s': 'fast'")
     assert "could not convert string to float: 'fast'" in error
+
+
+def test_bfcl_math_power_cannot_hold_the_run():
+    """power(base=3, exponent=10**9), a call a model may write, ran in one C call for hours with
+    gigabytes (no thread timeout stops it); it is refused as an error the model reads. A power that
+    fits is computed as BFCL computes it."""
+    pytest.importorskip("bfcl_eval", reason="needs bfcl-eval: pip install --no-deps bfcl-eval==2026.3.23")
+    pytest.importorskip("mpmath", reason="BFCL's MathAPI needs mpmath")
+    import time
+
+    from gage_plugins_builtin.tools.bfcl_multi import api_instances, execute, method_owners
+
+    owners = method_owners(api_instances(["MathAPI"], {}))
+    start = time.monotonic()
+    text = execute(owners["power"], "power", (), {"base": 3, "exponent": 10 ** 9})
+    assert time.monotonic() - start < 5
+    assert text == "Error during execution: the result of power would have more than 65536 bits"
+    assert execute(owners["power"], "power", (), {"base": 2, "exponent": 10}) == '{"result": 1024}'
+    assert execute(owners["power"], "power", (), {"base": 2.5, "exponent": 2}) == '{"result": 6.25}'
