@@ -70,10 +70,31 @@ def _value(node: ast.AST) -> Any:
         op = _BINOPS.get(type(node.op))
         if op is None:
             raise ValueError(f"unsupported expression {ast.unparse(node)!r}")
-        return op(_value(node.left), _value(node.right))
+        left, right = _value(node.left), _value(node.right)
+        if _too_big(op, left, right):
+            raise ValueError(f"{ast.unparse(node)[:80]!r} would be too large to compute")
+        return op(left, right)
     if isinstance(node, ast.Subscript):
         return ast.unparse(node.value) + "[" + ast.unparse(node.slice) + "]"
     raise ValueError(f"unsupported expression {type(node).__name__}: {ast.unparse(node)!r}")
+
+
+MAX_BITS = 1 << 16  # an integer a reply's arithmetic may make (a JSON number past 4,300 digits cannot be written)
+MAX_ITEMS = 1 << 20  # a text or list a reply's `"x" * n` may make
+
+
+def _too_big(op: Any, left: Any, right: Any) -> bool:
+    """Whether arithmetic a model wrote would hold the interpreter or its memory (``9**9**9``,
+    ``"x" * 10**10``): what it computes is bounded, not evaluated to find out."""
+    if op is operator.pow and type(left) is int and type(right) is int and right > 0 and abs(left) > 1:
+        return right * abs(left).bit_length() > MAX_BITS
+    if op is operator.mul:
+        for seq, n in ((left, right), (right, left)):
+            if isinstance(seq, (str, list, tuple)) and type(n) is int:
+                return len(seq) * n > MAX_ITEMS
+        if type(left) is int and type(right) is int:
+            return left.bit_length() + right.bit_length() > MAX_BITS
+    return False
 
 
 def _call(node: ast.Call) -> dict:
@@ -131,9 +152,10 @@ class PythonicParser:
     def parse(self, text: str) -> tuple[str, Calls, str | None]:
         try:
             decoded = decode_pythonic(text)
-        except (ValueError, SyntaxError, TypeError, ArithmeticError, RecursionError) as exc:
+            calls = [tool_call(name, _jsonable(args), i) for i, item in enumerate(decoded)
+                     for name, args in item.items()]
+        except (ValueError, SyntaxError, TypeError, ArithmeticError, RecursionError, MemoryError) as exc:
             return text, [], f"no function call could be read from the reply: {type(exc).__name__}: {exc}"
-        calls = [tool_call(name, _jsonable(args), i) for i, item in enumerate(decoded) for name, args in item.items()]
         return "", calls, None
 
 

@@ -337,3 +337,27 @@ def test_bfcl_math_power_cannot_hold_the_run():
     assert text == "Error during execution: the result of power would have more than 65536 bits"
     assert execute(owners["power"], "power", (), {"base": 2, "exponent": 10}) == '{"result": 1024}'
     assert execute(owners["power"], "power", (), {"base": 2.5, "exponent": 2}) == '{"result": 6.25}'
+
+
+@pytest.mark.parametrize("reply", ['[f(a=9**9**9)]', '[f(a="x"*10**10)]', '[f(a=[0]*10**9)]', '[f(a=10**5000)]',
+                                   '[f(a=(10**3000)*(10**3000))]'])
+def test_pythonic_replies_cannot_hold_the_run(reply):
+    """The prompting mode reads a reply's arithmetic on constants, as BFCL's decoder does: 9**9**9
+    held the interpreter for hours, "x"*10**10 asked for 10 GB, and an integer past 4,300 digits
+    raised out of the parser (the row's error); each is now a reply no call could be read from."""
+    import time
+
+    from gage_plugins_builtin.tools.calls import PythonicParser
+
+    start = time.monotonic()
+    content, calls, error = PythonicParser().parse(reply)
+    assert time.monotonic() - start < 2
+    assert calls == [] and content == reply and error.startswith("no function call could be read from the reply")
+
+
+def test_pythonic_arithmetic_that_fits_is_computed():
+    from gage_plugins_builtin.tools.calls import PythonicParser
+
+    _, calls, error = PythonicParser().parse('[f(a=2**10, b="ab"*3, c=[1]*2, d=3*4, e=-2.5)]')
+    assert error is None
+    assert json.loads(calls[0]["function"]["arguments"]) == {"a": 1024, "b": "ababab", "c": [1, 1], "d": 12, "e": -2.5}
