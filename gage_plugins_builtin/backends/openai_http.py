@@ -347,7 +347,7 @@ class Poster:
             content = await read_body(response, self.max_response_bytes)
         try:
             reply = json.loads(content)
-        except ValueError:
+        except (ValueError, RecursionError):
             raise BadReply(f"not JSON: {self.quote(content.decode('utf-8', 'replace'), 80)!r}") from None
         return parse(reply), None
 
@@ -371,7 +371,7 @@ class Poster:
                     continue
                 try:
                     chunk = json.loads(payload)
-                except ValueError:
+                except (ValueError, RecursionError):
                     raise BadReply(f"a stream event is not JSON: {self.quote(payload, 80)!r}") from None
                 if not isinstance(chunk, dict):
                     raise BadReply("a stream event is not a JSON object")
@@ -525,7 +525,7 @@ def error_detail(text: str, scrub: Callable[[str], str] = str) -> str:
         err = data.get("error", data) if isinstance(data, dict) else data
         message = err.get("message", err) if isinstance(err, dict) else err
         text = str(message)
-    except ValueError:
+    except (ValueError, RecursionError):
         pass
     text = " ".join(text.split())
     text = scrub(text)

@@ -174,7 +174,7 @@ class HermesParser:
         for i, block in enumerate(blocks):
             try:
                 obj = json.loads(block)
-            except ValueError as exc:
+            except (ValueError, RecursionError) as exc:
                 errors.append(f"tool call {i}: not JSON: {exc}")
                 continue
             if not isinstance(obj, dict) or not isinstance(obj.get("name"), str):
@@ -195,7 +195,7 @@ class JsonParser:
             return text, [], None
         try:
             obj = json.loads(body)
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:
             return text, [], f"the reply is not JSON: {exc}"
         items = obj if isinstance(obj, list) else [obj]
         if not all(isinstance(o, dict) and isinstance(o.get("name"), str) for o in items):

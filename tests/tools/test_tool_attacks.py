@@ -361,3 +361,47 @@ def test_pythonic_arithmetic_that_fits_is_computed():
     _, calls, error = PythonicParser().parse('[f(a=2**10, b="ab"*3, c=[1]*2, d=3*4, e=-2.5)]')
     assert error is None
     assert json.loads(calls[0]["function"]["arguments"]) == {"a": 1024, "b": "ababab", "c": [1, 1], "d": 12, "e": -2.5}
+
+
+def test_deeply_nested_replies_are_bad_replies_not_crashes(run_cli, tmp_path):
+    """A server whose reply (or error reply) nests past the JSON decoder's depth, and a Hermes or
+    JSON tool-call block that does: each a reply that cannot be read (the row's error, or no call,
+    with why), never a RecursionError."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from gage_plugins_builtin.tools.calls import HermesParser, JsonParser
+
+    assert HermesParser().parse(f"<tool_call>{DEEP}</tool_call>")[2].startswith("tool call 0: not JSON")
+    assert JsonParser().parse(DEEP)[2].startswith("the reply is not JSON")
+
+    class Deep(BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def do_POST(self):
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            body = DEEP.encode()
+            self.send_response(500 if "error" in self.path else 200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Deep)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    weather = {"name": "get_weather", "description": "Weather.", "parameters": {
+        "type": "dict", "properties": {"city": {"type": "string", "description": "City."}}, "required": ["city"]}}
+    data = tmp_path / "rows.jsonl"
+    data.write_text(json.dumps({"id": "q1", "category": "simple_python", "function": [weather],
+                                "question": [[{"role": "user", "content": "Weather in Paris?"}]],
+                                "ground_truth": [{"get_weather": {"city": ["Paris"]}}]}) + "\n")
+    try:
+        result = run_cli("--tasks", "bfcl_simple", "--data", f"bfcl_simple={data}", "--model", "openai",
+                         "--model-args", f"base_url=http://127.0.0.1:{server.server_port}/v1,model=fake,max_retries=0",
+                         "-o", tmp_path, "--run-id", "r", "-q", "--no-report")
+    finally:
+        server.shutdown()
+    assert result.exit_code == 3, result.output
+    error = samples_of(tmp_path / "r", "bfcl_simple")["q1"]["eval_result"]["error"]["message"]
+    assert "not JSON" in error and "RecursionError" not in error, error
