@@ -71,7 +71,8 @@ def _build(name: str, row: Mapping[str, Any], args: dict) -> Any:
     try:
         return make(sample=row, **args)
     except Exception as exc:
-        given = f"tool_args.{name} {args}" if args else f"no tool_args.{name}"
+        given = f"tool_args.{name}: {', '.join(sorted(args))}" if args else f"no tool_args.{name}"  # (keys only:
+        # a value may be a credential, as a remote sandbox's token)
         raise ValueError(f"tool {name} ({given}): {type(exc).__name__}: {exc}") from None
 
 

@@ -316,7 +316,8 @@ def test_a_tool_that_cannot_be_built_names_its_tool_args(run_cli, tmp_path):
                      "--model-args", f"response=script,script={script}", "-o", tmp_path, "--run-id", "r", "--no-report")
     assert result.exit_code == 3, result.output
     error = samples_of(tmp_path / "r", "code_bad")["r"]["eval_result"]["error"]["message"]
-    assert error.startswith("tool loop: cannot set up the tools: ValueError: tool python (tool_args.python {'timeout_s': 'fast'")
+    assert error.startswith("tool loop: cannot set up the tools: ValueError: tool python (tool_args.python: limits, "
+                            "timeout_s): ValueError: could not convert")
     assert "could not convert string to float: 'fast'" in error
 
 
