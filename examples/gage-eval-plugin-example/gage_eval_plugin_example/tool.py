@@ -3,7 +3,9 @@
 The loop builds one instance per row (``Pantry(sample)``), so what one row takes is gone for
 that row only. Each public method is a function the model may call with keyword arguments;
 what it returns goes back to the model as the ``tool`` turn's text (a dict as JSON). Raising is
-fine: the loop hands the model the error message as the result and goes on.
+fine: the loop hands the model the error message as the result and goes on. A call that has not
+returned within the task's ``tool_loop.call_timeout_s`` (300 s) is the model's error and the tool is
+not called again for that row; a result over ``tool_loop.max_result_chars`` (65,536) is cut.
 """
 from __future__ import annotations
 
