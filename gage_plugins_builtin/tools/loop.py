@@ -112,12 +112,13 @@ class Toolbox:
             return f"Error: the arguments of {name} are not a JSON object"
         if id(tool) in self.hung:
             return f"Error: {name} is unavailable: an earlier call of its tool did not return"
+        # a tool bounding its own calls (the code tools: the sandbox's wall time) is waited for that long
+        wait = max(self.call_timeout_s, float(getattr(tool, "call_timeout_s", 0) or 0))
         try:
-            return _cut(tools.Tool.result_text(_call_within(tool, name, args, self.call_timeout_s)),
-                        self.max_result_chars)
+            return _cut(tools.Tool.result_text(_call_within(tool, name, args, wait)), self.max_result_chars)
         except _Hung:
             self.hung.add(id(tool))
-            return f"Error: {name} did not return within {self.call_timeout_s:g} s"
+            return f"Error: {name} did not return within {wait:g} s"
         except (Exception, SystemExit) as exc:  # a tool's failure is the model's to read, never the run's
             return _cut(_error_text(exc), self.max_result_chars)
 

@@ -16,6 +16,8 @@ ROWS = TASKS / "example_pantry" / "rows.jsonl"
 sys.path.insert(0, str(ROOT / "tests" / "backends"))
 from openai_fake_server import FakeServer  # noqa: E402
 
+from tests.sandbox.local_sandbox import needs_local_sandbox  # noqa: E402
+
 DEEP = "[" * 100_000 + "]" * 100_000  # JSON Python's decoder cannot read without running out of stack
 
 
@@ -406,3 +408,33 @@ def test_deeply_nested_replies_are_bad_replies_not_crashes(run_cli, tmp_path):
     assert result.exit_code == 3, result.output
     error = samples_of(tmp_path / "r", "bfcl_simple")["q1"]["eval_result"]["error"]["message"]
     assert "not JSON" in error and "RecursionError" not in error, error
+
+
+@needs_local_sandbox
+def test_a_code_tool_is_waited_for_as_long_as_its_sandbox_allows(monkeypatch):
+    """A task giving the python tool timeout_s 600 had its calls cut at the loop's 300 s (the job
+    left running in the sandbox, the tool marked hung); the loop waits the tool's own bound."""
+    from gage_eval.api import tools
+
+    from gage_plugins_builtin.tools.code import PythonTool
+    from gage_plugins_builtin.tools.loop import Toolbox
+
+    seen = {}
+
+    class Slow(PythonTool):
+        def call(self, name, arguments):
+            seen["ok"] = True
+            return "done"
+
+    tool = Slow(sample={}, timeout_s=600)
+    assert tool.call_timeout_s == 660.0
+    box = Toolbox.__new__(Toolbox)
+    box.max_result_chars, box.call_timeout_s, box.hung = 1000, 0.5, set()
+    box.tools, box.owner = [tool], {"python": tool}
+    import gage_plugins_builtin.tools.loop as loop
+
+    waits = []
+    real = loop._call_within
+    monkeypatch.setattr(loop, "_call_within", lambda t, n, a, w: waits.append(w) or real(t, n, a, w))
+    assert box.run({"function": {"name": "python", "arguments": '{"code": "print(1)"}'}}) == "done"
+    assert waits == [660.0] and seen["ok"] and isinstance(tool, tools.Tool)
