@@ -71,6 +71,25 @@ def dumps_line(obj: Any) -> bytes:
         return (dumps(obj, ensure_ascii=True) + "\n").encode("ascii")
 
 
+_DIGITS = bytes(48 if 48 <= b <= 57 else 32 for b in range(256))  # each digit as 0, the rest as space
+_LONG_DIGITS = b"0" * 19
+
+
+def loads_line(raw: bytes) -> Any:
+    """One line of a jsonl file read back, as ``json.loads(raw)`` reads it (value and error alike).
+
+    orjson reads it when it can (about half the time): it refuses what only ``json`` takes (NaN,
+    infinities, a lone surrogate, a byte-order mark, bytes that are not UTF-8), which then goes to
+    ``json``, and a line with a run of 19 digits goes there first, as orjson reads an integer past
+    64 bits as a float."""
+    if _orjson is not None and _LONG_DIGITS not in raw.translate(_DIGITS):
+        try:
+            return _orjson.loads(raw)
+        except ValueError:  # orjson.JSONDecodeError: json gives the value or the error
+            pass
+    return json.loads(raw)
+
+
 def truncate_partial_line(path: Path) -> int:
     """Cut a half-written last line (a kill mid-write); return the bytes removed."""
     if not path.exists():

@@ -27,7 +27,7 @@ from typing import IO, Any, Callable, Iterable, Iterator, Mapping
 
 from gage_eval.api.errors import GageError, OutputError
 from gage_eval.api.jsonio import file_kind
-from gage_eval.api.jsonlines import JsonlAppender, TaskFiles, dumps
+from gage_eval.api.jsonlines import JsonlAppender, TaskFiles, dumps, loads_line
 from gage_eval.api.strictjson import json_type
 
 CONFIG_FILE = "config.json"
@@ -138,7 +138,7 @@ def iter_run_records(run_dir: Path, path: Path) -> Iterator[tuple[int, dict]]:
             if not raw.strip():
                 continue
             try:
-                record = json.loads(raw)
+                record = loads_line(raw)
             except ValueError as exc:
                 if not raw.endswith(b"\n"):  # a kill or a full disk mid-write: a resume cuts it
                     raise GageError(f"{path}:{lineno}: torn (no end of line: the run was stopped mid-write); "

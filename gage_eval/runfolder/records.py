@@ -3,13 +3,12 @@ folder for --resume (the append-only files themselves: :mod:`gage_eval.api.jsonl
 writers that use them: gage_eval.runfolder.writers)."""
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
 
 from gage_eval.api.errors import GageError
-from gage_eval.api.jsonlines import EventAppender, dumps, truncate_partial_line
+from gage_eval.api.jsonlines import EventAppender, dumps, loads_line, truncate_partial_line
 from gage_eval.api.runfolder import output_error
 
 
@@ -27,7 +26,7 @@ def read_jsonl_numbered(path: Path) -> Iterator[tuple[int, dict]]:
         for lineno, raw in enumerate(fh, 1):
             if raw.strip():
                 try:
-                    record = json.loads(raw)
+                    record = loads_line(raw)
                 except ValueError as exc:
                     record = exc
                 if not isinstance(record, dict):

@@ -395,3 +395,28 @@ def test_decode_reports_as_raw_decode_did(text):
         assert isinstance(got, tuple)
     else:
         assert got == (value, end) or isinstance(got, tuple)  # trailing data, depth, surrogates: checked after
+
+
+LINES = [b'{"a":1,"a":2}\n', b'{"a":NaN}', b'{"a":-Infinity}', b'{"a":1e400}', b'{"a":18446744073709551616}',
+         b'{"a":-9223372036854775809}', b'{"a":9223372036854775807,"b":-0,"c":-0.0,"d":4.9e-324}',
+         b'{"a":0.00012345678901234567}', b'{"a":"\\ud800"}', b'{"\\udfff\\udbff":1}', b'{"a":"\\ud83d\\ude00"}',
+         b'\xef\xbb\xbf{"a":1}', b'{"a":"\xff"}', b'{"a":"\xed\xa0\x80"}', b'{"a":"x\x01"}', b'[1,]', b'{"a":01}',
+         b' {"a":[1.5,true,null,"\\/\\b\\u00e9"]} \r\n', b'{"a":1}\x00', b'{"a":\x0c1}', b'', b'"' + b'1' * 25 + b'"',
+         b'[' * 2000 + b']' * 2000, json.dumps({"x": [-78.78337319544899, 1e300, "é"]}).encode()]
+
+
+@pytest.mark.parametrize("raw", LINES)
+@pytest.mark.parametrize("orjson_installed", [True, False])
+def test_loads_line_reads_as_json_loads(raw, orjson_installed, monkeypatch):
+    """A samples line read back: the value json.loads gives (an int past 64 bits an int, NaN a float)
+    or its error, whether orjson reads it or not."""
+    if not orjson_installed:
+        monkeypatch.setattr(jsonlines, "_orjson", None)
+
+    def one(f):
+        try:
+            value = f(raw)
+            return repr(value), [type(v) for v in value.values()] if isinstance(value, dict) else None
+        except (ValueError, RecursionError) as exc:
+            return type(exc).__name__, str(exc)
+    assert one(jsonlines.loads_line) == one(json.loads)
