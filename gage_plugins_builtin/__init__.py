@@ -36,6 +36,16 @@ def lazy(target: str, **declared: Any) -> Callable[..., Any]:
     return factory
 
 
+def _lazy_method(target: str, method: str) -> Callable[..., Any]:
+    """``module:attribute``'s ``method``, the module imported on first call (a tool's ``check_args``)."""
+    module, _, attr = target.partition(":")
+
+    def call(**kwargs: Any) -> Any:
+        return getattr(getattr(importlib.import_module(module), attr), method)(**kwargs)
+
+    return call
+
+
 P = "gage_plugins_builtin."
 
 LOADERS = {
@@ -195,7 +205,8 @@ def gage_wrap_backend(backend, use):
 
 @hookimpl
 def gage_register_tools(register):
-    _register_all(register, TOOLS)
+    _register_all(register, TOOLS, {name: {"check_args": _lazy_method(target, "check_args")}  # (said at task setup)
+                                    for name, target in TOOLS.items()})
 
 
 @hookimpl

@@ -6,6 +6,8 @@ A task opts into the loop (``request.tool_loop: {tools: [NAME, ...], max_steps: 
 row the loop builds a fresh instance of each named tool (``factory(sample=row)``: state never leaks
 from one row into another), sends the model the row's ``tools``, runs each call the model makes
 through the instance that serves its function and returns the result as a ``tool`` turn.
+The task's tool names and ``tool_args`` are checked when the task is set up (an unknown tool, a key
+the factory does not take, what the tool's :meth:`Tool.check_args` refuses), before any model loads.
 """
 from __future__ import annotations
 
@@ -30,6 +32,13 @@ class Tool:
 
     def __init__(self, sample: Mapping[str, Any] | None = None) -> None:
         self.sample = sample
+
+    @classmethod
+    def check_args(cls, **args: Any) -> None:
+        """Refuse a task's ``tool_args`` for this tool before any work: called once at task setup,
+        with no row. Raise TypeError or ValueError naming the key, never quoting its value (a value
+        may be a credential). By default: only that ``__init__`` takes each key."""
+        inspect.signature(cls).bind(sample=None, **args)
 
     def functions(self) -> list[str]:
         """The names of the functions this tool serves (default: its public methods, those of

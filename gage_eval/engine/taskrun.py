@@ -35,14 +35,16 @@ def scrubbed_count(part: Any) -> int:
     return n if type(n) is int and n > 0 else 0
 
 
-def error_stub(task: str, index: int, locator: str, stage: str, message: str, sample_id: str | None = None) -> dict:
-    """The record written for a row that never became a valid Sample."""
+def error_stub(task: str, index: int, locator: str, stage: str, message: str, sample_id: str | None = None,
+               row_id: str | None = None) -> dict:
+    """The record written for a row that never became a valid Sample: ``TASK-row-N``, the row's own
+    id (``row_id``, when it has one) in its metadata (an invalid row does not take its id)."""
     return {
         "schema_version": SCHEMA_VERSION,
         "id": sample_id or f"{task}-row-{index}",
         "messages": [],
         "references": [],
-        "metadata": {"locator": locator},
+        "metadata": {"locator": locator, **({"row_id": row_id} if row_id else {})},
         "eval_result": {"error": {"stage": stage, "message": message, "locator": locator}},
     }
 
@@ -252,7 +254,8 @@ class TaskRun:
             row = checker.check(locator, index, record)
             warnings = [(where, field_message(where, what)) for where, what in row.warnings] if row.warnings else []
             if row.sample is None:  # (not row.ok)
-                yield Row(index, locator, error_stub(self.name, index, locator, row.stage, row.message)), warnings
+                yield Row(index, locator, error_stub(self.name, index, locator, row.stage, row.message,
+                                                     row_id=row.row_id)), warnings
                 continue
             try:
                 request, rendered = self.builder.build(row.sample, index)

@@ -39,6 +39,7 @@ from gage_eval.api.sample import (LETTERS, content_text, label_text, last_user_t
                               render_few_shot, text_segment)
 from gage_eval.api.templates import Template
 from gage_eval.tasks.spec import TASK_FILE, TaskSpec
+from gage_eval.tasks.toolcheck import check_tool_loop
 
 GEN_KEYS = ("max_new_tokens", "stop", "temperature", "top_p", "top_k", "do_sample", "seed")
 GEN_ALIASES = {"until": "stop", "max_gen_toks": "max_new_tokens"}  # lm-eval's names
@@ -88,6 +89,8 @@ class RequestBuilder:
         self.tool_loop: dict | None = dict(req["tool_loop"]) if req.get("tool_loop") else None
         if self.tool_loop is not None and (self.kind != GENERATE or not self.chat):
             raise GageError(f"{where}.tool_loop: a tool loop is a chat: it needs kind generate and chat: true")
+        if self.tool_loop is not None:  # its tools and tool_args, refused here rather than on every row
+            check_tool_loop(spec, self.tool_loop, registry)
         # only a task with a metric that reads unconditioned scores (acc_mutual_info) pays for them
         self.unconditioned = any(getattr(m, "needs_unconditioned", False) for m in metrics)
         self.gen_override: dict = normalized_gen(getattr(options, "gen_kwargs", None))

@@ -50,6 +50,7 @@ class RowResult:
     stage: str | None = None
     problems: list[Problem] = field(default_factory=list)
     warnings: list[Problem] = field(default_factory=list)
+    row_id: str | None = None  # an invalid row's own id (a string), kept in its error record's metadata
 
     @property
     def ok(self) -> bool:
@@ -125,7 +126,8 @@ class RowChecker:
         if self.input_schema:
             problems, warnings = self._input_problems(record)
             if problems:
-                return RowResult(stage="validate", problems=problems, warnings=warnings)
+                rid = _row_id(record) if self.input_schema == "sample" else None
+                return RowResult(stage="validate", problems=problems, warnings=warnings, row_id=rid)
         ctx = self.context(locator, index)
         try:
             sample = self.preprocess(record, ctx)
@@ -141,11 +143,10 @@ class RowChecker:
         except Exception as exc:  # a preprocessor bug fails its row, not the run
             return RowResult(stage="preprocess", problems=[("", f"{type(exc).__name__}: {exc}")], warnings=warnings)
         problems = self._sample_problems(sample)
+        if not problems:
+            sample, problems = self._media(sample, ctx)
         if problems:
-            return RowResult(stage="validate", problems=problems, warnings=warnings)
-        sample, problems = self._media(sample, ctx)
-        if problems:
-            return RowResult(stage="validate", problems=problems, warnings=warnings)
+            return RowResult(stage="validate", problems=problems, warnings=warnings, row_id=_row_id(sample))
         sid = sample["id"]
         if not self.seen.add(sid):
             return RowResult(stage="validate", problems=[("$.id", f"duplicate sample id {sid!r}")], warnings=warnings)
@@ -208,6 +209,14 @@ class RowChecker:
                 if checked is not shot["messages"]:
                     changes.setdefault("few_shot_examples", list(shots))[i] = {**shot, "messages": checked}
         return ({**sample, **changes} if changes else sample), problems
+
+
+def _row_id(row: Any) -> str | None:
+    """An invalid row's own id, for its error record's ``metadata.row_id``: the record's ``id`` is
+    ``TASK-row-N`` all the same, since an invalid row does not take its id (a later, corrected row
+    with it runs; records are keyed by id on resume and in compare)."""
+    rid = row.get("id") if isinstance(row, dict) else None
+    return rid if isinstance(rid, str) and rid else None
 
 
 def _text_only(messages: Any) -> bool:

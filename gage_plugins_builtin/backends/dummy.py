@@ -28,7 +28,7 @@ class DummyBackend(Backend):
     on its seed too, so repeats differ), ``echo`` (the prompt's last line), ``fixed`` (the
     ``text`` argument) or ``script``: the replies of the
     JSON file ``script`` (``{sample_id: [reply, ...]}``, or one list for every row; a reply is
-    ``{"text", "tool_calls"}``), the n-th reply for a conversation holding n-1 assistant turns
+    ``{"text", "tool_calls"}``, checked when the backend is built), the n-th reply for a conversation holding n-1 assistant turns
     and an empty one past the end, to drive a tool loop (it declares ``tools``). ``fail_every``: make
     every n-th request fail, to exercise error accounting; ``delay_ms``: sleep this
     long per request, to stand in for a slow model."""
@@ -124,4 +124,26 @@ def _read_script(path: str | None) -> Any:
         raise GageError(f"dummy backend: script {path}: {exc}") from None
     if not isinstance(script, (list, dict)):
         raise GageError(f"dummy backend: script {path}: expected a list of replies or an object of lists by sample id")
+    lists = {"": script} if isinstance(script, list) else {f"[{json.dumps(k)}]": v for k, v in script.items()}
+    for where, replies in lists.items():
+        if not isinstance(replies, list):
+            raise GageError(f"dummy backend: script {path}: entry {where}: expected a list of replies, "
+                            f"not {_kind(replies)}")
+        for i, reply in enumerate(replies):
+            problem = _reply_problem(reply)
+            if problem:
+                raise GageError(f"dummy backend: script {path}: entry {where}[{i}]: {problem}")
     return script
+
+
+def _kind(value: Any) -> str:
+    return {str: "a string", list: "a list", dict: "an object", bool: "a boolean", type(None): "null"}.get(
+        type(value), "a number")
+
+
+def _reply_problem(reply: Any) -> str | None:
+    """What is wrong with one scripted reply: it is an object (``{"text", "tool_calls"}``, both
+    optional; what tool_calls holds goes to the caller as it is, malformed calls included)."""
+    if not isinstance(reply, dict):
+        return f'expected a reply object {{"text": ..., "tool_calls": [...]}}, not {_kind(reply)}'
+    return None

@@ -48,6 +48,23 @@ class CodeTool(tools.Tool):
         self.call_timeout_s = self.limits.wall_s + 60.0  # (the loop waits this long for a call: the sandbox ends it first)
         self.calls = 0
 
+    @classmethod
+    def check_args(cls, sandbox: Any = "local", sandbox_args: Any = None, timeout_s: Any = TIMEOUT_S,
+                   limits: Any = None) -> None:
+        """What ``__init__`` would refuse on every row, said at task setup (keys only, no value)."""
+        if not _positive(timeout_s):
+            raise ValueError("timeout_s: expected a number of seconds above 0")
+        if not isinstance(limits, (Mapping, type(None))):
+            raise ValueError("limits: expected a mapping of limits")
+        execution.Limits().replace(**dict(limits or {}))  # (an unknown limit)
+        bad = sorted(str(k) for k, v in dict(limits or {}).items() if not _positive(v))
+        if bad:
+            raise ValueError(f"limits.{', limits.'.join(bad)}: expected a number above 0")
+        if not isinstance(sandbox, str):
+            raise ValueError("sandbox: expected a registered sandbox's name")
+        if not isinstance(sandbox_args, (Mapping, type(None))):
+            raise ValueError("sandbox_args: expected a mapping of the sandbox's arguments")
+
     @property
     def files(self) -> Mapping[str, str]:
         """The row's ``sandbox.files``, in every call's fresh folder."""
@@ -98,6 +115,10 @@ class BashTool(CodeTool):
 
     def job(self, text: str) -> execution.Job:
         return replace(self.row, command=("bash", "-c", text))
+
+
+def _positive(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
 
 
 def result_text(result: execution.JobResult, limits: execution.Limits) -> str:

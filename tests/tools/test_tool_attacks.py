@@ -301,26 +301,119 @@ def test_a_servers_malformed_tool_calls_are_recorded_not_dropped():
     assert calls is None and why == "tool call 0 has no function name"
 
 
-def test_a_tool_that_cannot_be_built_names_its_tool_args(run_cli, tmp_path):
-    """tool_args python: {timeout_s: fast} was "could not convert string to float: 'fast'" on every
-    row, naming neither the tool nor the setting."""
+def code_task(tmp_path, *changes: tuple[str, str]) -> Path:
+    """tests/tools/data/code_agent as task code_bad with ``changes`` to its task.yaml, and one row."""
     folder = tmp_path / "tasks" / "code_bad"
     folder.mkdir(parents=True)
     text = (ROOT / "tests" / "tools" / "data" / "code_agent" / "task.yaml").read_text()
-    (folder / "task.yaml").write_text(text.replace("name: code_agent", "name: code_bad")
-                                      .replace("python: {timeout_s: 2,", "python: {timeout_s: fast,"))
+    for old, new in (("name: code_agent", "name: code_bad"), *changes):
+        assert old in text
+        text = text.replace(old, new)
+    (folder / "task.yaml").write_text(text)
     row = {"schema_version": "v1", "id": "r", "task_type": "agent", "references": ["x"],
            "messages": [{"role": "user", "content": [{"type": "text", "text": "go"}]}]}
     (folder / "rows.jsonl").write_text(json.dumps(row) + "\n")
+    return folder
+
+
+def run_code_task(run_cli, tmp_path, folder: Path, *extra):
     script = tmp_path / "script.json"
     script.write_text(json.dumps([{"text": "x"}]))
-    result = run_cli("--tasks", "code_bad", "--include-path", folder, "--model", "dummy",
-                     "--model-args", f"response=script,script={script}", "-o", tmp_path, "--run-id", "r", "--no-report")
+    return run_cli("--tasks", "code_bad", "--include-path", folder, "--model", "dummy",
+                   "--model-args", f"response=script,script={script}", *extra)
+
+
+def line_of(folder: Path, text: str) -> int:
+    return next(i for i, line in enumerate((folder / "task.yaml").read_text().splitlines(), 1) if text in line)
+
+
+@pytest.mark.parametrize("changes, key, problem", [
+    ([("tools: [python, bash]", "tools: [python, nosuch]")], "request.tool_loop.tools.1",
+     "unknown tool 'nosuch'; registered tools: bash, bfcl_multi_turn, python"),
+    ([("python: {timeout_s: 2,", "python: {timeout_s: fast,")], "request.tool_loop.tool_args.python",
+     "tool python (tool_args.python: limits, timeout_s): ValueError: timeout_s: expected a number of seconds above 0"),
+    ([("python: {timeout_s: 2,", "python: {timeout: 2,")], "request.tool_loop.tool_args.python",
+     "tool python (tool_args.python: limits, timeout): TypeError: "),
+    ([("python: {timeout_s: 2, limits: {memory_mb: 256,", "python: {timeout_s: 2, limits: {memory_mb: lots,")],
+     "request.tool_loop.tool_args.python",
+     "tool python (tool_args.python: limits, timeout_s): ValueError: limits.memory_mb: expected a number above 0"),
+    ([("python: {timeout_s: 2, limits: {memory_mb: 256,", "python: {timeout_s: 2, limits: {memory: 256,")],
+     "request.tool_loop.tool_args.python", "ValueError: unknown limit memory"),
+    ([("tools: [python, bash]", "tools: [python]")], "request.tool_loop.tool_args.bash",
+     "tool_args for tool 'bash', which tools does not name (python)"),
+])
+def test_a_tool_loop_the_tools_would_refuse_is_refused_before_any_work(run_cli, tmp_path, changes, key, problem):
+    """tools [nosuch] or tool_args python {timeout_s: fast} were found per row at run time: every
+    row errored "tool loop: cannot set up the tools: ...". Now the task is refused when it is set
+    up, as an unknown metric is: one line naming the task file's line and the key, no row run;
+    --dry-run says the same. A tool_args value is never quoted (it may be a credential)."""
+    folder = code_task(tmp_path, *changes)
+    result = run_code_task(run_cli, tmp_path, folder, "-o", tmp_path, "--run-id", "r", "--no-report")
     assert result.exit_code == 3, result.output
-    error = samples_of(tmp_path / "r", "code_bad")["r"]["eval_result"]["error"]["message"]
-    assert error.startswith("tool loop: cannot set up the tools: ValueError: tool python (tool_args.python: limits, "
-                            "timeout_s): ValueError: could not convert")
-    assert "could not convert string to float: 'fast'" in error
+    part = key.rsplit(".", 1)[-1]
+    line = line_of(folder, f"{part}:") if not part.isdigit() else line_of(folder, "tools:")
+    head = f"task 'code_bad' ({folder / 'task.yaml'}:{line}): key '{key}': "
+    assert f"0 rows, 0 scored, 0 errored; FAILED: {head}" in result.output
+    assert problem in result.output
+    assert "fast" not in result.output and "lots" not in result.output
+    assert not (tmp_path / "r" / "samples" / "code_bad.jsonl").exists() or \
+        not (tmp_path / "r" / "samples" / "code_bad.jsonl").read_text().strip()
+    dry = run_code_task(run_cli, tmp_path, folder, "--dry-run", "1")
+    assert dry.exit_code == 3, dry.output
+    assert f"cannot run: {head}" in dry.output and problem in dry.output
+
+
+def test_the_tool_settings_a_run_takes_pass_the_early_check(run_cli, tmp_path):
+    """The check refuses nothing the tools accept: code_agent's own settings, numbers as ints."""
+    folder = code_task(tmp_path, ("memory_mb: 256, processes: 32", "memory_mb: 256.5, processes: 32"))
+    result = run_code_task(run_cli, tmp_path, folder, "--dry-run", "1")
+    assert result.exit_code == 0, result.output
+    assert "cannot run" not in result.output
+
+
+def test_an_invalid_agent_rows_own_id_is_kept_in_its_error_record(run_cli, tmp_path):
+    """A Sample v1 agent row with tools a string was recorded as code_agent-row-0, its own id
+    nowhere. The record's id stays TASK-row-N on purpose (an invalid row does not take its id, so
+    a later corrected row with it runs: tests/core/test_rows.py; records are keyed by id on resume
+    and in compare); the row's id is now its metadata.row_id."""
+    base = {"schema_version": "v1", "task_type": "agent", "references": ["x"],
+            "messages": [{"role": "user", "content": [{"type": "text", "text": "go"}]}]}
+    rows = [{**base, "id": "mine-1", "tools": "python"}, {**base, "id": "mine-1"}, {**base, "id": ""},
+            {**base, "id": 7, "tools": "python"}]
+    data = tmp_path / "rows.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps([{"text": "x"}]))
+    result = run_cli("--tasks", "code_agent", "--include-path", ROOT / "tests" / "tools" / "data" / "code_agent",
+                     "--data", f"code_agent={data}", "--model", "dummy", "--model-args",
+                     f"response=script,script={script}", "-o", tmp_path, "--run-id", "r", "-q", "--no-report")
+    assert result.exit_code == 1, result.output  # (some rows errored; the corrected one scored)
+    records = samples_of(tmp_path / "r", "code_agent")
+    assert sorted(records) == ["code_agent-row-0", "code_agent-row-2", "code_agent-row-3", "mine-1"]
+    stub = records["code_agent-row-0"]
+    assert stub["eval_result"]["error"]["message"] == "tools: 'python' is not of type 'array'"
+    assert stub["metadata"] == {"locator": f"{data}:1", "row_id": "mine-1"}
+    assert "error" not in records["mine-1"]["eval_result"]  # the corrected row with that id ran
+    assert records["code_agent-row-2"]["metadata"] == {"locator": f"{data}:3"}  # (an empty id is none)
+    assert records["code_agent-row-3"]["metadata"] == {"locator": f"{data}:4"}  # (nor a number)
+
+
+@pytest.mark.parametrize("script, entry, what", [
+    (["done"], "[0]", "not a string"),
+    ({"r": [{"text": "a"}, 5]}, '["r"][1]', "not a number"),
+    ({"r": "done"}, '["r"]', "expected a list of replies, not a string"),
+])
+def test_a_dummy_script_reply_that_is_not_an_object_is_one_line(run_cli, tmp_path, script, entry, what):
+    """A script reply "done" (not {"text": "done"}) was "AttributeError: 'str' object has no
+    attribute 'get'" on each row; now the backend refuses the script, naming the file and entry."""
+    path = tmp_path / "script.json"
+    path.write_text(json.dumps(script))
+    result = run_cli("--tasks", "code_agent", "--include-path", ROOT / "tests" / "tools" / "data" / "code_agent",
+                     "--data", f"code_agent={ROWS}", "--model", "dummy", "--model-args",
+                     f"response=script,script={path}", "-o", tmp_path, "--run-id", "r", "-q", "--no-report")
+    assert result.exit_code == 2, result.output
+    assert f"dummy backend: script {path}: entry {entry}: " in result.output and what in result.output
+    assert "AttributeError" not in result.output
 
 
 def test_bfcl_math_power_cannot_hold_the_run():

@@ -1,0 +1,61 @@
+"""A task's ``request.tool_loop`` checked when the task is set up, before any model loads: each tool
+it names is registered (``gage_register_tools``), ``tool_args`` names only those tools, and each
+tool's arguments are keys its factory takes and values its ``check_args`` accepts (when it has one,
+as :class:`gage_eval.api.tools.Tool` does). A message names the task file's line and the key, never
+a value of ``tool_args`` (a value may be a credential, as a remote sandbox's token)."""
+from __future__ import annotations
+
+import inspect
+from typing import Any, Mapping
+
+from gage_eval.api.errors import GageError
+from gage_eval.api.yamlio import key_line
+from gage_eval.tasks.spec import TASK_FILE, TaskSpec
+
+KEY = "request.tool_loop"
+
+
+def check_tool_loop(spec: TaskSpec, loop: Mapping[str, Any], registry: Any) -> None:
+    """Raise GageError for the first tool or tool argument the run would refuse on every row."""
+    path = spec.folder / TASK_FILE
+
+    def refuse(key: str, problem: str) -> GageError:
+        return GageError(f"task {spec.name!r} ({path}:{key_line(path, key) or 1}): key '{key}': {problem}")
+
+    names = [n for n in loop.get("tools") or () if isinstance(n, str)]
+    if registry is None:
+        from gage_eval.plugins import load_plugins
+
+        registry = load_plugins()[1]
+    factories = {}
+    for i, name in enumerate(names):
+        try:
+            factories[name] = registry.get("tools", name).factory
+        except GageError as exc:
+            raise refuse(f"{KEY}.tools.{i}", str(exc)) from None
+    given = loop.get("tool_args") or {}
+    for name in given:
+        if name not in factories:
+            raise refuse(f"{KEY}.tool_args.{name}",
+                         f"tool_args for tool {name!r}, which tools does not name ({', '.join(names) or 'none'})")
+    for name, args in given.items():
+        key = f"{KEY}.tool_args.{name}"
+        if not isinstance(args, Mapping):
+            raise refuse(key, f"tool {name}: expected a mapping of its arguments")
+        _check_args(name, factories[name], dict(args), lambda problem: refuse(key, problem))
+
+
+def _check_args(name: str, factory: Any, args: dict, refuse: Any) -> None:
+    keys = f"tool_args.{name}: {', '.join(sorted(map(str, args)))}" if args else f"no tool_args.{name}"
+    try:
+        signature = inspect.signature(factory)
+    except (TypeError, ValueError):  # (a factory Python cannot read the parameters of: only its check_args)
+        signature = None
+    try:
+        if signature is not None:
+            signature.bind(sample=None, **args)
+        check = getattr(factory, "check_args", None)
+        if callable(check):
+            check(**args)
+    except (TypeError, ValueError, GageError) as exc:
+        raise refuse(f"tool {name} ({keys}): {type(exc).__name__}: {exc}") from None
