@@ -14,6 +14,7 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
+from forward_wrap import wrapped_forward  # noqa: E402
 from gage_plugins_builtin.backends import hf_decode  # noqa: E402
 
 
@@ -96,17 +97,13 @@ WITH_PREFIX = [SHARED + [5, 9], SHARED + [40, 41, 42, 43, 44], SHARED + [7], SHA
 def forward_lengths(model):
     """``model.forward`` counting each call's input length (the list yielded); the model's own after."""
     calls = []
-    forward = model.forward
 
-    def counting(*args, **kwargs):
+    def counting(forward, *args, **kwargs):
         calls.append(kwargs["input_ids"].shape[1])
         return forward(*args, **kwargs)
 
-    model.forward = counting
-    try:
+    with wrapped_forward(model, counting):
         yield calls
-    finally:
-        del model.forward
 
 
 def test_common_prefix_is_run_once_and_changes_nothing(tiny_llama):

@@ -14,6 +14,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
+from forward_wrap import wrapped_forward  # noqa: E402
 from gage_eval.api.backend import GENERATE, Request  # noqa: E402
 from gage_plugins_builtin.backends import hf_memory  # noqa: E402
 from gage_plugins_builtin.backends.hf_memory import MemoryPlan, ModelShape  # noqa: E402
@@ -97,9 +98,8 @@ def failing_forward(model, too_big):
     """``model.forward`` raising torch's out-of-memory error where ``too_big(input_ids, attention_mask)``,
     as CUDA does for a batch over the card; the calls' (rows, width) are recorded (the list yielded)."""
     calls = []
-    forward = model.forward
 
-    def guarded(*args, **kwargs):
+    def guarded(forward, *args, **kwargs):
         ids = kwargs["input_ids"]
         calls.append(tuple(ids.shape))
         if too_big(ids, kwargs["attention_mask"]):
@@ -107,11 +107,8 @@ def failing_forward(model, too_big):
                                          "capacity of 79.18 GiB of which 8.68 GiB is free.")
         return forward(*args, **kwargs)
 
-    model.forward = guarded
-    try:
+    with wrapped_forward(model, guarded):
         yield calls
-    finally:
-        del model.forward
 
 
 @pytest.fixture
