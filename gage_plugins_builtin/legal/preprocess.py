@@ -4,7 +4,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping
 
-from gage_eval.api import SCHEMA_VERSION, Preprocessor, RowContext, normalize_references, paths, validation_errors
+from gage_eval.api import (SCHEMA_VERSION, Preprocessor, RowContext, normalize_references, paths, text_segment,
+                           user_message, validation_errors)
 
 from gage_plugins_builtin.legal.documents import attachment_text
 from gage_plugins_builtin.legal.schema import LEGAL_TOP_LEVEL
@@ -124,11 +125,10 @@ class LegalEvalV1(Preprocessor):
 
 def _messages(record: Mapping[str, Any], context: str, media: list[dict]) -> list[dict]:
     prompt = record["prompt"]
-    # (text segments spelled out as api.text_segment makes them)
-    turns = [{"role": m["role"], "content": [{"type": "text", "text": m["content"]}]} for m in record.get("messages") or []]
+    turns = [{"role": m["role"], "content": [text_segment(m["content"])]} for m in record.get("messages") or []]
     if not turns or turns[-1]["role"] != "user" or turns[-1]["content"][0]["text"] != prompt:
-        turns.append({"role": "user", "content": [{"type": "text", "text": prompt}]})
+        turns.append(user_message(prompt))
     last = turns[-1]
-    lead = [{"type": "text", "text": f"Context:\n{context}"}] if context else []
+    lead = [text_segment(f"Context:\n{context}")] if context else []
     turns[-1] = {**last, "content": media + lead + last["content"]}
     return turns
