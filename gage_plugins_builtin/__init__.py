@@ -23,27 +23,22 @@ def tasks_dir() -> Path:
 
 
 def lazy(target: str, **declared: Any) -> Callable[..., Any]:
-    """A factory for ``module:attribute`` that imports the module on first call; ``declared``:
-    what the factory tells the core before it is called (docs/hooks.md, backend factories)."""
+    """A factory for ``module:attribute`` that imports the module on first call (``attribute`` may be
+    dotted, as a tool's ``Class.check_args``); ``declared``: what the factory tells the core before
+    it is called (docs/hooks.md, backend factories)."""
     module, _, attr = target.partition(":")
+    names = attr.split(".")
 
     def factory(**kwargs: Any) -> Any:
-        return getattr(importlib.import_module(module), attr)(**kwargs)
+        obj = importlib.import_module(module)
+        for name in names:
+            obj = getattr(obj, name)
+        return obj(**kwargs)
 
     factory.__name__ = attr
     factory.__qualname__ = attr
     factory.__dict__.update(declared)
     return factory
-
-
-def _lazy_method(target: str, method: str) -> Callable[..., Any]:
-    """``module:attribute``'s ``method``, the module imported on first call (a tool's ``check_args``)."""
-    module, _, attr = target.partition(":")
-
-    def call(**kwargs: Any) -> Any:
-        return getattr(getattr(importlib.import_module(module), attr), method)(**kwargs)
-
-    return call
 
 
 P = "gage_plugins_builtin."
@@ -205,7 +200,7 @@ def gage_wrap_backend(backend, use):
 
 @hookimpl
 def gage_register_tools(register):
-    _register_all(register, TOOLS, {name: {"check_args": _lazy_method(target, "check_args")}  # (said at task setup)
+    _register_all(register, TOOLS, {name: {"check_args": lazy(target + ".check_args")}  # (said at task setup)
                                     for name, target in TOOLS.items()})
 
 
