@@ -227,6 +227,8 @@ class TransformersBackend(Backend):
                             f"not {truncate_prompts!r}")
         self.truncate_prompts = str(truncate_prompts)
         self._oom_scale = 1.0  # halved at each out-of-memory error: later batches plan for less
+        self._plan_told = False  # the line saying how generation is batched, printed once
+        self.truncated = 0  # prompts cut from the left (truncate_prompts=left, log-likelihood contexts)
         # torch's CPU threads (default: torch's own, one per core; on a busy machine fewer can be much faster)
         self.threads = _int(threads, "threads") if threads not in (None, "") else None
         caps = {GENERATE, LOGLIKELIHOOD, LOGLIKELIHOOD_ROLLING, "tools"}
@@ -806,8 +808,8 @@ class TransformersBackend(Backend):
         free = hf_memory.free_bytes(self.device)
         budget = free * hf_memory.FREE_SHARE * self._oom_scale
         if self.prefix_store is not None:
-            budget -= max(0, self.prefix_store.budget - sum(e[2] for e in self.prefix_store.entries))
-        if not getattr(self, "_plan_told", False):  # once: how generation is batched here
+            budget -= max(0, self.prefix_store.budget - self.prefix_store.used)
+        if not self._plan_told:  # once: how generation is batched here
             self._plan_told = True
             store = f"{self.prefix_store.budget / 2**30:.1f} GiB" if self.prefix_store is not None else "off"
             print(f"gage-eval: note: transformers backend: generation batches sized by memory: {budget / 2**30:.1f} "
@@ -824,7 +826,7 @@ class TransformersBackend(Backend):
         if len(ids) <= limit or limit < 1:
             return ids, None
         if self.truncate_prompts == "left":
-            self.truncated = getattr(self, "truncated", 0) + 1
+            self.truncated += 1
             return ids[-limit:], None
         return None, (f"transformers backend: row {req.sample_id}: the prompt is {len(ids):,} tokens, over the "
                       f"{limit:,} that {self.model_id} takes with {self.max_length - limit} new tokens (max_length "
@@ -837,7 +839,7 @@ class TransformersBackend(Backend):
         sized by memory (hf_memory); one that runs out of memory is split in halves and run again,
         and only a row that does not fit on its own fails."""
         groups: dict[tuple, list[tuple[int, str, list[int]]]] = {}
-        cut_before = getattr(self, "truncated", 0)
+        cut_before = self.truncated
         for i, req in enumerate(requests):
             if req.chat and "chat" not in self.capabilities:
                 yield i, ModelOutput(error=f"transformers backend: {self.model_id} has no chat template")
@@ -854,7 +856,7 @@ class TransformersBackend(Backend):
                 continue
             key = tuple(sorted(settings.items()))
             groups.setdefault(key, []).append((i, text, ids))
-        cut = getattr(self, "truncated", 0) - cut_before
+        cut = self.truncated - cut_before
         if cut:
             print(f"gage-eval: note: transformers backend: {cut} generation prompt(s) longer than max_length less "
                   f"max_new_tokens were cut from the left (truncate_prompts=left)", file=sys.stderr, flush=True)

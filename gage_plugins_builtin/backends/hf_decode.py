@@ -218,6 +218,11 @@ class PrefixStore:
         self.entries: list[tuple[list[int], Any, int, Any]] = []
         self.hits = self.reused_tokens = 0
 
+    @property
+    def used(self) -> int:
+        """Bytes of keys and values held now."""
+        return sum(e[2] for e in self.entries)
+
     def lookup(self, prompt: Sequence[list[int]] | list[int], use: bool = True) -> tuple[int, Any]:
         """(n, cache): the cache's first n positions are the prompt's first n tokens; (0, None) if none is
         at least :data:`MIN_SHARED_PREFIX` long. ``use=False`` only looks (for planning a batch): the
@@ -253,7 +258,7 @@ class PrefixStore:
         import numpy as np
 
         self.entries.append((list(tokens), cache, size, np.asarray(tokens, dtype=np.int64)))
-        while sum(e[2] for e in self.entries) > self.budget:
+        while self.used > self.budget:
             self.entries.pop(0)
 
 
