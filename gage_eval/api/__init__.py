@@ -40,7 +40,8 @@ What is here, by what a plugin does with it:
   messages and references, reading their text: :func:`user_message`, :func:`content_text`,
   :func:`from_legacy`, ...), the strict JSON row reader, the namespace :mod:`jsonio`
   (``jsonio.iter_json_rows``, ``jsonio.check_data_file``, ``jsonio.json_type``: how the jsonl
-  loader and ``gage-eval validate`` read a row), the namespace :mod:`paths` (file and URL checks
+  loader and ``gage-eval validate`` read a row; ``jsonio.loads``: a reply's or a tool call's JSON,
+  every failure a ValueError, too-deep nesting included), the namespace :mod:`paths` (file and URL checks
   for paths in data: ``paths.data_path``, ``paths.checked_url``, ``paths.base_folder``,
   ``paths.context_for``, ``paths.REMOTE_SCHEMES``), :func:`validation_errors` (a plugin adds
   schemas with ``gage_register_schemas``), :func:`data_packages` (the installed data packages

@@ -7,6 +7,7 @@ with the whole file (gzip, UTF-16, unreadable, a FIFO) raises :class:`InputError
 """
 from __future__ import annotations
 
+import json
 import stat
 from pathlib import Path
 from typing import Any, Iterator
@@ -15,13 +16,24 @@ from gage_eval.api.errors import InputError
 from gage_eval.api.strictjson import (MAX_DEPTH, JsonProblem, RowProblem, column, decode, json_type, path_at,
                                       row_error, too_deep_at)
 
-__all__ = ["check_data_file", "file_kind", "iter_json_rows", "json_type"]  # what the namespace jsonio offers plugins
+__all__ = ["check_data_file", "file_kind", "iter_json_rows", "json_type", "loads"]  # what the namespace jsonio offers plugins
 
 BOM = b"\xef\xbb\xbf"
 # one line of a .jsonl: more than a prompt can hold (a template's output stops at 4,000,000
 # characters), and small enough that a row's record, which keeps its text (some of it twice),
 # stays within the 64 MiB a run folder's sample line may have; a longer line is its row's error
 MAX_ROW_BYTES = 16 << 20
+
+
+def loads(text: str | bytes) -> Any:
+    """``json.loads`` whose every failure is a ValueError: text that is not JSON, and JSON nested
+    deeper than Python's decoder can follow (a model's or a server's ``[[[[...``, which would be a
+    RecursionError out of the caller). As lenient as ``json.loads`` (NaN, duplicate keys): for
+    replies and tool calls; a data file's rows are read strictly (:func:`iter_json_rows`)."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise ValueError("nested too deeply to read") from None
 
 
 def file_problem(head: bytes, kind: str) -> str | None:

@@ -32,7 +32,7 @@ import types
 from dataclasses import dataclass
 from typing import Any, AsyncIterator, Callable
 
-from gage_eval.api import FatalBackendError, secrets
+from gage_eval.api import FatalBackendError, jsonio, secrets
 from gage_plugins_builtin.backends.openai_endpoints import Router, sent_url
 from gage_plugins_builtin.backends.openai_payload import BadReply, Unscorable, Unsupported
 
@@ -346,8 +346,8 @@ class Poster:
                 self._check_status(status, response.headers, await error_text(response))
             content = await read_body(response, self.max_response_bytes)
         try:
-            reply = json.loads(content)
-        except (ValueError, RecursionError):
+            reply = jsonio.loads(content)
+        except ValueError:
             raise BadReply(f"not JSON: {self.quote(content.decode('utf-8', 'replace'), 80)!r}") from None
         return parse(reply), None
 
@@ -370,8 +370,8 @@ class Poster:
                     done = True
                     continue
                 try:
-                    chunk = json.loads(payload)
-                except (ValueError, RecursionError):
+                    chunk = jsonio.loads(payload)
+                except ValueError:
                     raise BadReply(f"a stream event is not JSON: {self.quote(payload, 80)!r}") from None
                 if not isinstance(chunk, dict):
                     raise BadReply("a stream event is not a JSON object")
@@ -521,11 +521,11 @@ def _first_line(exc: BaseException) -> str:
 def error_detail(text: str, scrub: Callable[[str], str] = str) -> str:
     """An error reply's message, secrets removed (before it is cut short, so no piece of one is left)."""
     try:
-        data = json.loads(text)
+        data = jsonio.loads(text)
         err = data.get("error", data) if isinstance(data, dict) else data
         message = err.get("message", err) if isinstance(err, dict) else err
         text = str(message)
-    except (ValueError, RecursionError):
+    except ValueError:
         pass
     text = " ".join(text.split())
     text = scrub(text)

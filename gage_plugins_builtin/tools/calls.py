@@ -13,6 +13,8 @@ import operator
 import re
 from typing import Any, Mapping, Sequence
 
+from gage_eval.api import jsonio
+
 Calls = list[dict]
 
 
@@ -27,10 +29,7 @@ def call_arguments(arguments: Any) -> Any:
     ValueError when the text is not JSON, or nests deeper than the decoder can follow (a model's or a
     server's ``[[[[...`` is the call's failure, not a RecursionError out of the loop or the metric)."""
     if isinstance(arguments, str):
-        try:
-            return json.loads(arguments) if arguments.strip() else {}
-        except RecursionError:
-            raise ValueError("nested too deeply to read") from None
+        return jsonio.loads(arguments) if arguments.strip() else {}
     return arguments
 
 
@@ -173,8 +172,8 @@ class HermesParser:
         calls, errors = [], []
         for i, block in enumerate(blocks):
             try:
-                obj = json.loads(block)
-            except (ValueError, RecursionError) as exc:
+                obj = jsonio.loads(block)
+            except ValueError as exc:
                 errors.append(f"tool call {i}: not JSON: {exc}")
                 continue
             if not isinstance(obj, dict) or not isinstance(obj.get("name"), str):
@@ -194,8 +193,8 @@ class JsonParser:
         if not body.startswith(("{", "[")):
             return text, [], None
         try:
-            obj = json.loads(body)
-        except (ValueError, RecursionError) as exc:
+            obj = jsonio.loads(body)
+        except ValueError as exc:
             return text, [], f"the reply is not JSON: {exc}"
         items = obj if isinstance(obj, list) else [obj]
         if not all(isinstance(o, dict) and isinstance(o.get("name"), str) for o in items):
