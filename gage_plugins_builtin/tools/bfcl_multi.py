@@ -25,7 +25,7 @@ from typing import Any, Mapping
 from gage_eval.api import Metric, MetricContext, Preprocessor, RowContext, text_segment, tools
 
 from gage_plugins_builtin.tools.bfcl import package_data, schema_of
-from gage_plugins_builtin.tools.calls import tool_call
+from gage_plugins_builtin.tools.calls import MAX_BITS, power_too_big, tool_call
 
 SOURCE = "bfcl_eval.eval_checker.multi_turn_eval.func_source_code"
 # BFCL's class -> (module, function-doc file)
@@ -68,18 +68,6 @@ def method_owners(instances: Mapping[str, Any]) -> dict[str, Any]:
     return owners
 
 
-MAX_POWER_BITS = 1 << 16  # an integer power past this could not be written as a result anyway (4,300 digits)
-
-
-def _too_big(name: str, kwargs: Mapping[str, Any]) -> bool:
-    """MathAPI's power(base, exponent) on integers a model chose: ``3 ** 1_000_000_000`` would hold
-    the interpreter (and gigabytes) for hours in one C call that no timeout can stop."""
-    base, exponent = kwargs.get("base"), kwargs.get("exponent")
-    if name != "power" or type(base) is not int or type(exponent) is not int or exponent <= 0:
-        return False
-    return abs(base) > 1 and exponent * abs(base).bit_length() > MAX_POWER_BITS
-
-
 def execute(owner: Any, name: str, args: tuple, kwargs: Mapping[str, Any]) -> str:
     """One call's result text, as BFCL's executor words it (an exception as ``Error during execution``)."""
     try:
@@ -87,8 +75,8 @@ def execute(owner: Any, name: str, args: tuple, kwargs: Mapping[str, Any]) -> st
             raise Exception(f"Function call {name} is not allowed.")
         if owner is None:
             raise NameError(f"name '{name}' is not defined")
-        if _too_big(name, kwargs):
-            raise OverflowError(f"the result of {name} would have more than {MAX_POWER_BITS} bits")
+        if name == "power" and power_too_big(kwargs.get("base"), kwargs.get("exponent")):  # MathAPI's power
+            raise OverflowError(f"the result of {name} would have more than {MAX_BITS} bits")
         return tools.Tool.result_text(getattr(owner, name)(*args, **kwargs))
     except Exception as exc:  # the model's (or the answer's) mistake is a result, as in BFCL
         return f"Error during execution: {exc}"

@@ -82,11 +82,19 @@ MAX_BITS = 1 << 16  # an integer a reply's arithmetic may make (a JSON number pa
 MAX_ITEMS = 1 << 20  # a text or list a reply's `"x" * n` may make
 
 
+def power_too_big(base: Any, exponent: Any) -> bool:
+    """Whether ``base ** exponent`` on integers would pass ``MAX_BITS`` (``3 ** 10**9`` holds the
+    interpreter and gigabytes for hours in one C call no timeout stops): bounded, never computed."""
+    if type(base) is not int or type(exponent) is not int or exponent <= 0 or abs(base) <= 1:
+        return False
+    return exponent * abs(base).bit_length() > MAX_BITS
+
+
 def _too_big(op: Any, left: Any, right: Any) -> bool:
     """Whether arithmetic a model wrote would hold the interpreter or its memory (``9**9**9``,
     ``"x" * 10**10``): what it computes is bounded, not evaluated to find out."""
-    if op is operator.pow and type(left) is int and type(right) is int and right > 0 and abs(left) > 1:
-        return right * abs(left).bit_length() > MAX_BITS
+    if op is operator.pow:
+        return power_too_big(left, right)
     if op is operator.mul:
         for seq, n in ((left, right), (right, left)):
             if isinstance(seq, (str, list, tuple)) and type(n) is int:
