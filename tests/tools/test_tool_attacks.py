@@ -9,10 +9,8 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-EXAMPLE = ROOT / "examples" / "gage-eval-plugin-example"
-TASKS = EXAMPLE / "gage_eval_plugin_example" / "tasks"
-ROWS = TASKS / "example_pantry" / "rows.jsonl"
+from tests.tools.example_runs import ROOT, ROWS, call, run_pantry, samples_of
+
 sys.path.insert(0, str(ROOT / "tests" / "backends"))
 from openai_fake_server import FakeServer  # noqa: E402
 
@@ -21,39 +19,11 @@ from tests.sandbox.local_sandbox import needs_local_sandbox  # noqa: E402
 DEEP = "[" * 100_000 + "]" * 100_000  # JSON Python's decoder cannot read without running out of stack
 
 
-def call(cid: str, name: str, arguments) -> dict:
-    text = arguments if isinstance(arguments, str) else json.dumps(arguments)
-    return {"id": cid, "type": "function", "function": {"name": name, "arguments": text}}
-
-
-@pytest.fixture
-def example_plugin(monkeypatch, fresh_plugins):
-    monkeypatch.syspath_prepend(str(EXAMPLE))
-    import gage_eval_plugin_example
-
-    fresh_plugins.register_plugin(gage_eval_plugin_example, "example")
-    return gage_eval_plugin_example
-
-
-def samples_of(folder: Path, task: str) -> dict:
-    return {json.loads(line)["id"]: json.loads(line)
-            for line in (folder / "samples" / f"{task}.jsonl").read_text().splitlines()}
-
-
-def pantry(run_cli, tmp_path, script, run_id, *extra, rows=ROWS):
-    path = tmp_path / f"{run_id}.script.json"
-    path.write_text(json.dumps(script))
-    result = run_cli("--tasks", "example_pantry", "--include-path", TASKS, "--data", f"example_pantry={rows}",
-                     "--model", "dummy", "--model-args", f"response=script,script={path}",
-                     "-o", tmp_path, "--run-id", run_id, "-q", "--no-report", *extra)
-    return result
-
-
 def test_deeply_nested_arguments_go_back_to_the_model(example_plugin, run_cli, tmp_path):
     """Arguments nested past the JSON decoder's depth: the tool turn says they cannot be read and
     the loop goes on (it was the row's RecursionError), and trajectory_match scores the row."""
     script = {"pantry-1": [{"tool_calls": [call("c1", "take", DEEP)]}, {"text": "4"}], "pantry-2": [{"text": "no"}]}
-    result = pantry(run_cli, tmp_path, script, "deep")
+    result = run_pantry(run_cli, tmp_path, script, "deep", report=False)
     assert result.exit_code == 0, result.output
     first = samples_of(tmp_path / "deep", "example_pantry")["pantry-1"]
     assert "error" not in first["eval_result"], first["eval_result"]
@@ -193,7 +163,8 @@ def test_golden_arguments_that_are_not_json_are_the_rows_error(example_plugin, r
         call("g", "count", '{"item": flour}')]}]]
     data = tmp_path / "rows.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    result = pantry(run_cli, tmp_path, {"pantry-1": [{"text": "4"}], "pantry-2": [{"text": "no"}]}, "bad", rows=data)
+    script = {"pantry-1": [{"text": "4"}], "pantry-2": [{"text": "no"}]}
+    result = run_pantry(run_cli, tmp_path, script, "bad", rows=data, report=False)
     assert result.exit_code == 1, result.output  # some rows errored
     samples = samples_of(tmp_path / "bad", "example_pantry")
     error = samples["pantry-2"]["eval_result"]["error"]
@@ -208,16 +179,16 @@ def test_the_cache_is_keyed_by_the_tools(example_plugin, run_cli, tmp_path):
     script = {"pantry-1": [{"tool_calls": [call("x", "take", {"amount": 2, "item": "eggs"})]}, {"text": "4"}],
               "pantry-2": [{"text": "no"}]}
     cache = tmp_path / "cache"
-    assert pantry(run_cli, tmp_path, script, "one", "--cache", cache).exit_code == 0
+    assert run_pantry(run_cli, tmp_path, script, "one", "--cache", cache, report=False).exit_code == 0
     rows = [json.loads(line) for line in ROWS.read_text().splitlines()]
     for r in rows:
         r["tools"][0]["function"]["description"] = "How many are left (changed)."
     data = tmp_path / "rows.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    assert pantry(run_cli, tmp_path, script, "two", "--cache", cache, rows=data).exit_code == 0
+    assert run_pantry(run_cli, tmp_path, script, "two", "--cache", cache, rows=data, report=False).exit_code == 0
     counts = json.loads((tmp_path / "two" / "summary.json").read_text())["tasks"]["example_pantry"]["cache"]
     assert counts.get("hits", 0) == 0 and counts["misses"] == 3, counts
-    assert pantry(run_cli, tmp_path, script, "three", "--cache", cache, rows=data).exit_code == 0
+    assert run_pantry(run_cli, tmp_path, script, "three", "--cache", cache, rows=data, report=False).exit_code == 0
     counts = json.loads((tmp_path / "three" / "summary.json").read_text())["tasks"]["example_pantry"]["cache"]
     assert counts["hits"] == 3, counts
 

@@ -11,16 +11,7 @@ from pathlib import Path
 
 import pytest
 
-
-ROOT = Path(__file__).resolve().parents[2]
-EXAMPLE = ROOT / "examples" / "gage-eval-plugin-example"
-TASKS = EXAMPLE / "gage_eval_plugin_example" / "tasks"
-ROWS = TASKS / "example_pantry" / "rows.jsonl"
-
-
-def call(cid: str, name: str, arguments) -> dict:
-    text = arguments if isinstance(arguments, str) else json.dumps(arguments)
-    return {"id": cid, "type": "function", "function": {"name": name, "arguments": text}}
+from tests.tools.example_runs import ROOT, ROWS, TASKS, call, run_pantry, samples_of
 
 
 SCRIPT = {
@@ -32,24 +23,8 @@ SCRIPT = {
 }
 
 
-@pytest.fixture
-def example_plugin(monkeypatch, fresh_plugins):
-    monkeypatch.syspath_prepend(str(EXAMPLE))
-    import gage_eval_plugin_example
-
-    fresh_plugins.register_plugin(gage_eval_plugin_example, "example")
-    return gage_eval_plugin_example
-
-
 def run(run_cli, tmp_path, script, run_id, *extra):
-    path = tmp_path / f"{run_id}.script.json"
-    path.write_text(json.dumps(script))
-    result = run_cli("--tasks", "example_pantry", "--include-path", TASKS, "--data", f"example_pantry={ROWS}",
-                     "--model", "dummy", "--model-args", f"response=script,script={path}",
-                     "-o", tmp_path, "--run-id", run_id, "-q", *extra)
-    samples = {json.loads(line)["id"]: json.loads(line)
-               for line in (tmp_path / run_id / "samples" / "example_pantry.jsonl").read_text().splitlines()}
-    return result, samples
+    return run_pantry(run_cli, tmp_path, script, run_id, *extra), samples_of(tmp_path / run_id, "example_pantry")
 
 
 def test_agent_row_through_data_with_a_plugin_tool(example_plugin, run_cli, tmp_path):
