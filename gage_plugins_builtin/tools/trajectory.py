@@ -19,12 +19,16 @@ from gage_plugins_builtin.tools.calls import call_arguments
 MODES = ("exact", "in_order", "set")
 
 
+def _canonical(arguments: Any) -> str:
+    return json.dumps(arguments, sort_keys=True, ensure_ascii=False)
+
+
 def _canonical_arguments(arguments: Any) -> str:
     try:
         arguments = call_arguments(arguments)
     except ValueError:
         return "\x00" + arguments  # (unparsable: equal only to the same text)
-    return json.dumps(arguments, sort_keys=True, ensure_ascii=False)
+    return _canonical(arguments)
 
 
 def trajectory_calls(messages: Iterable[Any]) -> list[tuple[str, str]]:
@@ -61,19 +65,27 @@ def model_trajectory(model_output: Mapping[str, Any]) -> list:
     return [{"role": "assistant", "tool_calls": model_output.get("tool_calls") or []}]
 
 
-def _check_golden(goldens: list) -> None:
-    """A golden call whose arguments are not JSON could never be matched: the row's error, naming
-    the field (Sample v1's schema checks the shape, not the JSON inside the arguments' text)."""
+def _golden_calls(goldens: list) -> list[list[tuple[str, str]]]:
+    """Each golden trajectory's calls as :func:`trajectory_calls` gives them, each call's arguments
+    parsed once. A golden call whose arguments are not JSON could never be matched: the row's
+    error, naming the field (Sample v1's schema checks the shape, not the JSON inside the
+    arguments' text), whichever turn holds it."""
+    out = []
     for g, golden in enumerate(goldens):
+        calls_of = []
         for t, message in enumerate(golden or ()):
             calls = message.get("tool_calls") if isinstance(message, Mapping) else None
             for c, call in enumerate(calls or ()):
                 fn = call.get("function") if isinstance(call, Mapping) else None
                 try:
-                    call_arguments(fn.get("arguments", {}) if isinstance(fn, Mapping) else {})
+                    arguments = call_arguments(fn.get("arguments", {}) if isinstance(fn, Mapping) else {})
                 except ValueError as exc:
                     raise ValueError(f"golden_trajectories[{g}][{t}].tool_calls[{c}].function.arguments: "
                                      f"not valid JSON ({exc})") from None
+                if isinstance(fn, Mapping) and message.get("role") == "assistant":
+                    calls_of.append((str(fn.get("name")), _canonical(arguments)))
+        out.append(calls_of)
+    return out
 
 
 class TrajectoryMatch(Metric):
@@ -91,9 +103,9 @@ class TrajectoryMatch(Metric):
         goldens = ctx.sample.get("golden_trajectories") or []
         if not goldens:
             return None
-        _check_golden(goldens)
+        goldens = _golden_calls(goldens)
         model = trajectory_calls(model_trajectory(ctx.model_output))
         for golden in goldens:
-            if calls_match(trajectory_calls(golden), model, self.mode):
+            if calls_match(golden, model, self.mode):
                 return {"value": 1.0}
-        return {"value": 0.0, "calls": len(model), "golden_calls": len(trajectory_calls(goldens[0]))}
+        return {"value": 0.0, "calls": len(model), "golden_calls": len(goldens[0])}
