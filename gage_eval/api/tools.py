@@ -30,6 +30,11 @@ class Tool:
     this process.
     """
 
+    call_timeout_s: float | None = None
+    """Seconds the loop waits for one call of this tool when that is longer than the task's
+    ``tool_loop.call_timeout_s`` (300 by default): for a tool that bounds its own calls (the code
+    tools: the sandbox's wall time, plus a margin). None: the task's limit. It never shortens it."""
+
     def __init__(self, sample: Mapping[str, Any] | None = None) -> None:
         self.sample = sample
 

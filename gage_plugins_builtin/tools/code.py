@@ -45,7 +45,7 @@ class CodeTool(tools.Tool):
         self.limits = execution.Limits(wall_s=float(timeout_s), cpu_s=float(timeout_s)).replace(**dict(limits or {}))
         self.box = execution.open_sandbox(sandbox, **dict(sandbox_args or {}))  # (after the settings are read)
         self.row = execution.Job.for_row((sample or {}).get("sandbox"), (), limits=self.limits)  # its setting
-        self.call_timeout_s = self.limits.wall_s + 60.0  # (the loop waits this long for a call: the sandbox ends it first)
+        self.call_timeout_s = self.limits.wall_s + 60.0  # (Tool.call_timeout_s: the sandbox ends a call first)
         self.calls = 0
 
     @classmethod

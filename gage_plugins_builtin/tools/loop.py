@@ -112,8 +112,9 @@ class Toolbox:
             return f"Error: the arguments of {name} are not a JSON object"
         if id(tool) in self.hung:
             return f"Error: {name} is unavailable: an earlier call of its tool did not return"
-        # a tool bounding its own calls (the code tools: the sandbox's wall time) is waited for that long
-        wait = max(self.call_timeout_s, float(getattr(tool, "call_timeout_s", 0) or 0))
+        wait = self.call_timeout_s  # or longer for a tool that bounds its own calls (Tool.call_timeout_s)
+        if isinstance(tool, tools.Tool) and tool.call_timeout_s:  # (a tool not built on tools.Tool has none)
+            wait = max(wait, float(tool.call_timeout_s))
         try:
             return _cut(tools.Tool.result_text(_call_within(tool, name, args, wait)), self.max_result_chars)
         except _Hung:

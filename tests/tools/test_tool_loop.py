@@ -90,6 +90,40 @@ def test_turn_limit_stops_the_row(example_plugin, run_cli, tmp_path):
     assert samples["pantry-1"]["eval_result"]["metrics"]["trajectory_match"]["value"] == 0.0
 
 
+def test_a_tools_declared_call_timeout_only_lengthens_the_loops(monkeypatch):
+    """Tool.call_timeout_s (the Tool contract, docs/hooks.md): a tool declaring a longer bound is
+    waited that long; a shorter one, None, or a tool not built on tools.Tool gets the task's limit."""
+    from gage_eval.api import tools
+
+    import gage_plugins_builtin.tools.loop as loop
+
+    class Plain(tools.Tool):
+        def ping(self):
+            return "pong"
+
+    class Long(Plain):
+        call_timeout_s = 900
+
+    class Short(Plain):
+        call_timeout_s = 1
+
+    class Bare:  # the protocol without the base class
+        def functions(self):
+            return ["ping"]
+
+        def call(self, name, arguments):
+            return "pong"
+
+    waits = []
+    monkeypatch.setattr(loop, "_call_within", lambda tool, name, args, wait: waits.append(wait) or "pong")
+    for tool in (Long(), Short(), Plain(), Bare()):
+        box = loop.Toolbox.__new__(loop.Toolbox)
+        box.max_result_chars, box.call_timeout_s, box.hung = 1000, 30.0, set()
+        box.tools, box.owner = [tool], {"ping": tool}
+        assert box.run({"function": {"name": "ping", "arguments": "{}"}}) == "pong"
+    assert waits == [900.0, 30.0, 30.0, 30.0]
+
+
 def test_trajectory_match_modes():
     from gage_plugins_builtin.tools.trajectory import calls_match, trajectory_calls
 
