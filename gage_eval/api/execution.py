@@ -14,6 +14,7 @@ from __future__ import annotations
 import sys
 import threading
 from dataclasses import dataclass, field
+from pathlib import PurePosixPath
 from typing import Any, ClassVar, Mapping
 
 from gage_eval.api import registered
@@ -53,6 +54,15 @@ class Limits:
         if unknown:
             raise ValueError(f"unknown limit {', '.join(unknown)}; limits: {', '.join(sorted(known))}")
         return Limits(**{**{k: getattr(self, k) for k in known}, **changes})
+
+
+def file_name_problem(name: str) -> str:
+    """Why ``name`` cannot be a file of a job's working folder (Sample v1 ``sandbox.files``): "" when
+    it is a relative path that stays inside the folder."""
+    parts = PurePosixPath(name).parts
+    if "\0" in name or not parts or parts[0] == "/" or ".." in parts:
+        return f"{name!r} is not a relative path inside the working folder"
+    return ""
 
 
 @dataclass(frozen=True)

@@ -151,10 +151,10 @@ def _own_processes() -> int:
 def _write_files(stage: Path, files: dict) -> str:
     """Write the job's files under ``stage``; a path that leaves it is refused (the reason)."""
     for name, text in files.items():
-        rel = PurePosixPath(name)
-        if rel.is_absolute() or ".." in rel.parts or not rel.parts:
-            return f"sandbox.files: {name!r} is not a relative path inside the working folder"
-        target = stage.joinpath(*rel.parts)
+        bad = execution.file_name_problem(name)
+        if bad:
+            return f"sandbox.files: {bad}"
+        target = stage.joinpath(*PurePosixPath(name).parts)
         target.parent.mkdir(parents=True, exist_ok=True)
         for folder in [target.parent, *target.parent.parents]:
             if folder == stage:

@@ -156,3 +156,29 @@ def test_a_tool_setting_that_names_no_tool_or_a_bad_limit_is_the_rows_error(run_
     tool = PythonTool(sample={"sandbox": {"files": {"a.txt": "x"}}}, timeout_s=3)
     assert tool.limits.wall_s == 3 and tool.limits.cpu_s == 3 and tool.files == {"a.txt": "x"}
     assert tool.definitions()[0]["function"]["parameters"]["required"] == ["code"]
+
+
+def test_a_rows_sandbox_file_outside_its_folder_is_the_rows_error_before_the_model(run_cli, tmp_path):
+    """A row whose sandbox.files names a path that leaves the working folder (or no path at all) is
+    reported with its line and field and recorded as an error; the model never sees it and the
+    good row beside it runs (it used to reach the model as a tool turn's error and be scored)."""
+    marker = f"GAGE_TEST_{uuid.uuid4().hex}"
+    bad_names = ["../up.txt", "/etc/x", "a/../../b", "", "nul\0here"]
+    rows = [row(f"bad{i}", "Read it", marker, {name: "x", "fine.txt": "y"}) for i, name in enumerate(bad_names)]
+    rows.append(row("good", "Read it", marker, {"fine.txt": "y"}))
+    script = {r["id"]: [{"tool_calls": [call("a", "python", {"code": "print(open('fine.txt').read())"})]},
+                        {"text": "done"}] for r in rows}
+    result, samples = run(run_cli, tmp_path, rows, script)
+    assert result.exit_code != 0  # row errors: the run's status says some rows failed
+    assert tool_texts(samples["good"]) == ["y\n"]
+    assert samples["good"]["eval_result"]["metrics"]["exact_match"]["value"] == 1.0
+    events = [json.loads(line) for line in (tmp_path / "r" / "events.jsonl").read_text().splitlines()]
+    errors = [e for e in events if e["event"] == "sample_error"]
+    assert [e["locator"].rsplit("/", 1)[1] for e in errors] == [f"rows.jsonl:{i + 1}" for i in range(5)]
+    for e, name in zip(errors, bad_names):
+        assert e["stage"] == "validate"
+        assert e["message"] == f"sandbox.files: {name!r} is not a relative path inside the working folder"
+    for i in range(5):  # each bad row is recorded as its error and never reached the model
+        record = samples[f"code_agent-row-{i}"]
+        assert record["metadata"]["row_id"] == f"bad{i}" and "predict_result" not in record
+        assert record["eval_result"]["error"]["stage"] == "validate"
