@@ -1,7 +1,7 @@
 """A task's ``request.tool_loop`` checked when the task is set up, before any model loads: each tool
 it names is registered (``gage_register_tools``), ``tool_args`` names only those tools, and each
-tool's arguments are keys its factory takes and values its ``check_args`` accepts (when it has one,
-as :class:`gage_eval.api.tools.Tool` does). A message names the task file's line and the key, never
+tool's arguments (none given: its defaults) are keys its factory takes and values its ``check_args``
+accepts (when it has one, as :class:`gage_eval.api.tools.Tool` does). A message names the task file's line and the key, never
 a value of ``tool_args`` (a value may be a credential, as a remote sandbox's token)."""
 from __future__ import annotations
 
@@ -38,8 +38,9 @@ def check_tool_loop(spec: TaskSpec, loop: Mapping[str, Any], registry: Any) -> N
         if name not in factories:
             raise refuse(f"{KEY}.tool_args.{name}",
                          f"tool_args for tool {name!r}, which tools does not name ({', '.join(names) or 'none'})")
-    for name, args in given.items():
-        key = f"{KEY}.tool_args.{name}"
+    for name in factories:  # a tool without tool_args is checked with its defaults (its sandbox opened)
+        args = given.get(name, {})
+        key = f"{KEY}.tool_args.{name}" if name in given else f"{KEY}.tools.{names.index(name)}"
         if not isinstance(args, Mapping):
             raise refuse(key, f"tool {name}: expected a mapping of its arguments")
         _check_args(name, factories[name], dict(args), lambda problem: refuse(key, problem))

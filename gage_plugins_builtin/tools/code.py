@@ -64,6 +64,7 @@ class CodeTool(tools.Tool):
             raise ValueError("sandbox: expected a registered sandbox's name")
         if not isinstance(sandbox_args, (Mapping, type(None))):
             raise ValueError("sandbox_args: expected a mapping of the sandbox's arguments")
+        execution.open_sandbox(sandbox, **dict(sandbox_args or {}))  # registered, and can run here
 
     @property
     def files(self) -> Mapping[str, str]:

@@ -182,3 +182,30 @@ def test_a_rows_sandbox_file_outside_its_folder_is_the_rows_error_before_the_mod
         record = samples[f"code_agent-row-{i}"]
         assert record["metadata"]["row_id"] == f"bad{i}" and "predict_result" not in record
         assert record["eval_result"]["error"]["stage"] == "validate"
+
+
+@pytest.mark.parametrize("tool_args, key, problem", [
+    ("python: {sandbox: nowhere}", "request.tool_loop.tool_args.python",
+     "unknown sandbox 'nowhere'; registered sandboxes:"),
+    ("python: {sandbox_args: {colour: red}}", "request.tool_loop.tool_args.python", "TypeError"),
+    ("bash: {sandbox: unsandboxed}", "request.tool_loop.tool_args.bash", "needs --allow-unsandboxed-code"),
+])
+def test_a_code_tools_sandbox_that_cannot_be_opened_stops_the_task_at_setup(run_cli, tmp_path, tool_args, key,
+                                                                            problem):
+    """An unknown sandbox, arguments its factory refuses, or the unsandboxed one without the flag:
+    one line naming task.yaml's line and key before any row runs (they were each row's tool error)."""
+    folder = tmp_path / "tasks" / "code_agent"
+    folder.mkdir(parents=True)
+    text = (TASK / "task.yaml").read_text()
+    start = text.index("    tool_args:\n")
+    end = text.index("  generation:")
+    (folder / "task.yaml").write_text(text[:start] + f"    tool_args:\n      {tool_args}\n" + text[end:])
+    data = tmp_path / "rows.jsonl"
+    data.write_text(json.dumps(row("one", "hi", "GAGE_TEST_X")) + "\n")
+    result = run_cli("--tasks", "code_agent", "--include-path", tmp_path / "tasks", "--data", f"code_agent={data}",
+                     "--model", "dummy", "-o", tmp_path, "--run-id", "r", "-q", "--no-report")
+    assert result.exit_code == 3, result.output  # as any task that cannot run
+    line = [n for n, t in enumerate((folder / "task.yaml").read_text().splitlines(), 1)
+            if t.strip() == tool_args][0]
+    assert f"task.yaml:{line}): key '{key}': tool " in result.output and problem in result.output, result.output
+    assert not (tmp_path / "r" / "samples" / "code_agent.jsonl").exists()
