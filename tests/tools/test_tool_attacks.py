@@ -334,6 +334,7 @@ def test_a_tool_loop_the_tools_would_refuse_is_refused_before_any_work(run_cli, 
     assert f"cannot run: {head}" in dry.output and problem in dry.output
 
 
+@needs_local_sandbox  # (the code tools open their sandbox at task setup)
 def test_the_tool_settings_a_run_takes_pass_the_early_check(run_cli, tmp_path):
     """The check refuses nothing the tools accept: code_agent's own settings, numbers as ints."""
     folder = code_task(tmp_path, ("memory_mb: 256, processes: 32", "memory_mb: 256.5, processes: 32"))
@@ -342,6 +343,7 @@ def test_the_tool_settings_a_run_takes_pass_the_early_check(run_cli, tmp_path):
     assert "cannot run" not in result.output
 
 
+@needs_local_sandbox  # (the code tools open their sandbox at task setup)
 def test_an_invalid_agent_rows_own_id_is_kept_in_its_error_record(run_cli, tmp_path):
     """A Sample v1 agent row with tools a string was recorded as code_agent-row-0, its own id
     nowhere. The record's id stays TASK-row-N on purpose (an invalid row does not take its id, so
