@@ -33,8 +33,11 @@ def validate_command(file, schema, max_errors, allow_paths, allow_urls):
     Rows of a dataset (``sample``, and a plugin schema that says how its rows are read, such
     as ``legal_eval_v1``) go through the same checks as in a run (gage_eval.tasks.rows): duplicate
     ids, empty references, and the files and URLs they name, with paths taken from FILE's
-    folder. Prints each problem as file:line: JSON path: message, then a report; exits 1 if
-    any row is invalid, 2 for an unknown schema."""
+    folder. A task file (``task``, named task.yaml) that fits the schema then has each name it
+    gives (loader, preprocessor, metrics, judge, request.tool_loop's tools and their arguments,
+    a ``sandbox``) looked up in the loaded plugins' registry as a run's task setup does. Prints
+    each problem as file:line: JSON path: message, then a report; exits 1 if any row is invalid,
+    2 for an unknown schema."""
     from gage_eval.api.schemas import schema_names
 
     names = schema_names()
@@ -80,6 +83,8 @@ def _validate_rows(path: Path, schema: str, max_errors: int, allow_paths, allow_
                 problems, row_warnings = result.problems, result.warnings
             else:
                 problems, row_warnings = validation_errors(row, schema), validation_warnings(row, schema)
+                if schema == "task" and not problems:  # then the names it gives, as a run's task setup
+                    problems = task_name_problems(path)
             for where, msg in row_warnings:
                 warnings += 1
                 click.echo(f"{path}:{lineno}: warning: {where}: {msg}")
@@ -98,6 +103,102 @@ def _validate_rows(path: Path, schema: str, max_errors: int, allow_paths, allow_
     click.echo(f"{path}: {rows} rows, {valid} valid, {invalid_rows} invalid, {warnings} warnings "
                f"(schema {schema})")
     return 1 if invalid_rows or rows == 0 else 0
+
+
+def task_name_problems(path: Path) -> list[tuple[str, str]]:
+    """What a run's task setup refuses in the task file ``path`` (one that fits the task schema)
+    besides the schema, as (key, message): the file read as a run reads it
+    (:func:`~gage_eval.tasks.spec.read_task_file`, each of its ``variants``), then each name it
+    gives looked up in the loaded plugins' registry (:meth:`~gage_eval.plugins.Registry.get`, the
+    lookup of ``Registry.build``) and its tool loop checked (:func:`~gage_eval.tasks.toolcheck.check_tool_loop`).
+    No loader, metric or judge is built (no data is read); a tool's ``check_args`` may open its
+    sandbox, as at a run's setup. Only a file named task.yaml is a task's (others: the schema alone)."""
+    from gage_eval.api.yamlio import key_line
+    from gage_eval.plugins import load_plugins
+    from gage_eval.tasks.spec import TASK_FILE, read_task_data, read_task_file
+
+    if path.name != TASK_FILE:
+        return []
+    pm, registry = load_plugins()
+    note = _plugins_note(pm)
+    folder = path.parent
+    try:
+        variants = read_task_data(folder).get("variants") or [None]
+    except GageError as exc:
+        return [_keyed(str(exc), path)]
+    problems: list[tuple[str, str]] = []
+    for params in variants:
+        try:
+            spec = read_task_file(folder, "", {str(k): str(v) for k, v in params.items()} if params else None)
+        except GageError as exc:
+            found = [_keyed(str(exc), path)]
+        else:
+            found = _name_problems(spec, registry, note)
+        problems += [p for p in found if p not in problems]  # (a name every variant gives: once)
+    return sorted(problems, key=lambda p: key_line(path, p[0]) or 0)  # in the file's order
+
+
+def _name_problems(spec: Any, registry: Any, note: str) -> list[tuple[str, str]]:
+    """Each registered name ``spec`` gives that ``registry`` lacks, and its tool loop's first
+    problem (``note``, which plugins are loaded and disabled, ends a name's message)."""
+    from gage_eval.tasks.spec import TASK_FILE
+    from gage_eval.tasks.toolcheck import check_tool_loop
+
+    pre = "preprocessor.name" if "preprocessor" in spec.raw else "preprocessor"  # (default: identity)
+    lookups = [("loaders", spec.dataset.get("loader"), "dataset.loader"),
+               ("preprocessors", spec.preprocessor.get("name"), pre)]
+    for i, entry in enumerate(spec.metrics):
+        entry = {"name": entry} if isinstance(entry, str) else entry
+        lookups.append(("metrics", entry.get("name"), f"metrics.{i}"))
+        lookups += _sandbox(entry.get("args"), f"metrics.{i}.args")
+    if spec.judge:
+        lookups.append(("judges", spec.judge.get("name"), "judge.name"))
+    loop = spec.request.get("tool_loop") or {}  # (its tools' sandboxes: their check_args open them)
+    problems = []
+    for kind, name, key in lookups:
+        try:
+            registry.get(kind, name)
+        except GageError as exc:
+            problems.append((key, f"{exc}{note}"))
+    if loop:
+        try:
+            check_tool_loop(spec, loop, registry)
+        except GageError as exc:
+            key, message = _keyed(str(exc), spec.folder / TASK_FILE)
+            unknown = any(n not in registry.tools for n in loop.get("tools") or ())
+            problems.append((key, message + (note if unknown else "")))
+    return problems
+
+
+def _sandbox(args: Any, key: str) -> list[tuple[str, Any, str]]:
+    """The sandbox a metric's arguments name (``sandbox: NAME``, as the builtin code_exec metric
+    takes it and opens it with execution.open_sandbox when the run builds it)."""
+    if isinstance(args, dict) and isinstance(args.get("sandbox"), str):
+        return [("sandboxes", args["sandbox"], f"{key}.sandbox")]
+    return []
+
+
+def _plugins_note(pm: Any) -> str:
+    """`` (plugins loaded: ...; disabled by GAGE_EVAL_DISABLE_PLUGINS: ...)`` when a plugin is
+    disabled (a name only a disabled plugin registers is unknown too), else empty."""
+    pairs = pm.list_name_plugin()
+    disabled = sorted(name for name, plugin in pairs if plugin is None)  # (pluggy keeps a blocked name)
+    if not disabled:
+        return ""
+    loaded = sorted(name for name, plugin in pairs if plugin is not None)
+    return (f" (plugins loaded: {', '.join(loaded) or 'none'}; disabled by GAGE_EVAL_DISABLE_PLUGINS: "
+            f"{', '.join(disabled)})")
+
+
+def _keyed(message: str, path: Path) -> tuple[str, str]:
+    """A task check's message (``... key 'K': problem``) as (K, problem); without a key, the
+    message less a leading ``path:`` (validate names the file and line itself)."""
+    import re
+
+    found = re.search(r"key '([^']*)': ", message)
+    if found:
+        return found[1], message[found.end():]
+    return "", re.sub(rf"^{re.escape(str(path))}(:\d+)?: ", "", message)
 
 
 def _validate_object(path: Path, schema: str, max_errors: int) -> int:
