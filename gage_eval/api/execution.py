@@ -56,13 +56,57 @@ class Limits:
         return Limits(**{**{k: getattr(self, k) for k in known}, **changes})
 
 
+NAME_MAX, PATH_MAX = 255, 4000  # bytes of one part of a file's name, of the whole (the OS's 4096 less a folder)
+
+
+def _text_problem(text: str) -> str:
+    """Why ``text`` cannot reach a job (a command line, an environment, a file): "" when it can."""
+    if "\0" in text:
+        return "holds a NUL character"
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return "holds a lone surrogate (not UTF-8 text)"
+    return ""
+
+
 def file_name_problem(name: str) -> str:
     """Why ``name`` cannot be a file of a job's working folder (Sample v1 ``sandbox.files``): "" when
-    it is a relative path that stays inside the folder."""
+    it is a relative path that stays inside the folder and the file system takes."""
     parts = PurePosixPath(name).parts
     if "\0" in name or not parts or parts[0] == "/" or ".." in parts:
         return f"{name!r} is not a relative path inside the working folder"
+    if _text_problem(name):
+        return f"{name!r} {_text_problem(name)}"
+    if len(name.encode()) > PATH_MAX or any(len(p.encode()) > NAME_MAX for p in parts):
+        return f"{name[:60]!r}... is longer than a file system takes ({NAME_MAX} bytes a part, {PATH_MAX} in all)"
     return ""
+
+
+def sandbox_problems(box: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """What no sandbox could prepare in a row's Sample v1 ``sandbox`` section (already valid in the
+    schema: texts), as (JSON path, message): a file name :func:`file_name_problem` refuses, two names
+    of one file (``a``, ``./a``) or a file that is another's folder (``a``, ``a/b``), a NUL or lone
+    surrogate in a file, ``env`` or ``setup``, an ``env`` name that is empty or holds ``=``."""
+    problems, files = [], box.get("files") or {}
+    seen: dict[str, str] = {}
+    folders = {str(p) for n in files if not file_name_problem(n) for p in PurePosixPath(n).parents}
+    for name, text in files.items():
+        path = str(PurePosixPath(name))
+        bad = file_name_problem(name) or (f"{name!r} names the same file as {seen[path]!r}" if path in seen else "") \
+            or (f"{name!r} is a file and also the folder of another file" if path in folders else "") \
+            or (f"{name!r}: its text {_text_problem(text)}" if _text_problem(text) else "")
+        seen.setdefault(path, name)
+        if bad:
+            problems.append(("$.sandbox.files", bad))
+    for key, value in (box.get("env") or {}).items():
+        if not key or "=" in key or _text_problem(key):
+            problems.append(("$.sandbox.env", f"{key!r} is no environment variable name"))
+        elif _text_problem(value):
+            problems.append(("$.sandbox.env", f"{key}: its value {_text_problem(value)}"))
+    if isinstance(box.get("setup"), str) and _text_problem(box["setup"]):
+        problems.append(("$.sandbox.setup", f"the script {_text_problem(box['setup'])}"))
+    return problems
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from gage_eval.api.errors import GageError, RowError
-from gage_eval.api.execution import file_name_problem
+from gage_eval.api.execution import sandbox_problems
 from gage_eval.api.loader import Preprocessor
 from gage_eval.api.paths import checked_url
 from gage_eval.api.sample import MEDIA_SEGMENTS, RowContext
@@ -187,9 +187,8 @@ class RowChecker:
         if not sample["references"] and not (sample.get("eval_config") or {}).get("rubric"):
             return [("$.references", "the list is empty; a sample needs at least one reference (or an "
                                      "eval_config.rubric) to be scored against")]
-        if sample.get("sandbox"):  # a file the sandbox would refuse fails the row, before the model runs
-            files = sample["sandbox"].get("files") or {}
-            return [("$.sandbox.files", bad) for name in files if (bad := file_name_problem(name))]
+        if sample.get("sandbox"):  # a file or setting no sandbox could prepare fails the row, before the model runs
+            return sandbox_problems(sample["sandbox"])
         return []
 
     def _media(self, sample: dict, ctx: RowContext) -> tuple[dict, list[Problem]]:

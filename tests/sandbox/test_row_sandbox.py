@@ -1,0 +1,85 @@
+"""A row's Sample v1 ``sandbox`` section that no sandbox could prepare (two names of one file, a file
+that is another's folder, a name longer than a file system takes, a NUL in a file, ``env`` or
+``setup``, an ``env`` name that is empty or holds ``=``; a lone surrogate, which the JSONL loader
+refuses already, from a preprocessor) is the row's recorded error at the row checks, named by the
+data file's line and the field, before the model runs; the good row beside them is scored. Through
+the CLI with the code_exec metric: before, each was a metric error raised out of the sandbox
+(naming a host temp folder), or a test failure scored 0 (``bwrap: setenv failed``)."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.sandbox.local_sandbox import needs_local_sandbox
+
+pytestmark = needs_local_sandbox
+
+ANSWER = "def add(a, b):\n    return a + b\n"
+BAD = {  # id -> (the row's sandbox section, the field, what the line says)
+    "folder": ({"files": {"a": "x", "a/b": "y"}}, "sandbox.files", "'a' is a file and also the folder"),
+    "twice": ({"files": {"ok.txt": "x", "./ok.txt": "y"}}, "sandbox.files", "'./ok.txt' names the same file as"),
+    "long": ({"files": {"x" * 300: "y"}}, "sandbox.files", "is longer than a file system takes"),
+    "env_nul": ({"env": {"K": "a\0b"}}, "sandbox.env", "K: its value holds a NUL character"),
+    "env_eq": ({"env": {"K=1": "a"}}, "sandbox.env", "'K=1' is no environment variable name"),
+    "env_empty": ({"env": {"": "a"}}, "sandbox.env", "'' is no environment variable name"),
+    "setup": ({"setup": "true\0"}, "sandbox.setup", "the script holds a NUL character"),
+}
+
+
+def code_row(rid: str, box: dict) -> dict:
+    return {"schema_version": "v1", "id": rid, "task_type": "code-generation",
+            "messages": [{"role": "user", "content": [{"type": "text", "text": "Write add(a, b)."}]}],
+            "sandbox": box, "references": [{"answer": [{"type": "text", "text": ANSWER}]}],
+            "metadata": {"execution": {"type": "code_exec", "entry_point": "add",
+                                       "test_cases": [{"input": "1, 2", "output": "3"}]}}}
+
+
+@pytest.fixture(scope="module")
+def outcome(tmp_path_factory):
+    from click.testing import CliRunner
+
+    from gage_eval.cli import cli
+
+    tmp = tmp_path_factory.mktemp("row_sandbox")
+    rows = [code_row(rid, box) for rid, (box, _, _) in BAD.items()]
+    rows.append(code_row("good", {"files": {"data/n.txt": "3"}, "env": {"WHO": "me"}, "setup": "true"}))
+    (tmp / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (tmp / "script.json").write_text(json.dumps({r["id"]: [{"text": ANSWER}] for r in rows}))
+    args = ["--tasks", "code_exec", "--data", f"code_exec={tmp / 'rows.jsonl'}", "--model", "dummy",
+            "--model-args", f"response=script,script={tmp / 'script.json'}", "-o", str(tmp), "--run-id", "r",
+            "--no-report"]
+    result = CliRunner().invoke(cli, args, catch_exceptions=False)  # (run_cli, once for the module)
+    records = [json.loads(line) for line in (tmp / "r" / "samples" / "code_exec.jsonl").read_text().splitlines()]
+    return result, {r.get("metadata", {}).get("row_id") or r["id"]: r for r in records}
+
+
+def test_the_good_row_is_scored_and_the_run_says_rows_errored(outcome):
+    result, records = outcome
+    assert result.exit_code == 1, result.output  # some rows errored, as for any bad row
+    assert records["good"]["eval_result"]["metrics"]["code_exec"]["value"] == 1.0
+    assert len(records) == len(BAD) + 1  # no row dropped
+
+
+@pytest.mark.parametrize("rid", list(BAD))
+def test_a_sandbox_no_sandbox_could_prepare_is_the_rows_error_with_its_line_and_field(outcome, rid):
+    result, records = outcome
+    _, field, said = BAD[rid]
+    line = list(BAD).index(rid) + 1
+    record = records[rid]
+    assert not record.get("predict_result"), record  # the model never saw it
+    error = record["eval_result"]["error"]
+    assert error["stage"] == "validate" and error["locator"].endswith(f"rows.jsonl:{line}"), error
+    assert error["message"].startswith(f"{field}: ") and said in error["message"], error
+    shown = [t for t in result.output.splitlines() if f"rows.jsonl:{line}: validate error: {field}: " in t]
+    assert len(shown) == 1 and said in shown[0] and "gage-sandbox-" not in shown[0], result.output
+
+
+def test_a_lone_surrogate_from_a_preprocessor_is_named_too():
+    """(The JSONL loader refuses one as the row's load error; a preprocessor may build one.)"""
+    from gage_eval.api.execution import sandbox_problems
+
+    assert sandbox_problems({"files": {"a.txt": "\ud800", "\udc80": "x"}, "env": {"K": "\ud800"}}) == [
+        ("$.sandbox.files", "'a.txt': its text holds a lone surrogate (not UTF-8 text)"),
+        ("$.sandbox.files", "'\\udc80' holds a lone surrogate (not UTF-8 text)"),
+        ("$.sandbox.env", "K: its value holds a lone surrogate (not UTF-8 text)")]
