@@ -24,6 +24,7 @@ from gage_eval.api.sample import SCHEMA_VERSION
 from gage_eval.api.schemas import field_message
 from gage_eval.engine.summary import STAGES, derived_timings
 from gage_eval.tasks.spec import TaskSpec
+from gage_eval.tasks.toolcheck import check_metric_sandbox
 
 MAX_WARNINGS_SHOWN = 20  # per task, on the console; events.jsonl has all of them
 
@@ -128,6 +129,7 @@ class TaskRun:
             if policy not in MISSING_FIELD_POLICIES:
                 raise GageError(f"{where}: key 'metrics.{i}.args.on_missing_field': expected one of "
                                 f"{', '.join(MISSING_FIELD_POLICIES)}, not {policy!r}")
+            check_metric_sandbox(spec, i, args)  # (its key and line; the metric would open it without)
             metric = registry.build("metrics", entry["name"], where, f"metrics.{i}", **args)
             self.metrics.append((entry.get("as", entry["name"]),
                                  metric if policy == "error" else MissingFieldPolicy(metric, policy)))

@@ -2,12 +2,16 @@
 it names is registered (``gage_register_tools``), ``tool_args`` names only those tools, and each
 tool's arguments (none given: its defaults) are keys its factory takes and values its ``check_args``
 accepts (when it has one, as :class:`gage_eval.api.tools.Tool` does). A message names the task file's line and the key, never
-a value of ``tool_args`` (a value may be a credential, as a remote sandbox's token)."""
+a value of ``tool_args`` (a value may be a credential, as a remote sandbox's token).
+
+A metric's ``sandbox`` and ``sandbox_args`` (code_exec's) are checked the same way before the metric
+is built (:func:`check_metric_sandbox`): the sandbox is opened as the metric will open it."""
 from __future__ import annotations
 
 import inspect
 from typing import Any, Mapping
 
+from gage_eval.api import execution
 from gage_eval.api.errors import GageError
 from gage_eval.api.yamlio import key_line
 from gage_eval.tasks.spec import TASK_FILE, TaskSpec
@@ -60,3 +64,28 @@ def _check_args(name: str, factory: Any, args: dict, refuse: Any) -> None:
             check(**args)
     except (TypeError, ValueError, GageError) as exc:
         raise refuse(f"tool {name} ({keys}): {type(exc).__name__}: {exc}") from None
+
+
+def check_metric_sandbox(spec: TaskSpec, index: int, args: Mapping[str, Any]) -> None:
+    """Open the sandbox metric ``index`` names in its ``args`` (``sandbox``, ``sandbox_args``: the
+    convention of docs/hooks.md, code_exec's), as the metric will; a GageError naming
+    ``metrics.INDEX.args.sandbox`` (or ``.sandbox_args``) and its line when that cannot be done."""
+    if "sandbox" not in args and "sandbox_args" not in args:
+        return
+    box, given = args.get("sandbox", "local"), args.get("sandbox_args")
+    key, problem = f"metrics.{index}.args.sandbox", ""
+    if not isinstance(box, str):
+        problem = "expected a registered sandbox's name"
+    elif not isinstance(given, (Mapping, type(None))):
+        key, problem = key + "_args", "expected a mapping of the sandbox's arguments"
+    else:
+        try:
+            execution.open_sandbox(box, **dict(given or {}))
+        except GageError as exc:  # unknown, or it cannot run here (how to install it)
+            problem = str(exc)
+        except (TypeError, ValueError) as exc:  # (the message names a key, never a value)
+            keys = ", ".join(sorted(map(str, given or {})))
+            key, problem = key + "_args", f"sandbox {box} (sandbox_args: {keys}): {type(exc).__name__}: {exc}"
+    if problem:
+        path = spec.folder / TASK_FILE
+        raise GageError(f"task {spec.name!r} ({path}:{key_line(path, key) or 1}): key '{key}': {problem}")
