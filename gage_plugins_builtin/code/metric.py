@@ -7,7 +7,9 @@ program, the test and ``check(entry_point)`` run to the end). ``timeout_ms`` is 
 The row's ``sandbox`` (``files``, ``setup``, ``env``, ``image``) goes to the sandbox as it is.
 
 The value is 1 when every test passed, else 0; ``eval_result.metrics.code_exec.tests`` keeps each
-test's status (pass, fail, timeout, error) with a short reason. One answer is scored at a time, so
+test's status (pass, fail, timeout, error) with a short reason. When the sandbox could not prepare
+the row (an ``image`` it does not run, a ``setup`` that failed, the sandbox's own failure) no answer
+was tested: the row's error, not a 0. One answer is scored at a time, so
 N answers per row are N calls. Jobs run on a pool of threads (one sandbox process each), started
 by :meth:`CodeExec.submit` as rows finish, so execution overlaps generation and uses every core.
 """
@@ -22,7 +24,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Mapping
 
-from gage_eval.api import Metric, MetricContext, execution
+from gage_eval.api import GageError, Metric, MetricContext, execution
 
 HARNESS = (Path(__file__).with_name("harness.py")).read_text(encoding="utf-8")
 FENCE = re.compile(r"```[ \t]*(?:python3?|py)?[ \t]*\n(.*?)(?:```|\Z)", re.DOTALL | re.IGNORECASE)
@@ -92,6 +94,8 @@ class CodeExec(Metric):
             code = str(ctx.get(self.prefix)) + code
         job, nonce, n_tests = self._job(ctx, row_exec, code)
         result = self.sandbox.run(job)
+        if result.status == execution.Status.ERROR:  # the row's setting could not be prepared: no answer was tested
+            raise GageError(f"sandbox {self.sandbox.name}: {result.reason}"[:400])
         tests = _verdicts(result, nonce, n_tests)
         passed = sum(t["status"] == "pass" for t in tests)
         return {"value": float(bool(tests) and passed == len(tests)), "passed_tests": passed,
@@ -143,12 +147,10 @@ def _verdicts(result: execution.JobResult, nonce: str, n_tests: int) -> list[dic
         fate = {"status": "timeout", "reason": result.reason}
     elif result.status == execution.Status.OUTPUT_LIMIT:
         fate = {"status": "error", "reason": result.reason}
-    elif result.status == execution.Status.EXITED:
+    else:  # EXITED (a sandbox's own ERROR is the row's error: CodeExec._score)
         tail = (result.stderr.strip().splitlines() or [""])[-1][:200]
         how = (f"killed by signal {-result.exit_code}" if (result.exit_code or 0) < 0 else
                f"exit status {result.exit_code}")
         fate = {"status": "error", "reason": f"the program ended the test harness ({how})" + (
             f": {tail}" if tail else "")}
-    else:
-        fate = {"status": "error", "reason": f"sandbox: {result.reason}"[:300]}
     return [dict(fate) for _ in range(n_tests)]

@@ -83,3 +83,24 @@ def test_a_lone_surrogate_from_a_preprocessor_is_named_too():
         ("$.sandbox.files", "'a.txt': its text holds a lone surrogate (not UTF-8 text)"),
         ("$.sandbox.files", "'\\udc80' holds a lone surrogate (not UTF-8 text)"),
         ("$.sandbox.env", "K: its value holds a lone surrogate (not UTF-8 text)")]
+
+
+def test_a_row_the_sandbox_cannot_prepare_is_the_rows_error_not_a_zero(run_cli, tmp_path):
+    """An image the local sandbox does not run, a setup that fails: no answer was tested, so the row
+    is recorded as its metric error with its line (it was scored 0, each test 'error'); the run goes on."""
+    rows = [code_row("image", {"image": "python:3.10"}), code_row("setup", {"setup": "echo no >&2; exit 3"}),
+            code_row("good", {"setup": "true"})]
+    (tmp_path / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (tmp_path / "script.json").write_text(json.dumps({r["id"]: [{"text": ANSWER}] for r in rows}))
+    result = run_cli("--tasks", "code_exec", "--data", f"code_exec={tmp_path / 'rows.jsonl'}", "--model", "dummy",
+                     "--model-args", f"response=script,script={tmp_path / 'script.json'}", "-o", tmp_path,
+                     "--run-id", "r", "--no-report")
+    assert result.exit_code == 1, result.output
+    records = {json.loads(t)["id"]: json.loads(t) for t in (tmp_path / "r/samples/code_exec.jsonl").read_text().splitlines()}
+    assert records["good"]["eval_result"]["metrics"]["code_exec"]["value"] == 1.0
+    for line, rid, said in [(1, "image", "the local sandbox runs no container image (the row's sandbox.image is "
+                                         "'python:3.10')"), (2, "setup", "sandbox.setup failed (exit 3): no")]:
+        error = records[rid]["eval_result"]["error"]
+        assert "metrics" not in records[rid]["eval_result"] and error["stage"] == "metric", records[rid]
+        assert error["locator"].endswith(f"rows.jsonl:{line}") and said in error["message"], error
+        assert f"rows.jsonl:{line}: metric error: code_exec: sandbox local: " in result.output, result.output

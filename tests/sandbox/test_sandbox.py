@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from gage_eval.api import MetricContext, execution
+from gage_eval.api import GageError, MetricContext, execution
 from gage_eval.plugins import load_plugins
 
 from tests.sandbox.local_sandbox import needs_local_sandbox
@@ -73,14 +73,13 @@ def test_stdin_stdout_rows_with_files_setup_and_env(metric):
     box = {"files": {"data.txt": "hello\n"}, "setup": "test -f data.txt && echo made > setup.txt", "env": {"WHO": "me"}}
     result, _ = score(metric, code, [{"input": "x\n", "output": "hello me x\n"}], entry=None, box=box)
     assert statuses(result) == ["pass"]
-    failed, _ = score(metric, code, [{"input": "x\n", "output": "hello me x\n"}], entry=None, box={"setup": "exit 3"})
-    assert statuses(failed) == ["error"] and "sandbox.setup failed (exit 3)" in failed["tests"][0]["reason"]
+    with pytest.raises(GageError, match=r"^sandbox local: sandbox.setup failed \(exit 3\)"):  # the row's error
+        score(metric, code, [{"input": "x\n", "output": "hello me x\n"}], entry=None, box={"setup": "exit 3"})
 
 
 def test_an_image_is_refused_naming_a_sandbox_that_runs_images(metric):
-    result, _ = score(metric, "def f():\n    return None\n", box={"image": "python:3.10"})
-    assert statuses(result) == ["error"]
-    assert "python:3.10" in result["tests"][0]["reason"] and "gage_register_sandboxes" in result["tests"][0]["reason"]
+    with pytest.raises(GageError, match=r"^sandbox local: .*'python:3.10'.*gage_register_sandboxes"):
+        score(metric, "def f():\n    return None\n", box={"image": "python:3.10"})  # the row's error, not a 0
 
 
 def test_infinite_loop_times_out(metric):
