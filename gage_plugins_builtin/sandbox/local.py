@@ -149,19 +149,25 @@ def _own_processes() -> int:
 
 
 def _write_files(stage: Path, files: dict) -> str:
-    """Write the job's files under ``stage``; a path that leaves it is refused (the reason)."""
+    """Write the job's files under ``stage``; a path that leaves it, or one that cannot be written
+    (a row's file that is the folder of one the caller adds: ``harness.py/x``), is refused (the
+    reason, naming no host folder)."""
     for name, text in files.items():
         bad = execution.file_name_problem(name)
         if bad:
             return f"sandbox.files: {bad}"
         target = stage.joinpath(*PurePosixPath(name).parts)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        for folder in [target.parent, *target.parent.parents]:
-            if folder == stage:
-                break
-            os.chmod(folder, 0o755)
-        target.write_text(text, encoding="utf-8")
-        os.chmod(target, 0o644)
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            for folder in [target.parent, *target.parent.parents]:
+                if folder == stage:
+                    break
+                os.chmod(folder, 0o755)
+            target.write_text(text, encoding="utf-8")
+            os.chmod(target, 0o644)
+        except (OSError, ValueError) as exc:  # (a file where a folder goes, or the reverse; text not UTF-8)
+            why = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
+            return f"sandbox.files: {name!r} cannot be written in the working folder ({why})"
     return ""
 
 

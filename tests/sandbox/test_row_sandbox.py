@@ -104,3 +104,18 @@ def test_a_row_the_sandbox_cannot_prepare_is_the_rows_error_not_a_zero(run_cli, 
         assert "metrics" not in records[rid]["eval_result"] and error["stage"] == "metric", records[rid]
         assert error["locator"].endswith(f"rows.jsonl:{line}") and said in error["message"], error
         assert f"rows.jsonl:{line}: metric error: code_exec: sandbox local: " in result.output, result.output
+
+
+def test_a_row_file_in_the_way_of_the_metrics_own_is_the_rows_error_naming_no_host_folder():
+    """code_exec adds harness.py, program.py and job.json to the row's files; a row file under one
+    of those names as a folder cannot be written: the sandbox says so (it used to raise
+    IsADirectoryError naming its /tmp staging folder)."""
+    from gage_eval.api import execution
+    from gage_eval.plugins import load_plugins
+
+    load_plugins()
+    box = execution.open_sandbox("local")
+    done = box.run(execution.Job(command=(execution.Job.PYTHON, "-c", "print(1)"),
+                                 files={"harness.py/x": "y", "harness.py": "print(2)"}))
+    assert done.status == execution.Status.ERROR, done
+    assert done.reason == "sandbox.files: 'harness.py' cannot be written in the working folder (Is a directory)"
