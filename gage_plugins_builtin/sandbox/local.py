@@ -27,11 +27,12 @@ INSTALL = ("the local code sandbox needs bubblewrap and prlimit: apt-get install
            "(Debian, Ubuntu), dnf install bubblewrap util-linux (Fedora)")
 UID_BASE = 1_000_000  # run as root, each job runs as its own unused uid: the process limit counts per uid
 SETUP_FAILED = "\x1egage-sandbox: setup failed"
-# copy the files in, run the row's setup, then the command; "$1" is the setup script
-LAUNCHER = ('cp -R /in/. /work/ || exit 125; cd /work; s="$1"; shift; '
-            'if [ -n "$s" ]; then sh -c "$s" </dev/null >/tmp/.setup.log 2>&1 || '
-            '{ printf "%s (exit %s)\\n" "$SETUP_FAILED" "$?" >&2; tail -c 800 /tmp/.setup.log >&2; exit 125; }; '
-            'rm -f /tmp/.setup.log; fi; unset SETUP_FAILED; exec "$@"')
+# copy the files in, run the row's setup, then the command; "$1" is the setup script (its own tools
+# found on the system's PATH: a row's sandbox.env may set PATH for its setup and command)
+LAUNCHER = ('PATH=/usr/bin:/bin cp -R /in/. /work/ || exit 125; cd /work; s="$1"; shift; '
+            'if [ -n "$s" ]; then /bin/sh -c "$s" </dev/null >/tmp/.setup.log 2>&1 || '
+            '{ printf "%s (exit %s)\\n" "$SETUP_FAILED" "$?" >&2; PATH=/usr/bin:/bin tail -c 800 /tmp/.setup.log >&2; '
+            'exit 125; }; PATH=/usr/bin:/bin rm -f /tmp/.setup.log; fi; unset SETUP_FAILED; exec "$@"')
 IMAGE_REFUSED = ("the local sandbox runs no container image (the row's sandbox.image is {image!r}); run the "
                  "task with a sandbox plugin that runs images (sandbox: NAME in the metric's args, registered "
                  "through gage_register_sandboxes), or drop sandbox.image to run on this machine's Python")

@@ -119,3 +119,21 @@ def test_a_row_file_in_the_way_of_the_metrics_own_is_the_rows_error_naming_no_ho
                                  files={"harness.py/x": "y", "harness.py": "print(2)"}))
     assert done.status == execution.Status.ERROR, done
     assert done.reason == "sandbox.files: 'harness.py' cannot be written in the working folder (Is a directory)"
+
+
+def test_a_rows_own_path_does_not_break_the_sandboxs_own_copy_and_setup():
+    """sandbox.env may set PATH for the row's setup and command; the sandbox copies the files in and
+    reports a failed setup with the system's tools all the same (a PATH without cp was exit 125,
+    scored as the program's failure)."""
+    from gage_eval.api import execution
+    from gage_eval.plugins import load_plugins
+
+    load_plugins()
+    box = execution.open_sandbox("local")
+    job = execution.Job(command=(execution.Job.PYTHON, "-c", "import os; print(open('a.txt').read(), open('s.txt').read(),"
+                                 " os.environ['PATH'])"),
+                        files={"a.txt": "x"}, setup="echo made > s.txt", env={"PATH": "/nowhere"})
+    done = box.run(job)
+    assert (done.status, done.exit_code, done.stdout) == ("exited", 0, "x made\n /nowhere\n"), done
+    failed = box.run(execution.Job(command=job.command, setup="echo why >&2; exit 4", env={"PATH": "/nowhere"}))
+    assert failed.status == execution.Status.ERROR and failed.reason == "sandbox.setup failed (exit 4): why", failed
