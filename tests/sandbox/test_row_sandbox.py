@@ -96,7 +96,8 @@ def test_a_row_the_sandbox_cannot_prepare_is_the_rows_error_not_a_zero(run_cli, 
                      "--model-args", f"response=script,script={tmp_path / 'script.json'}", "-o", tmp_path,
                      "--run-id", "r", "--no-report")
     assert result.exit_code == 1, result.output
-    records = {json.loads(t)["id"]: json.loads(t) for t in (tmp_path / "r/samples/code_exec.jsonl").read_text().splitlines()}
+    lines = (tmp_path / "r/samples/code_exec.jsonl").read_text().splitlines()
+    records = {json.loads(t)["id"]: json.loads(t) for t in lines}
     assert records["good"]["eval_result"]["metrics"]["code_exec"]["value"] == 1.0
     for line, rid, said in [(1, "image", "the local sandbox runs no container image (the row's sandbox.image is "
                                          "'python:3.10')"), (2, "setup", "sandbox.setup failed (exit 3): no")]:
@@ -130,8 +131,8 @@ def test_a_rows_own_path_does_not_break_the_sandboxs_own_copy_and_setup():
 
     load_plugins()
     box = execution.open_sandbox("local")
-    job = execution.Job(command=(execution.Job.PYTHON, "-c", "import os; print(open('a.txt').read(), open('s.txt').read(),"
-                                 " os.environ['PATH'])"),
+    program = "import os; print(open('a.txt').read(), open('s.txt').read(), os.environ['PATH'])"
+    job = execution.Job(command=(execution.Job.PYTHON, "-c", program),
                         files={"a.txt": "x"}, setup="echo made > s.txt", env={"PATH": "/nowhere"})
     done = box.run(job)
     assert (done.status, done.exit_code, done.stdout) == ("exited", 0, "x made\n /nowhere\n"), done

@@ -22,8 +22,8 @@ pytestmark = needs_local_sandbox
     ("sandbox: nowhere", "metrics.0.args.sandbox", "unknown sandbox 'nowhere'; registered sandboxes: "),
     ("sandbox_args: {colour: SECRET-crimson}", "metrics.0.args.sandbox_args",
      "sandbox local (sandbox_args: colour): TypeError: "),
-    ("sandbox: unsandboxed", "metrics.0.args.sandbox", "sandbox 'unsandboxed' runs generated code on this machine as you; "
-                                                       "it needs --allow-unsandboxed-code"),
+    ("sandbox: unsandboxed", "metrics.0.args.sandbox",
+     "sandbox 'unsandboxed' runs generated code on this machine as you; it needs --allow-unsandboxed-code"),
     ("sandbox: [local]", "metrics.0.args.sandbox", "expected a registered sandbox's name"),
     ("sandbox_args: 5", "metrics.0.args.sandbox_args", "expected a mapping of the sandbox's arguments"),
 ])
