@@ -180,6 +180,19 @@ def test_bad_yaml_is_named(tmp_path, text, message):
     assert str(err.value).startswith(f"{path}{message}")
 
 
+@pytest.mark.parametrize("text, message", [
+    ("name: t\nversion: 1\x00\n", ":2: invalid YAML: character U+0000 (a control character) is not allowed"),
+    ("a: 1\nb: 2\nc: x\x07y\n", ":3: invalid YAML: character U+0007 (a control character) is not allowed"),
+])
+def test_control_characters_in_yaml_are_one_line(tmp_path, text, message):
+    # PyYAML's reader error was two lines ('in "<unicode string>", position N') without the line
+    path = tmp_path / "f.yaml"
+    path.write_text(text)
+    with pytest.raises(InputError) as err:
+        read_yaml(path)
+    assert str(err.value) == f"{path}{message}"
+
+
 def test_yaml_merge_keys_may_be_overridden(tmp_path):
     path = tmp_path / "f.yaml"
     path.write_text("\ufeffbase: &b {x: 1, y: 2}\nd:\n  <<: *b\n  x: 5\n")
