@@ -241,8 +241,9 @@ class HFLoader(Loader):
             except StopIteration:
                 return
             except Exception as exc:  # a reader giving up part way (a CSV's unterminated quote)
-                raise GageError(f"hf loader: cannot read {label} (split {self.split!r}) after {i} row(s): "
-                                f"{type(exc).__name__}: {exc}") from None
+                problem = _not_text(self.data_files) if isinstance(exc, UnicodeDecodeError) else None
+                raise GageError(problem or f"hf loader: cannot read {label} (split {self.split!r}) after {i} "
+                                f"row(s): {type(exc).__name__}: {exc}") from None
             yield f"hf:{label}[{self.split}][{i}]", dict(row)
 
 
@@ -288,6 +289,25 @@ def _first_file(files: Any) -> str | None:
     if isinstance(files, dict):
         files = [f for v in files.values() for f in v]
     return files[0] if files else None
+
+
+def _not_text(files: Any) -> str | None:
+    """``PATH[:LINE]: why`` for the first local data file that is not UTF-8 text (UTF-16, gzip,
+    Latin-1), as the jsonl reader says it; None when each one is (or cannot be read here)."""
+    if isinstance(files, dict):
+        files = [f for v in files.values() for f in (v if isinstance(v, (list, tuple)) else [v])]
+    for name in [files] if isinstance(files, str) else files or ():
+        try:
+            data = Path(name).read_bytes()
+            problem = jsonio.file_problem(data[:4], Path(name).suffix.lstrip(".") or "text")
+            if problem:
+                return f"{name}: {problem}"
+            jsonio.decode_file(Path(name), data)
+        except OSError:
+            continue
+        except GageError as exc:
+            return str(exc)
+    return None
 
 
 def _short(files: Any) -> str:
