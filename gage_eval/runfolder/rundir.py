@@ -138,13 +138,15 @@ def changed_inputs(stored: Mapping[str, Any], now: Mapping[str, Any]) -> list[st
             continue
         if before["task_folder"]["sha256"] != after["task_folder"]["sha256"]:
             lines.append(f"task folder {before['task_folder']['path']} ({task}) changed")
-        for path, digest in before.get("data", {}).items():
-            if path not in after.get("data", {}):
-                lines.append(f"data file {path} ({task}) is gone")
-            elif after["data"][path] != digest:
+        old, new = before.get("data", {}), after.get("data", {})
+        gone = {p: d for p, d in old.items() if p not in new}
+        added = {p: d for p, d in new.items() if p not in old}
+        moved = set(gone.values()) & set(added.values())  # the same bytes found elsewhere (another venv)
+        for path, digest in old.items():
+            if path in new and new[path] != digest:
                 lines.append(f"data file {path} ({task}) changed")
-        for path in set(after.get("data", {})) - set(before.get("data", {})):
-            lines.append(f"data file {path} ({task}) is new")
+        lines += [f"data file {p} ({task}) is gone" for p, d in gone.items() if d not in moved]
+        lines += [f"data file {p} ({task}) is new" for p, d in sorted(added.items()) if d not in moved]
     return lines
 
 

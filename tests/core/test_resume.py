@@ -98,3 +98,17 @@ def test_resume_after_ctrl_c(data, tmp_path, reference):
     partial = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert partial["run"]["interrupted"]
     check_resumed(tmp_path / "run", reference)
+
+
+def test_data_at_another_path_with_the_same_content_is_no_change():
+    # a data package's files found under another venv (a rebuilt .venv, another machine) were
+    # refused as 'data file OLD is gone; data file NEW is new' though every byte is the same
+    from gage_eval.runfolder.rundir import changed_inputs
+
+    folder = {"path": "/a/tasks/piqa", "sha256": "f0"}
+    before = {"piqa": {"task_folder": folder, "data": {"/old/venv/piqa.arrow": "d1", "/old/x.arrow": "d2"}}}
+    moved = {"piqa": {"task_folder": folder, "data": {"/new/venv/piqa.arrow": "d1", "/old/x.arrow": "d2"}}}
+    assert changed_inputs(before, moved) == []
+    edited = {"piqa": {"task_folder": folder, "data": {"/new/venv/piqa.arrow": "d9", "/old/x.arrow": "d2"}}}
+    assert changed_inputs(before, edited) == ["data file /old/venv/piqa.arrow (piqa) is gone",
+                                              "data file /new/venv/piqa.arrow (piqa) is new"]
