@@ -153,7 +153,7 @@ class PluginGroup(click.Group):
             return super().main(*args, standalone_mode=False, **kwargs)
         except GageError as exc:
             _traceback(debug)
-            click.echo(f"gage-eval: error: {exc}", err=True)
+            click.echo(f"gage-eval: error: {_said(exc)}", err=True)
             sys.exit(exc.exit_code)
         except click.exceptions.Abort as exc:
             if isinstance(exc.__cause__, KeyboardInterrupt):  # click's word for a Ctrl-C while it parses
@@ -170,7 +170,7 @@ class PluginGroup(click.Group):
         except OSError as exc:
             _traceback(debug)
             where = f"{exc.filename}: " if exc.filename else ""
-            click.echo(f"gage-eval: error: {where}{exc.strerror or exc}", err=True)
+            click.echo(f"gage-eval: error: {_said(where)}{_said(exc.strerror or exc)}", err=True)
             sys.exit(EXIT_OUTPUT)
         except Exception as exc:  # a bug (ours or a plugin's): one line, the traceback only with --debug
             from gage_eval.engine.interrupts import interrupt_of
@@ -178,7 +178,7 @@ class PluginGroup(click.Group):
             if interrupt_of(exc):  # a library turned Ctrl-C or SIGTERM into an error of its own
                 _interrupted(interrupt_of(exc))
             _traceback(debug)
-            click.echo(f"gage-eval: internal error: {type(exc).__name__}: {str(exc)[:500]} "
+            click.echo(f"gage-eval: internal error: {type(exc).__name__}: {_said(exc)[:500]} "
                        f"(run again with --debug for the traceback, and please report it)", err=True)
             sys.exit(EXIT_INTERNAL)
         except BaseException as exc:
@@ -187,6 +187,14 @@ class PluginGroup(click.Group):
             if not interrupt_of(exc):  # SystemExit among them
                 raise
             _interrupted(interrupt_of(exc))
+
+
+def _said(text) -> str:
+    """A message as the console may show it: a URL's user-info, a secret query value or a
+    ``header_NAME=`` value masked (the user's own arguments are echoed in many messages)."""
+    from gage_eval.api.secrets import strip_credentials
+
+    return strip_credentials(str(text))
 
 
 def _refuse_clashes(declared, own: set[str]) -> None:

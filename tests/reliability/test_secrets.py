@@ -155,3 +155,13 @@ def test_a_header_value_with_a_space_is_masked_whole(gage, tmp_path):
         if path.is_file():
             assert token not in path.read_text(errors="replace"), path
     assert token not in o.text
+
+
+@pytest.mark.parametrize("flag", ["--data", "--fewshot-data"])
+def test_a_password_in_a_data_url_is_not_echoed_in_the_error(gage, flag):
+    # was "gage-eval: error: --data piqa=https://bob:PW@host/x.jsonl: https://bob:PW@host/x.jsonl
+    # does not exist": the password twice on the console (a CI log keeps it)
+    url = f"https://bob:{PASSWORD}@127.0.0.1:1/rows.jsonl"
+    o = gage("--tasks", "piqa", "--model", "dummy", flag, f"piqa={url}", "--num-fewshot", "1")
+    check(o, USAGE, "https://***@127.0.0.1:1/rows.jsonl")
+    assert PASSWORD not in o.text
