@@ -18,6 +18,12 @@ def _resolve(path: str, base_dir: str | None) -> Path:
     return p
 
 
+def _data_file(path: str, base_dir: str | None) -> str:
+    """A ``data_files`` entry read from the task folder; a URL is left whole (joined to the folder,
+    ``https:/bob:PW@host`` no longer looked like a URL and its password was written in messages)."""
+    return str(path) if "://" in str(path) else str(_resolve(path, base_dir))
+
+
 class JsonlLoader(Loader):
     """Rows of a .jsonl file (or a .json array), or of every .jsonl file in a folder (sorted
     by name; a folder without one: its .json files).
@@ -127,9 +133,9 @@ class HFLoader(Loader):
         self._ds: Any = None
         if isinstance(data_files, (str, list)) and base_dir:
             files = [data_files] if isinstance(data_files, str) else data_files
-            data_files = [str(_resolve(f, base_dir)) for f in files]
+            data_files = [_data_file(f, base_dir) for f in files]
         elif isinstance(data_files, dict) and base_dir:
-            data_files = {k: [str(_resolve(f, base_dir)) for f in ([v] if isinstance(v, str) else v)]
+            data_files = {k: [_data_file(f, base_dir) for f in ([v] if isinstance(v, str) else v)]
                           for k, v in data_files.items()}
         self.data_files = data_files
         first = _first_file(data_files)

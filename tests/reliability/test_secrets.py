@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import GUARD, INTERRUPTED, OK, ROOT, USAGE, check
+from harness import GUARD, INTERRUPTED, OK, ROOT, TASK_FAILED, USAGE, check
 
 sys.path.insert(0, str(ROOT / "tests" / "backends"))
 from openai_fake_server import FakeServer  # noqa: E402
@@ -165,3 +165,23 @@ def test_a_password_in_a_data_url_is_not_echoed_in_the_error(gage, flag):
     o = gage("--tasks", "piqa", "--model", "dummy", flag, f"piqa={url}", "--num-fewshot", "1")
     check(o, USAGE, "https://***@127.0.0.1:1/rows.jsonl")
     assert PASSWORD not in o.text
+
+
+def test_a_password_in_a_task_files_data_url_is_not_written(gage):
+    # an hf data_files URL was joined to the task folder ('TASK/https:/bob:PW@host/...'), which no
+    # longer looked like a URL: its password went into the FAILED line, summary.json, events, report
+    folder = gage.tmp / "tasks" / "urltask"
+    folder.mkdir(parents=True)
+    (folder / "task.yaml").write_text(textwrap.dedent(f"""\
+        name: urltask
+        dataset: {{loader: hf, args: {{path: json, split: train,
+                   data_files: "https://bob:{PASSWORD}@127.0.0.1:1/rows.jsonl"}}}}
+        request: {{kind: generate, prompt: prompt.jinja}}
+        metrics: [exact_match]
+        """))
+    (folder / "prompt.jinja").write_text("{{ question }}")
+    o = gage("--tasks", "urltask", "--include-path", folder.parent, "--model", "dummy",
+             env={"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"})
+    check(o, TASK_FAILED, "https://***@127.0.0.1:1/rows.jsonl")
+    assert PASSWORD not in o.text
+    assert not [p for p in o.run_dir.rglob("*") if p.is_file() and PASSWORD.encode() in p.read_bytes()]
