@@ -50,7 +50,9 @@ class DummyBackend(Backend):
         self.text = "" if text is None else str(text)  # (text=7 arrives as a number)
         self.max_batch = int(batch_size) if str(batch_size).isdigit() else 64
         self.fail_every = as_number(fail_every, "fail_every", "dummy backend", int, NO_MINIMUM)
-        self.delay_s = as_number(delay_ms, "delay_ms", "dummy backend", float, NO_MINIMUM) / 1000
+        self.delay_s = as_number(delay_ms, "delay_ms", "dummy backend", float, 0) / 1000
+        if not self.delay_s < 86_400:  # (inf, nan: time.sleep refuses them on every row)
+            raise GageError(f"dummy backend: delay_ms must be a number of milliseconds under a day, not {delay_ms!r}")
         if not vision:
             self.capabilities = frozenset({GENERATE, LOGLIKELIHOOD, LOGLIKELIHOOD_ROLLING, "chat"})
         self.model_id = "gage-eval/dummy"

@@ -34,3 +34,16 @@ def test_fixed_text_given_as_a_number_is_text():
 
     out, = DummyBackend(response="fixed", text=7).run([Request(kind="generate", sample_id="a", prompt="q")])
     assert out.error is None and out.text == "7"
+
+
+def test_a_delay_that_cannot_be_slept_is_refused_when_built():
+    # delay_ms=-5 or 1e999 was taken, then every row errored at inference ('sleep length must be
+    # non-negative', 'timestamp out of range'): one usage line instead, before any row
+    import pytest
+
+    from gage_eval.api.errors import GageError
+
+    for value in ("-5", "1e999", "nan"):
+        with pytest.raises(GageError, match="dummy backend: delay_ms must be"):
+            DummyBackend(delay_ms=value)
+    assert DummyBackend(delay_ms="0").delay_s == 0
