@@ -25,7 +25,7 @@ def resolve_tasks(options: RunOptions, registry: Registry) -> list[tuple[TaskSpe
     if unknown:
         named = ", ".join(t + did_you_mean(t, [*found, *groups]) for t in unknown)
         raise GageError(f"unknown task(s): {named}; available: {', '.join(sorted(found)) or 'none'} "
-                        f"(see `gage-eval tasks`)")
+                        f"(see `gage-eval tasks`){_unreadable(found)}")
     for flag, named in (("--data", options.data), ("--fewshot-data", options.fewshot_data)):
         extra = set(named) - set(names)
         if extra:
@@ -73,3 +73,22 @@ def _with_overrides(spec: TaskSpec, overrides: Mapping[str, Any], source: str | 
         names = [m if isinstance(m, str) else m.get("as", m["name"]) for m in metrics]
         primary = primary if primary in names else None
     return replace(spec, request=request, metrics=metrics, primary_metric=primary, raw=raw)
+
+
+def _unreadable(found: Mapping[str, Any]) -> str:
+    """The task files that could not be read (their task is known by its folder's name only): the
+    name a user asked for may be inside one."""
+    from gage_eval.api.yamlio import read_yaml
+    from gage_eval.tasks.spec import TASK_FILE
+
+    bad = []
+    for src in {s.folder: s for s in found.values()}.values():
+        try:
+            data = read_yaml(src.folder / TASK_FILE)
+        except GageError as exc:
+            bad.append(str(exc).splitlines()[0])
+        else:
+            if not isinstance(data, dict):
+                bad.append(f"{src.folder / TASK_FILE}: not a mapping of keys")
+    return f"; task files that could not be read (a task in one is known by its folder's name): " \
+           f"{'; '.join(bad)}" if bad else ""

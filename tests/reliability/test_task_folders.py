@@ -124,6 +124,17 @@ def test_unknown_task_is_a_usage_error(gage):
     check(gage("--tasks", "nope", "--model", "dummy"), USAGE, "unknown task(s): nope")
 
 
+def test_an_unknown_task_names_the_task_files_that_could_not_be_read(gage):
+    """A task file that does not parse is known by its folder's name only: asking for the name
+    inside it said 'unknown task(s): px' and no more; now the unreadable file and its line follow."""
+    folder = task_folder(gage, TASK.replace("name: mytask", "name: px") + "\tbad: [\n")
+    out = gage("--tasks", "px", "--model", "dummy", "--include-path", gage.tmp / "tasks")
+    check(out, USAGE, "unknown task(s): px", "task files that could not be read",
+          f"{folder / 'task.yaml'}:6: invalid YAML")
+    check(gage("--tasks", "nope", "--model", "dummy"), USAGE, "unknown task(s): nope")
+    assert "could not be read" not in gage("--tasks", "nope", "--model", "dummy").text
+
+
 def test_row_errors_in_a_template_name_the_row(gage):
     # a template that fails on one row only: that row is errored, the others scored
     task_folder(gage, prompt="{{ question if 'Question 1' not in question else sample.missing.deeper }}")
