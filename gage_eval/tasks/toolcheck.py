@@ -21,11 +21,6 @@ KEY = "request.tool_loop"
 
 def check_tool_loop(spec: TaskSpec, loop: Mapping[str, Any], registry: Any) -> None:
     """Raise GageError for the first tool or tool argument the run would refuse on every row."""
-    path = spec.folder / TASK_FILE
-
-    def refuse(key: str, problem: str) -> GageError:
-        return GageError(f"task {spec.name!r} ({path}:{key_line(path, key) or 1}): key '{key}': {problem}")
-
     names = [n for n in loop.get("tools") or () if isinstance(n, str)]
     if registry is None:
         from gage_eval.plugins import load_plugins
@@ -36,18 +31,18 @@ def check_tool_loop(spec: TaskSpec, loop: Mapping[str, Any], registry: Any) -> N
         try:
             factories[name] = registry.get("tools", name).factory
         except GageError as exc:
-            raise refuse(f"{KEY}.tools.{i}", str(exc)) from None
+            raise _refusal(spec, f"{KEY}.tools.{i}", str(exc)) from None
     given = loop.get("tool_args") or {}
     for name in given:
         if name not in factories:
-            raise refuse(f"{KEY}.tool_args.{name}",
-                         f"tool_args for tool {name!r}, which tools does not name ({', '.join(names) or 'none'})")
+            raise _refusal(spec, f"{KEY}.tool_args.{name}",
+                           f"tool_args for tool {name!r}, which tools does not name ({', '.join(names) or 'none'})")
     for name in factories:  # a tool without tool_args is checked with its defaults (its sandbox opened)
         args = given.get(name, {})
         key = f"{KEY}.tool_args.{name}" if name in given else f"{KEY}.tools.{names.index(name)}"
         if not isinstance(args, Mapping):
-            raise refuse(key, f"tool {name}: expected a mapping of its arguments")
-        _check_args(name, factories[name], dict(args), lambda problem: refuse(key, problem))
+            raise _refusal(spec, key, f"tool {name}: expected a mapping of its arguments")
+        _check_args(name, factories[name], dict(args), lambda problem: _refusal(spec, key, problem))
 
 
 def _check_args(name: str, factory: Any, args: dict, refuse: Any) -> None:
@@ -87,5 +82,10 @@ def check_metric_sandbox(spec: TaskSpec, index: int, args: Mapping[str, Any]) ->
             keys = ", ".join(sorted(map(str, given or {})))
             key, problem = key + "_args", f"sandbox {box} (sandbox_args: {keys}): {type(exc).__name__}: {exc}"
     if problem:
-        path = spec.folder / TASK_FILE
-        raise GageError(f"task {spec.name!r} ({path}:{key_line(path, key) or 1}): key '{key}': {problem}")
+        raise _refusal(spec, key, problem)
+
+
+def _refusal(spec: TaskSpec, key: str, problem: str) -> GageError:
+    """The task check's one line: the task, its file and the key's line, the key, the problem."""
+    path = spec.folder / TASK_FILE
+    return GageError(f"task {spec.name!r} ({path}:{key_line(path, key) or 1}): key '{key}': {problem}")
