@@ -6,9 +6,11 @@ from typing import Any, Mapping
 
 from gage_eval.api.errors import GageError, did_you_mean
 from gage_eval.api.schemas import validation_errors
+from gage_eval.api.yamlio import read_yaml
 from gage_eval.config.options import RunOptions
 from gage_eval.plugins import Registry
-from gage_eval.tasks.spec import TaskSpec, dataset_for_path, discover, metric_entries, read_task_file, with_dataset
+from gage_eval.tasks.spec import (TASK_FILE, TaskSpec, dataset_for_path, discover, metric_entries, read_task_file,
+                                  with_dataset)
 
 
 def resolve_tasks(options: RunOptions, registry: Registry) -> list[tuple[TaskSpec, str | None]]:
@@ -78,17 +80,12 @@ def _with_overrides(spec: TaskSpec, overrides: Mapping[str, Any], source: str | 
 def _unreadable(found: Mapping[str, Any]) -> str:
     """The task files that could not be read (their task is known by its folder's name only): the
     name a user asked for may be inside one."""
-    from gage_eval.api.yamlio import read_yaml
-    from gage_eval.tasks.spec import TASK_FILE
-
     bad = []
-    for src in {s.folder: s for s in found.values()}.values():
+    for path in dict.fromkeys(src.folder / TASK_FILE for src in found.values()):  # (a folder once, in order)
         try:
-            data = read_yaml(src.folder / TASK_FILE)
+            if not isinstance(read_yaml(path), dict):
+                bad.append(f"{path}: not a mapping of keys")
         except GageError as exc:
             bad.append(str(exc).splitlines()[0])
-        else:
-            if not isinstance(data, dict):
-                bad.append(f"{src.folder / TASK_FILE}: not a mapping of keys")
     return f"; task files that could not be read (a task in one is known by its folder's name): " \
            f"{'; '.join(bad)}" if bad else ""
