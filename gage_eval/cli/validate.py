@@ -150,7 +150,9 @@ def _name_problems(spec: Any, registry: Any, note: str) -> list[tuple[str, str]]
     for i, entry in enumerate(spec.metrics):
         entry = {"name": entry} if isinstance(entry, str) else entry
         lookups.append(("metrics", entry.get("name"), f"metrics.{i}"))
-        lookups += _sandbox(entry.get("args"), f"metrics.{i}.args")
+        args = entry.get("args")
+        if isinstance(args, dict) and isinstance(args.get("sandbox"), str):  # (code_exec's: it opens it)
+            lookups.append(("sandboxes", args["sandbox"], f"metrics.{i}.args.sandbox"))
     if spec.judge:
         lookups.append(("judges", spec.judge.get("name"), "judge.name"))
     loop = spec.request.get("tool_loop") or {}  # (its tools' sandboxes: their check_args open them)
@@ -168,14 +170,6 @@ def _name_problems(spec: Any, registry: Any, note: str) -> list[tuple[str, str]]
             unknown = any(n not in registry.tools for n in loop.get("tools") or ())
             problems.append((key, message + (note if unknown else "")))
     return problems
-
-
-def _sandbox(args: Any, key: str) -> list[tuple[str, Any, str]]:
-    """The sandbox a metric's arguments name (``sandbox: NAME``, as the builtin code_exec metric
-    takes it and opens it with execution.open_sandbox when the run builds it)."""
-    if isinstance(args, dict) and isinstance(args.get("sandbox"), str):
-        return [("sandboxes", args["sandbox"], f"{key}.sandbox")]
-    return []
 
 
 def _plugins_note(pm: Any) -> str:
