@@ -102,8 +102,8 @@ def loads_yaml(text: str, where: str) -> Any:
         return yaml.load(text, Loader=loader_cls)  # noqa: S506 (a SafeLoader subclass)
     except strict_error as exc:
         raise InputError(where, _line(exc), exc.problem) from None
-    except yaml.reader.ReaderError as exc:  # its text is two lines with a position, no line
-        raise InputError(where, _reader_line(text, exc), _reader_problem(exc)) from None
+    except yaml.reader.ReaderError as exc:  # a str's character YAML refuses: its index and code point, no line
+        raise InputError(where, text.count("\n", 0, exc.position) + 1, _not_allowed(exc.character)) from None
     except yaml.YAMLError as exc:
         raise InputError(where, _line(exc), f"invalid YAML: {getattr(exc, 'problem', None) or exc}") from None
     except RecursionError:
@@ -152,17 +152,9 @@ def key_line(path: Path, key: str) -> int | None:
     return line
 
 
-def _reader_line(text: str, exc) -> int | None:
-    position = getattr(exc, "position", None)
-    return text.count("\n", 0, position) + 1 if isinstance(position, int) else None
-
-
-def _reader_problem(exc) -> str:
+def _not_allowed(code: int) -> str:
     """A character YAML does not allow (NUL, a control character), named by its code point."""
     import unicodedata
 
-    code = exc.character
-    if not isinstance(code, int):
-        return f"invalid YAML: {exc.reason}"
     kind = "a control character" if unicodedata.category(chr(code)) == "Cc" else "not printable"
     return f"invalid YAML: character U+{code:04X} ({kind}) is not allowed"
