@@ -34,8 +34,9 @@ LAUNCHER = ('PATH=/usr/bin:/bin cp -R /in/. /work/ || exit 125; cd /work; s="$1"
             '{ printf "%s (exit %s)\\n" "$SETUP_FAILED" "$?" >&2; PATH=/usr/bin:/bin tail -c 800 /tmp/.setup.log >&2; '
             'exit 125; }; PATH=/usr/bin:/bin rm -f /tmp/.setup.log; fi; unset SETUP_FAILED; exec "$@"')
 IMAGE_REFUSED = ("the local sandbox runs no container image (the row's sandbox.image is {image!r}); run the "
-                 "task with a sandbox plugin that runs images (sandbox: NAME in the metric's args, registered "
-                 "through gage_register_sandboxes), or drop sandbox.image to run on this machine's Python")
+                 "task with a sandbox plugin that runs images (sandbox: NAME in the metric's args or the tool's "
+                 "tool_args, registered through gage_register_sandboxes), or drop sandbox.image to run on this "
+                 "machine's Python")
 
 
 def _world_usable(path: Path) -> bool:

@@ -6,8 +6,10 @@ memory, processes and output). Nothing the model writes runs in this process.
 Each call starts from scratch: a fresh working folder holding the row's ``sandbox.files`` (after
 its ``sandbox.setup``, with its ``sandbox.env``), so nothing one call leaves behind is there for the
 next; a program that should see a value prints it. The tool turn's text is what the job printed
-(stdout, then stderr), with a last line when it did not simply succeed: its exit status, that it
-ran out of time or printed too much (killed), or the sandbox's own failure.
+(stdout, then stderr), with a last line when it did not simply succeed: its exit status, or that it
+ran out of time or printed too much (killed). A job the sandbox could not prepare (the row's
+``sandbox.image`` it does not run, a ``sandbox.setup`` that failed, the sandbox's own failure) is no
+answer to the model: the row's error (:class:`~gage_plugins_builtin.tools.loop.RowFailed`), not scored.
 
 A task names the tools in ``request.tool_loop.tools`` and may set them in ``tool_args``::
 
@@ -23,8 +25,11 @@ from typing import Any, Mapping
 
 from gage_eval.api import execution, tools
 
+from gage_plugins_builtin.tools.loop import RowFailed
+
 TIMEOUT_S = 30.0  # a call's wall time by default
 SHOWN_CHARS = 16_000  # of a call's output, the model is shown at most this much (the end of it cut)
+MAX_COMMAND_BYTES = 131_072  # one argument of a process (Linux's MAX_ARG_STRLEN): bash's command line under it
 
 
 class CodeTool(tools.Tool):
@@ -81,8 +86,12 @@ class CodeTool(tools.Tool):
         text = arguments.get(self.parameter)
         if not isinstance(text, str):
             raise TypeError(f"{self.function}() needs {self.parameter} as a string")
+        job = self.job(text)
         self.calls += 1
-        return result_text(self.box.run(self.job(text)), self.limits)
+        result = self.box.run(job)
+        if result.status == execution.Status.ERROR:  # the row's setting could not be prepared: not the model's doing
+            raise RowFailed(f"sandbox {self.box.name}: {result.reason}"[:400])
+        return result_text(result, self.limits)
 
     def job(self, text: str) -> execution.Job:
         raise NotImplementedError
@@ -115,6 +124,10 @@ class BashTool(CodeTool):
     parameter_description = "The command line to run."
 
     def job(self, text: str) -> execution.Job:
+        size = len(text.encode("utf-8", "surrogatepass"))
+        if size >= MAX_COMMAND_BYTES:  # (no process could start with it: the model's to read, not the row's error)
+            raise ValueError(f"bash() takes a command line under {MAX_COMMAND_BYTES} bytes, not {size}; "
+                             f"run a longer program with python")
         return replace(self.row, command=("bash", "-c", text))
 
 
@@ -136,8 +149,6 @@ def result_text(result: execution.JobResult, limits: execution.Limits) -> str:
         end = f"[killed: ran past {limits.wall_s:g} s]"
     elif status == execution.Status.OUTPUT_LIMIT:
         end = f"[killed: printed more than {limits.output_bytes} bytes]"
-    elif status == execution.Status.ERROR:
-        end = f"[the sandbox could not run it: {result.reason}]"
     elif result.exit_code is not None and result.exit_code < 0:
         end = f"[killed by signal {-result.exit_code}]"
     else:

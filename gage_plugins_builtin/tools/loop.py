@@ -3,7 +3,9 @@ request whose task opted in (``request.tool_loop``) as a conversation.
 
 Each step sends the model the row's messages and the trajectory so far; the calls of its reply
 run through the row's tools (``gage_register_tools``: a fresh instance of each per row, built with
-the task's ``tool_loop.tool_args`` for it) and the results go back as ``tool`` turns. A reply without calls ends the user turn: the next one (the
+the task's ``tool_loop.tool_args`` for it) and the results go back as ``tool`` turns (a tool's
+error too; a tool that cannot be built for the row, or a call that raises :class:`RowFailed`,
+is the row's error instead). A reply without calls ends the user turn: the next one (the
 row's ``metadata.user_turns``, each a list of messages) follows, or the row is done. A user
 turn with more than ``max_steps`` replies with calls stops the row there (BFCL's force quit).
 The rows of one batch step together, so a local backend still batches. Each step's request goes
@@ -42,6 +44,12 @@ def _error_text(exc: BaseException) -> str:
 
 class _Hung(Exception):
     pass
+
+
+class RowFailed(Exception):
+    """Raised by a tool's call when the row's setting, not the model, failed (the code sandbox could
+    not prepare the row: an image it does not run, a setup that failed): the row stops there as its
+    recorded error, not scored; the model is not answered with it."""
 
 
 def _call_within(tool: Any, name: str, args: dict, timeout_s: float) -> Any:
@@ -98,7 +106,8 @@ class Toolbox:
         return [d for tool in self.tools for d in tool.definitions()]
 
     def run(self, call: Mapping[str, Any]) -> str:
-        """One call's result text; whatever goes wrong is the text, for the model to read."""
+        """One call's result text; whatever goes wrong is the text, for the model to read (but a
+        :class:`RowFailed`, raised again naming the function: the row's setting failed, not the model)."""
         fn = call.get("function") if isinstance(call, Mapping) else None
         name = fn.get("name") if isinstance(fn, Mapping) else None
         tool = self.owner.get(name) if isinstance(name, str) else None
@@ -117,6 +126,8 @@ class Toolbox:
             wait = max(wait, float(tool.call_timeout_s))
         try:
             return _cut(tools.Tool.result_text(_call_within(tool, name, args, wait)), self.max_result_chars)
+        except RowFailed as exc:
+            raise RowFailed(f"tool {name}: {exc}") from None
         except _Hung:
             self.hung.add(id(tool))
             return f"Error: {name} did not return within {wait:g} s"
@@ -150,7 +161,7 @@ class Conversation:
         self.pending_turns = list((self.row.get("metadata") or {}).get("user_turns") or [])
         self.states: list[Any] = []
         self.steps = self.turn_steps = self.turns = 0
-        self.stopped = ""
+        self.stopped = self.failure = ""
         self.latency_ms = 0.0
         self.tokens = [0, 0]
         self.last: ModelOutput | None = None
@@ -178,9 +189,13 @@ class Conversation:
         if out.tool_calls:
             for i, call in enumerate(out.tool_calls):
                 fn = call.get("function") if isinstance(call, Mapping) else None
+                try:
+                    text = self.toolbox.run(call)
+                except RowFailed as exc:  # the row's setting failed, not the model: the row's error
+                    self.stopped, self.failure = "error", str(exc)
+                    return True
                 self.trajectory.append({"role": "tool", "tool_call_id": str(call.get("id") or f"call_{i}"),
-                                        "name": str((fn or {}).get("name") or ""),
-                                        "content": [text_segment(self.toolbox.run(call))]})
+                                        "name": str((fn or {}).get("name") or ""), "content": [text_segment(text)]})
             self.turn_steps += 1
             if self.turn_steps <= self.max_steps:
                 return False
@@ -201,6 +216,8 @@ class Conversation:
 
     def result(self) -> ModelOutput:
         out = self.last or ModelOutput(text="")
+        if self.failure:
+            out = replace(out, error=self.failure)
         raw = dict(out.raw or {})
         raw["tool_loop"] = {"user_turns": self.turns, "steps": self.steps, "stopped": self.stopped}
         if any(s is not None for s in self.states):

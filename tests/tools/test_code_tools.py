@@ -209,3 +209,42 @@ def test_a_code_tools_sandbox_that_cannot_be_opened_stops_the_task_at_setup(run_
             if t.strip() == tool_args][0]
     assert f"task.yaml:{line}): key '{key}': tool " in result.output and problem in result.output, result.output
     assert not (tmp_path / "r" / "samples" / "code_agent.jsonl").exists()
+
+
+def test_a_row_the_sandbox_cannot_prepare_is_the_rows_error_not_a_tool_turn(run_cli, tmp_path):
+    """An image the local sandbox does not run, a sandbox.setup that fails: the environment is
+    broken, not the model, so the row is recorded as its error naming the reason and is not scored
+    (each call came back to the model as '[the sandbox could not run it: ...]' and the row was scored,
+    exact_match 1.0). A program that fails, runs too long or prints too much stays the model's turn."""
+    marker = f"GAGE_TEST_{uuid.uuid4().hex}"
+    image = row("image", "Run it", marker)
+    image["sandbox"]["image"] = "python:3.12"
+    setup = row("setup", "Run it", marker)
+    setup["sandbox"]["setup"] = "echo no compiler >&2; exit 3"
+    good = row("good", "Run it", marker)
+    good["sandbox"]["setup"] = "echo 7 > made.txt"
+    script = {rid: [{"tool_calls": [call("a", "python", {"code": "print(open('made.txt').read())"}),
+                                    call("b", "bash", {"cmd": "exit 9"})]},
+                    {"tool_calls": [call("c", "bash", {"cmd": "sleep 5"}),  # (a command line no process takes)
+                                    call("d", "bash", {"cmd": "echo " + "x" * 200_000})]}, {"text": "done"}]
+              for rid in ("image", "setup", "good")}
+    result, samples = run(run_cli, tmp_path, [image, setup, good], script)
+    assert result.exit_code == 1, result.output  # some rows errored
+    assert tool_texts(samples["good"]) == ["7\n\n", "[exit status 9]", "[killed: ran past 2 s]", (
+        "Error during execution: bash() takes a command line under 131072 bytes, not 200005; run a longer program "
+        "with python")]
+    assert samples["good"]["eval_result"]["metrics"]["exact_match"]["value"] == 1.0
+    for line, rid, said in [(1, "image", "the local sandbox runs no container image (the row's sandbox.image is "
+                                         "'python:3.12')"), (2, "setup", "sandbox.setup failed (exit 3): no compiler")]:
+        record = samples[rid]
+        error = record["eval_result"]["error"]
+        assert "metrics" not in record["eval_result"], record["eval_result"]
+        assert error["stage"] == "inference" and error["locator"].endswith(f"rows.jsonl:{line}"), error
+        assert error["message"].startswith(f"tool python: sandbox local: {said}"), error
+        events = [json.loads(t) for t in (tmp_path / "r" / "events.jsonl").read_text().splitlines()]
+        assert [e["message"] for e in events if e["event"] == "sample_error" and e["locator"] == error["locator"]] \
+            == [error["message"]], events
+        out = record["predict_result"][0]
+        assert out["raw"]["tool_loop"]["stopped"] == "error" and out["raw"]["tool_loop"]["steps"] == 1, out
+        assert tool_texts(record) == []  # the model was never answered with the sandbox's failure
+    assert _leftovers(marker) == []
