@@ -142,9 +142,7 @@ def changed_inputs(stored: Mapping[str, Any], now: Mapping[str, Any]) -> list[st
         gone = {p: d for p, d in old.items() if p not in new}
         added = {p: d for p, d in new.items() if p not in old}
         moved = set(gone.values()) & set(added.values())  # the same bytes found elsewhere (another venv)
-        for path, digest in old.items():
-            if path in new and new[path] != digest:
-                lines.append(f"data file {path} ({task}) changed")
+        lines += [f"data file {p} ({task}) changed" for p, d in old.items() if p in new and new[p] != d]
         lines += [f"data file {p} ({task}) is gone" for p, d in gone.items() if d not in moved]
         lines += [f"data file {p} ({task}) is new" for p, d in sorted(added.items()) if d not in moved]
     return lines
