@@ -4,7 +4,9 @@ A row's tests are Sample v1's ``metadata.execution`` (``type: code_exec``): ``te
 ``input``/``output`` (function calls when it names an ``entry_point``, stdin/stdout when it does
 not), or a HumanEval-style ``test`` program with its ``entry_point`` (the check passes when the
 program, the test and ``check(entry_point)`` run to the end). ``timeout_ms`` is each test's time.
-The row's ``sandbox`` (``files``, ``setup``, ``env``, ``image``) goes to the sandbox as it is.
+The row's ``sandbox`` (``files``, ``setup``, ``env``, ``image``) goes to the sandbox as it is; a row
+file named as one the metric writes there (``harness.py``, ``job.json``, ``program.py``) is the
+row's error, never replaced.
 
 The value is 1 when every test passed, else 0; ``eval_result.metrics.code_exec.tests`` keeps each
 test's status (pass, fail, timeout, error) with a short reason. When the sandbox could not prepare
@@ -21,7 +23,7 @@ import re
 import secrets
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any, Mapping
 
 from gage_eval.api import GageError, Metric, MetricContext, execution
@@ -29,6 +31,7 @@ from gage_eval.api import GageError, Metric, MetricContext, execution
 HARNESS = (Path(__file__).with_name("harness.py")).read_text(encoding="utf-8")
 FENCE = re.compile(r"```[ \t]*(?:python3?|py)?[ \t]*\n(.*?)(?:```|\Z)", re.DOTALL | re.IGNORECASE)
 STARTUP_S = 5.0  # the wall time a job gets beyond its tests' own: the sandbox and the interpreter starting
+OWN_FILES = ("harness.py", "job.json", "program.py")  # what the metric writes in the job's working folder
 
 
 def extract_code(text: str, how: str) -> str:
@@ -121,15 +124,26 @@ class CodeExec(Metric):
         else:
             raise ValueError("sample.metadata.execution needs test_cases (input/output) or a test program "
                              "with its entry_point")
+        box = ctx.get("sample.sandbox", None)
+        _refuse_clashes((box or {}).get("files") if isinstance(box, Mapping) else None)
         nonce = secrets.token_hex(8)
         spec = {"mode": mode, "program": "program.py", "timeout": timeout, "entry_point": entry,
                 "tests": tests, "guard": self.guard, "nonce": nonce}
         limits = self.limits.replace(wall_s=STARTUP_S + timeout * (len(tests) + 1),
                                      cpu_s=max(self.limits.cpu_s, timeout * (len(tests) + 1)))
-        job = execution.Job.for_row(ctx.get("sample.sandbox", None), (execution.Job.PYTHON, "harness.py"),
-                                    {"program.py": program, "harness.py": HARNESS, "job.json": json.dumps(spec)},
-                                    limits=limits)
+        own = dict(zip(OWN_FILES, (HARNESS, json.dumps(spec), program)))
+        job = execution.Job.for_row(box, (execution.Job.PYTHON, "harness.py"), own, limits=limits)
         return job, nonce, len(tests)
+
+
+def _refuse_clashes(files: Any) -> None:
+    """A row file named as one the metric writes (or inside one: ``harness.py/x``) would be replaced
+    by it, or could not be written: the row's error, naming the file."""
+    for name in files or ():
+        path = PurePosixPath(str(name))
+        if any(str(p) in OWN_FILES for p in (path, *path.parents)):
+            raise GageError(f"sandbox.files: {str(name)!r} is in the way of a file code_exec writes in the "
+                             f"working folder ({', '.join(OWN_FILES)}): rename it")
 
 
 def _key(ctx: MetricContext) -> tuple:

@@ -138,3 +138,31 @@ def test_a_rows_own_path_does_not_break_the_sandboxs_own_copy_and_setup():
     assert (done.status, done.exit_code, done.stdout) == ("exited", 0, "x made\n /nowhere\n"), done
     failed = box.run(execution.Job(command=job.command, setup="echo why >&2; exit 4", env={"PATH": "/nowhere"}))
     assert failed.status == execution.Status.ERROR and failed.reason == "sandbox.setup failed (exit 4): why", failed
+
+
+def test_a_row_file_named_as_one_of_the_metrics_own_is_the_rows_error_not_replaced(run_cli, tmp_path):
+    """code_exec writes harness.py, program.py and job.json into the working folder; a row's
+    sandbox.files under one of those names (or inside one, or as ./NAME) was silently replaced by the
+    metric's (a row's own harness.py never ran, and the row was scored). It is the row's metric error
+    naming the file, one line; the row beside it is scored."""
+    clashes = {"harness": {"harness.py": "print('mine')"}, "program": {"./program.py": "x = 1"},
+               "spec": {"data.txt": "1", "job.json": "{}"}, "inside": {"harness.py/x": "y"}}
+    rows = [code_row(rid, {"files": files}) for rid, files in clashes.items()]
+    rows.append(code_row("good", {"files": {"harness.txt": "fine", "lib/program.py": "y = 2"}}))
+    (tmp_path / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (tmp_path / "script.json").write_text(json.dumps({r["id"]: [{"text": ANSWER}] for r in rows}))
+    result = run_cli("--tasks", "code_exec", "--data", f"code_exec={tmp_path / 'rows.jsonl'}", "--model", "dummy",
+                     "--model-args", f"response=script,script={tmp_path / 'script.json'}", "-o", tmp_path,
+                     "--run-id", "r", "--no-report")
+    assert result.exit_code == 1, result.output
+    lines = (tmp_path / "r/samples/code_exec.jsonl").read_text().splitlines()
+    records = {json.loads(t)["id"]: json.loads(t) for t in lines}
+    assert records["good"]["eval_result"]["metrics"]["code_exec"]["value"] == 1.0
+    for line, (rid, name) in enumerate([("harness", "harness.py"), ("program", "./program.py"), ("spec", "job.json"),
+                                        ("inside", "harness.py/x")], 1):
+        error = records[rid]["eval_result"]["error"]
+        assert "metrics" not in records[rid]["eval_result"] and error["stage"] == "metric", records[rid]
+        said = (f"code_exec: sandbox.files: {name!r} is in the way of a file code_exec writes in the working "
+                f"folder (harness.py, job.json, program.py): rename it")
+        assert error["message"] == said and error["locator"].endswith(f"rows.jsonl:{line}"), error
+        assert f"rows.jsonl:{line}: metric error: {said}\n" in result.output, result.output
