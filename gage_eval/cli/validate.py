@@ -142,7 +142,7 @@ def _name_problems(spec: Any, registry: Any, note: str) -> list[tuple[str, str]]
     """Each registered name ``spec`` gives that ``registry`` lacks, and its tool loop's first
     problem (``note``, which plugins are loaded and disabled, ends a name's message)."""
     from gage_eval.tasks.spec import TASK_FILE
-    from gage_eval.tasks.toolcheck import check_tool_loop
+    from gage_eval.tasks.toolcheck import check_metric_sandbox, check_tool_loop
 
     pre = "preprocessor.name" if "preprocessor" in spec.raw else "preprocessor"  # (default: identity)
     lookups = [("loaders", spec.dataset.get("loader"), "dataset.loader"),
@@ -150,9 +150,6 @@ def _name_problems(spec: Any, registry: Any, note: str) -> list[tuple[str, str]]
     for i, entry in enumerate(spec.metrics):
         entry = {"name": entry} if isinstance(entry, str) else entry
         lookups.append(("metrics", entry.get("name"), f"metrics.{i}"))
-        args = entry.get("args")
-        if isinstance(args, dict) and isinstance(args.get("sandbox"), str):  # (code_exec's: it opens it)
-            lookups.append(("sandboxes", args["sandbox"], f"metrics.{i}.args.sandbox"))
     if spec.judge:
         lookups.append(("judges", spec.judge.get("name"), "judge.name"))
     loop = spec.request.get("tool_loop") or {}  # (its tools' sandboxes: their check_args open them)
@@ -162,6 +159,14 @@ def _name_problems(spec: Any, registry: Any, note: str) -> list[tuple[str, str]]
             registry.get(kind, name)
         except GageError as exc:
             problems.append((key, f"{exc}{note}"))
+    for i, entry in enumerate(spec.metrics):  # a metric's sandbox (code_exec's), opened as the run's setup does
+        args = entry.get("args") if isinstance(entry, dict) else None
+        try:
+            check_metric_sandbox(spec, i, args if isinstance(args, dict) else {})
+        except GageError as exc:
+            key, message = _keyed(str(exc), spec.folder / TASK_FILE)
+            box = args.get("sandbox", "local")
+            problems.append((key, message + (note if isinstance(box, str) and box not in registry.sandboxes else "")))
     if loop:
         try:
             check_tool_loop(spec, loop, registry)

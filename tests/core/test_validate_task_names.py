@@ -82,6 +82,13 @@ def test_the_builtin_tasks_still_validate(name, run_cli):
      "unknown tool 'pythn' (did you mean 'python'?); registered tools: "),
     ("args: {sandbox: local}", "args: {sandbox: dockr}", 18, "metrics.1.args.sandbox",
      "unknown sandbox 'dockr'; registered sandboxes: "),
+    # a metric's sandbox is opened as the run's setup opens it (toolcheck.check_metric_sandbox)
+    ("args: {sandbox: local}", "args: {sandbox: local, sandbox_args: {colour: red}}", 18,
+     "metrics.1.args.sandbox_args", "sandbox local (sandbox_args: colour): TypeError: "),
+    ("args: {sandbox: local}", "args: {sandbox: [local]}", 18, "metrics.1.args.sandbox",
+     "expected a registered sandbox's name"),
+    ("args: {sandbox: local}", "args: {sandbox: unsandboxed}", 18, "metrics.1.args.sandbox",
+     "sandbox 'unsandboxed' runs generated code on this machine as you; it needs --allow-unsandboxed-code"),
     ("python: {sandbox: local}", "python: {sandbox: dockr}", 14, "request.tool_loop.tool_args.python",
      "tool python (tool_args.python: sandbox): GageError: unknown sandbox 'dockr'; registered sandboxes: "),
     ("python: {sandbox: local}", "python: {sandbox: local, timeout: 3}", 14, "request.tool_loop.tool_args.python",
