@@ -15,6 +15,8 @@ import pytest
 
 from gage_eval.api import hookimpl
 
+from tests.sandbox.local_sandbox import needs_local_sandbox
+
 ROOT = Path(__file__).resolve().parents[2]
 
 GOOD = """\
@@ -42,6 +44,10 @@ judge:
 ROW = {"schema_version": "v1", "id": "a", "messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}],
        "references": ["x"]}
 
+
+# the task files here give the python tool and code_exec the local sandbox, which validate opens as a
+# run's setup does: without bubblewrap each would (rightly) say it cannot run here
+pytestmark = needs_local_sandbox
 
 def task(tmp_path: Path, text: str = GOOD, folder: str = "names") -> Path:
     where = tmp_path / "tasks" / folder
