@@ -19,6 +19,12 @@ from gage_eval.api import registered
 from gage_eval.api.errors import GageError
 
 
+class RowFailed(Exception):
+    """Raised by a tool's call when the row's setting, not the model, failed (the code sandbox could
+    not prepare the row: an image it does not run, a setup that failed): the row stops there as its
+    recorded error (its trajectory so far kept), not scored; the model is not answered with it."""
+
+
 class Tool:
     """Base class of a tool implementation (one instance per row).
 
@@ -26,8 +32,8 @@ class Tool:
     arguments (or override :meth:`functions` and :meth:`call`); ``__init__(sample)`` gets the
     row (Sample v1) to set its starting state from. A method's exception, arguments that do not
     fit it or a function no tool serves are returned to the model as the tool turn's text, never
-    raised out of the loop. A tool that runs code must run it through the code sandbox, never in
-    this process.
+    raised out of the loop; only :class:`RowFailed` ends the row, as its error. A tool that runs
+    code must run it through the code sandbox, never in this process.
     """
 
     call_timeout_s: float | None = None

@@ -9,7 +9,7 @@ next; a program that should see a value prints it. The tool turn's text is what 
 (stdout, then stderr), with a last line when it did not simply succeed: its exit status, or that it
 ran out of time or printed too much (killed). A job the sandbox could not prepare (the row's
 ``sandbox.image`` it does not run, a ``sandbox.setup`` that failed, the sandbox's own failure) is no
-answer to the model: the row's error (:class:`~gage_plugins_builtin.tools.loop.RowFailed`), not scored.
+answer to the model: the row's error (:class:`gage_eval.api.tools.RowFailed`), not scored.
 
 A task names the tools in ``request.tool_loop.tools`` and may set them in ``tool_args``::
 
@@ -25,7 +25,6 @@ from typing import Any, Mapping
 
 from gage_eval.api import execution, tools
 
-from gage_plugins_builtin.tools.loop import RowFailed
 
 TIMEOUT_S = 30.0  # a call's wall time by default
 SHOWN_CHARS = 16_000  # of a call's output, the model is shown at most this much (the end of it cut)
@@ -90,7 +89,7 @@ class CodeTool(tools.Tool):
         self.calls += 1
         result = self.box.run(job)
         if result.status == execution.Status.ERROR:  # the row's setting could not be prepared: not the model's doing
-            raise RowFailed(f"sandbox {self.box.name}: {result.reason}"[:400])
+            raise tools.RowFailed(f"sandbox {self.box.name}: {result.reason}"[:400])
         return result_text(result, self.limits)
 
     def job(self, text: str) -> execution.Job:

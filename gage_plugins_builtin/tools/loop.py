@@ -4,7 +4,7 @@ request whose task opted in (``request.tool_loop``) as a conversation.
 Each step sends the model the row's messages and the trajectory so far; the calls of its reply
 run through the row's tools (``gage_register_tools``: a fresh instance of each per row, built with
 the task's ``tool_loop.tool_args`` for it) and the results go back as ``tool`` turns (a tool's
-error too; a tool that cannot be built for the row, or a call that raises :class:`RowFailed`,
+error too; a tool that cannot be built for the row, or a call that raises :class:`~gage_eval.api.tools.RowFailed`,
 is the row's error instead). A reply without calls ends the user turn: the next one (the
 row's ``metadata.user_turns``, each a list of messages) follows, or the row is done. A user
 turn with more than ``max_steps`` replies with calls stops the row there (BFCL's force quit).
@@ -44,12 +44,6 @@ def _error_text(exc: BaseException) -> str:
 
 class _Hung(Exception):
     pass
-
-
-class RowFailed(Exception):
-    """Raised by a tool's call when the row's setting, not the model, failed (the code sandbox could
-    not prepare the row: an image it does not run, a setup that failed): the row stops there as its
-    recorded error, not scored; the model is not answered with it."""
 
 
 def _call_within(tool: Any, name: str, args: dict, timeout_s: float) -> Any:
@@ -107,7 +101,7 @@ class Toolbox:
 
     def run(self, call: Mapping[str, Any]) -> str:
         """One call's result text; whatever goes wrong is the text, for the model to read (but a
-        :class:`RowFailed`, raised again naming the function: the row's setting failed, not the model)."""
+        :class:`~gage_eval.api.tools.RowFailed`, raised again naming the function: the row's setting failed, not the model)."""
         fn = call.get("function") if isinstance(call, Mapping) else None
         name = fn.get("name") if isinstance(fn, Mapping) else None
         tool = self.owner.get(name) if isinstance(name, str) else None
@@ -126,8 +120,8 @@ class Toolbox:
             wait = max(wait, float(tool.call_timeout_s))
         try:
             return _cut(tools.Tool.result_text(_call_within(tool, name, args, wait)), self.max_result_chars)
-        except RowFailed as exc:
-            raise RowFailed(f"tool {name}: {exc}") from None
+        except tools.RowFailed as exc:
+            raise tools.RowFailed(f"tool {name}: {exc}") from None
         except _Hung:
             self.hung.add(id(tool))
             return f"Error: {name} did not return within {wait:g} s"
@@ -191,7 +185,7 @@ class Conversation:
                 fn = call.get("function") if isinstance(call, Mapping) else None
                 try:
                     text = self.toolbox.run(call)
-                except RowFailed as exc:  # the row's setting failed, not the model: the row's error
+                except tools.RowFailed as exc:  # the row's setting failed, not the model: the row's error
                     self.stopped, self.failure = "error", str(exc)
                     return True
                 self.trajectory.append({"role": "tool", "tool_call_id": str(call.get("id") or f"call_{i}"),
