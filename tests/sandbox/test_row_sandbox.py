@@ -44,12 +44,18 @@ def outcome(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("row_sandbox")
     rows = [code_row(rid, box) for rid, (box, _, _) in BAD.items()]
     rows.append(code_row("good", {"files": {"data/n.txt": "3"}, "env": {"WHO": "me"}, "setup": "true"}))
+    return run_rows(lambda *args: CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=False),
+                    tmp, rows)  # (run_cli, once for the module)
+
+
+def run_rows(invoke, tmp, rows: list[dict]):
+    """``rows`` through the code_exec task, the dummy backend answering ANSWER to each: the CLI's
+    result and each record by its row's id (an invalid row's: its metadata.row_id)."""
     (tmp / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     (tmp / "script.json").write_text(json.dumps({r["id"]: [{"text": ANSWER}] for r in rows}))
-    args = ["--tasks", "code_exec", "--data", f"code_exec={tmp / 'rows.jsonl'}", "--model", "dummy",
-            "--model-args", f"response=script,script={tmp / 'script.json'}", "-o", str(tmp), "--run-id", "r",
-            "--no-report"]
-    result = CliRunner().invoke(cli, args, catch_exceptions=False)  # (run_cli, once for the module)
+    result = invoke("--tasks", "code_exec", "--data", f"code_exec={tmp / 'rows.jsonl'}", "--model", "dummy",
+                    "--model-args", f"response=script,script={tmp / 'script.json'}", "-o", tmp, "--run-id", "r",
+                    "--no-report")
     records = [json.loads(line) for line in (tmp / "r" / "samples" / "code_exec.jsonl").read_text().splitlines()]
     return result, {r.get("metadata", {}).get("row_id") or r["id"]: r for r in records}
 
@@ -90,14 +96,8 @@ def test_a_row_the_sandbox_cannot_prepare_is_the_rows_error_not_a_zero(run_cli, 
     is recorded as its metric error with its line (it was scored 0, each test 'error'); the run goes on."""
     rows = [code_row("image", {"image": "python:3.10"}), code_row("setup", {"setup": "echo no >&2; exit 3"}),
             code_row("good", {"setup": "true"})]
-    (tmp_path / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    (tmp_path / "script.json").write_text(json.dumps({r["id"]: [{"text": ANSWER}] for r in rows}))
-    result = run_cli("--tasks", "code_exec", "--data", f"code_exec={tmp_path / 'rows.jsonl'}", "--model", "dummy",
-                     "--model-args", f"response=script,script={tmp_path / 'script.json'}", "-o", tmp_path,
-                     "--run-id", "r", "--no-report")
+    result, records = run_rows(run_cli, tmp_path, rows)
     assert result.exit_code == 1, result.output
-    lines = (tmp_path / "r/samples/code_exec.jsonl").read_text().splitlines()
-    records = {json.loads(t)["id"]: json.loads(t) for t in lines}
     assert records["good"]["eval_result"]["metrics"]["code_exec"]["value"] == 1.0
     for line, rid, said in [(1, "image", "the local sandbox runs no container image (the row's sandbox.image is "
                                          "'python:3.10')"), (2, "setup", "sandbox.setup failed (exit 3): no")]:
@@ -149,14 +149,8 @@ def test_a_row_file_named_as_one_of_the_metrics_own_is_the_rows_error_not_replac
                "spec": {"data.txt": "1", "job.json": "{}"}, "inside": {"harness.py/x": "y"}}
     rows = [code_row(rid, {"files": files}) for rid, files in clashes.items()]
     rows.append(code_row("good", {"files": {"harness.txt": "fine", "lib/program.py": "y = 2"}}))
-    (tmp_path / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    (tmp_path / "script.json").write_text(json.dumps({r["id"]: [{"text": ANSWER}] for r in rows}))
-    result = run_cli("--tasks", "code_exec", "--data", f"code_exec={tmp_path / 'rows.jsonl'}", "--model", "dummy",
-                     "--model-args", f"response=script,script={tmp_path / 'script.json'}", "-o", tmp_path,
-                     "--run-id", "r", "--no-report")
+    result, records = run_rows(run_cli, tmp_path, rows)
     assert result.exit_code == 1, result.output
-    lines = (tmp_path / "r/samples/code_exec.jsonl").read_text().splitlines()
-    records = {json.loads(t)["id"]: json.loads(t) for t in lines}
     assert records["good"]["eval_result"]["metrics"]["code_exec"]["value"] == 1.0
     for line, (rid, name) in enumerate([("harness", "harness.py"), ("program", "./program.py"), ("spec", "job.json"),
                                         ("inside", "harness.py/x")], 1):
