@@ -76,8 +76,8 @@ def file_name_problem(name: str) -> str:
     parts = PurePosixPath(name).parts
     if "\0" in name or not parts or parts[0] == "/" or ".." in parts:
         return f"{name!r} is not a relative path inside the working folder"
-    if _text_problem(name):
-        return f"{name!r} {_text_problem(name)}"
+    if why := _text_problem(name):
+        return f"{name!r} {why}"
     if len(name.encode()) > PATH_MAX or any(len(p.encode()) > NAME_MAX for p in parts):
         return f"{name[:60]!r}... is longer than a file system takes ({NAME_MAX} bytes a part, {PATH_MAX} in all)"
     return ""
@@ -89,23 +89,24 @@ def sandbox_problems(box: Mapping[str, Any]) -> list[tuple[str, str]]:
     of one file (``a``, ``./a``) or a file that is another's folder (``a``, ``a/b``), a NUL or lone
     surrogate in a file, ``env`` or ``setup``, an ``env`` name that is empty or holds ``=``."""
     problems, files = [], box.get("files") or {}
+    named = {name: file_name_problem(name) for name in files}
+    folders = {str(p) for n, bad in named.items() if not bad for p in PurePosixPath(n).parents}
     seen: dict[str, str] = {}
-    folders = {str(p) for n in files if not file_name_problem(n) for p in PurePosixPath(n).parents}
     for name, text in files.items():
         path = str(PurePosixPath(name))
-        bad = file_name_problem(name) or (f"{name!r} names the same file as {seen[path]!r}" if path in seen else "") \
+        bad = named[name] or (f"{name!r} names the same file as {seen[path]!r}" if path in seen else "") \
             or (f"{name!r} is a file and also the folder of another file" if path in folders else "") \
-            or (f"{name!r}: its text {_text_problem(text)}" if _text_problem(text) else "")
+            or (f"{name!r}: its text {why}" if (why := _text_problem(text)) else "")
         seen.setdefault(path, name)
         if bad:
             problems.append(("$.sandbox.files", bad))
     for key, value in (box.get("env") or {}).items():
         if not key or "=" in key or _text_problem(key):
             problems.append(("$.sandbox.env", f"{key!r} is no environment variable name"))
-        elif _text_problem(value):
-            problems.append(("$.sandbox.env", f"{key}: its value {_text_problem(value)}"))
-    if isinstance(box.get("setup"), str) and _text_problem(box["setup"]):
-        problems.append(("$.sandbox.setup", f"the script {_text_problem(box['setup'])}"))
+        elif why := _text_problem(value):
+            problems.append(("$.sandbox.env", f"{key}: its value {why}"))
+    if isinstance(box.get("setup"), str) and (why := _text_problem(box["setup"])):
+        problems.append(("$.sandbox.setup", f"the script {why}"))
     return problems
 
 
