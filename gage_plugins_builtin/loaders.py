@@ -289,20 +289,21 @@ def _undecoded_media(ds: Any, datasets: Any) -> Any:
     return ds
 
 
-def _first_file(files: Any) -> str | None:
-    if isinstance(files, str):
-        return files
+def _files(files: Any) -> list:
+    """``data_files`` as a list of its files: one, a list, or a mapping of split -> one or a list."""
     if isinstance(files, dict):
-        files = [f for v in files.values() for f in v]
-    return files[0] if files else None
+        return [f for v in files.values() for f in (v if isinstance(v, (list, tuple)) else [v])]
+    return [files] if isinstance(files, str) else list(files or ())
+
+
+def _first_file(files: Any) -> str | None:
+    return next(iter(_files(files)), None)
 
 
 def _not_text(files: Any) -> str | None:
     """``PATH[:LINE]: why`` for the first local data file that is not UTF-8 text (UTF-16, gzip,
     Latin-1), as the jsonl reader says it; None when each one is (or cannot be read here)."""
-    if isinstance(files, dict):
-        files = [f for v in files.values() for f in (v if isinstance(v, (list, tuple)) else [v])]
-    for name in [files] if isinstance(files, str) else files or ():
+    for name in _files(files):
         try:
             data = Path(name).read_bytes()
             problem = jsonio.file_problem(data[:4], Path(name).suffix.lstrip(".") or "text")
