@@ -81,6 +81,8 @@ def _validate_rows(path: Path, schema: str, max_errors: int, allow_paths, allow_
             elif checker is not None:
                 result = checker.check(f"{path}:{lineno}", rows - 1, row)
                 problems, row_warnings = result.problems, result.warnings
+            elif row is None:  # (an empty YAML file, or one holding only comments)
+                problems, row_warnings = [("", "the file is empty: a YAML file holding one mapping of keys")], []
             else:
                 problems, row_warnings = validation_errors(row, schema), validation_warnings(row, schema)
                 if schema == "task" and not problems:  # then the names it gives, as a run's task setup
@@ -100,6 +102,8 @@ def _validate_rows(path: Path, schema: str, max_errors: int, allow_paths, allow_
     finally:
         if checker is not None:
             checker.close()
+    if rows == 0:
+        click.echo(f"{path}: no rows to check (the file is empty or holds only blank lines)")
     click.echo(f"{path}: {rows} rows, {valid} valid, {invalid_rows} invalid, {warnings} warnings "
                f"(schema {schema})")
     return 1 if invalid_rows or rows == 0 else 0

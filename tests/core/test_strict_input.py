@@ -330,3 +330,19 @@ def test_duplicate_keys_in_task_file_and_run_config(tmp_path):
     proc = cli("--config", config, "--model", "dummy", "-o", tmp_path)
     assert "Traceback" not in proc.stderr and proc.returncode == 2
     assert f"{config}:3: duplicate key 'limit' (first at line 2)" in proc.stderr
+
+
+@pytest.mark.parametrize("name, text, said", [
+    ("task.yaml", "", "task.yaml:1: the file is empty: a YAML file holding one mapping of keys"),
+    ("task.yaml", "# only a comment\n", "task.yaml:1: the file is empty: a YAML file holding one mapping of keys"),
+    ("rows.jsonl", "", "rows.jsonl: no rows to check (the file is empty or holds only blank lines)"),
+    ("rows.jsonl", "\n\n", "rows.jsonl: no rows to check (the file is empty or holds only blank lines)"),
+])
+def test_validate_says_why_an_empty_file_fails(tmp_path, run_cli, name, text, said):
+    """An empty task.yaml said "None is not of type 'object'"; an empty jsonl only '0 rows ... ' and exit 1."""
+    folder = tmp_path / "t"
+    folder.mkdir()
+    (folder / name).write_text(text)
+    result = run_cli("validate", folder / name, "--schema", "task" if name == "task.yaml" else "sample")
+    assert result.exit_code == 1
+    assert f"{folder}/{said}" in result.output.splitlines(), result.output
