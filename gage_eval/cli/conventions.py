@@ -33,6 +33,8 @@ ALIASES = {
 NO_OPS = {
     "--log_samples": "samples are always written (RUN_DIR/samples/TASK.jsonl)",
     "-s": "samples are always written (RUN_DIR/samples/TASK.jsonl)",
+    "--confirm_run_unsafe_code": "model-written code (humaneval, code_exec) always runs in a sandbox; where none "
+                                 "can run, the run stops, and --allow-unsandboxed-code runs it on this machine",
 }
 _LOGGERS = ("gage-eval has no built-in experiment logger; results are in RUN_DIR/summary.json, and a plugin "
             "can send them on from the gage_run_end hook")
@@ -51,7 +53,6 @@ REFUSED = {
     "--predict_only": "metrics are always computed; the predictions are in RUN_DIR/samples/TASK.jsonl",
     "-x": "metrics are always computed; the predictions are in RUN_DIR/samples/TASK.jsonl",
     "--trust_remote_code": "give it to the backend: --model-args trust_remote_code=true",
-    "--confirm_run_unsafe_code": "no gage-eval task runs model-written code, so there is nothing to confirm",
     "--metadata": "task settings live in task.yaml or a run config (--config), model settings in --model-args",
     "--samples": "no such option; run chosen rows with --data TASK=FILE (a file holding just those rows) or --limit",
     "-E": "no such option; run chosen rows with --data TASK=FILE (a file holding just those rows) or --limit",

@@ -57,6 +57,12 @@ def test_log_samples_is_a_no_op_with_a_note():
     assert notes == ["--log_samples: samples are always written (RUN_DIR/samples/TASK.jsonl)"]
 
 
+def test_confirm_run_unsafe_code_is_a_no_op_that_says_code_runs_sandboxed():
+    out, notes = translate(["--tasks", "humaneval", "--confirm_run_unsafe_code", "--limit", "2"], KINDS, LONG)
+    assert out == ["--tasks", "humaneval", "--limit", "2"]
+    assert len(notes) == 1 and "always runs in a sandbox" in notes[0] and "--allow-unsandboxed-code" in notes[0]
+
+
 @pytest.mark.parametrize("flag, hint", [
     ("--use_cache", "--resume RUN_DIR"), ("--max_batch_size", "--batch-size"), ("--wandb_args", "summary.json"),
     ("--trust_remote_code", "--model-args trust_remote_code=true"), ("--predict_only", "samples"),
