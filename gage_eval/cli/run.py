@@ -7,7 +7,7 @@ from typing import Any
 import click
 
 from gage_eval.api.errors import EXIT_INTERRUPTED, GageError
-from gage_eval.api.runfolder import RUN_ID, RunFolder
+from gage_eval.api.runfolder import RunFolder, folder_name_ok
 from gage_eval.cli.resume import resume_command, resumed_options
 from gage_eval.cli.settings import build_options, without_writers
 from gage_eval.config.options import RunOptions, new_run_id
@@ -38,9 +38,9 @@ def run_from_cli(*, resume: str | None, quiet: bool, dry_run: int | None = None,
     if not resume:
         options = _new_options(quiet, kwargs, drop_writers)
         options.run_id = options.run_id or new_run_id()
-        if not RUN_ID.fullmatch(options.run_id) or options.run_id in (".", ".."):
-            raise GageError(f"--run-id {options.run_id!r}: a run id is a folder name (letters, digits, . _ -), "
-                            f"not a path; use --output-dir to choose where run folders go")
+        if not folder_name_ok(options.run_id) or options.run_id.startswith("-"):
+            raise GageError(f"--run-id {options.run_id!r}: a run id is a folder name (letters, digits, . _ -, not "
+                            f"starting with -), not a path; use --output-dir to choose where run folders go")
         run_dir = Path(options.output_dir) / options.run_id
     fresh = not resume and not run_dir.exists()
     with RunLock(run_dir):

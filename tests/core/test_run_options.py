@@ -120,3 +120,11 @@ def test_merge_compares_only_the_plugin_options_that_change_results(fresh_plugin
     assert result.exit_code in (0, 1), result.output
     result = run_cli("merge", tmp_path / "s0", tmp_path / "o1", "-o", tmp_path / "m2")
     assert result.exit_code == 2 and "differ in shade ('light' vs 'dark')" in result.output, result.output
+
+
+@pytest.mark.parametrize("run_id", ["../x", "a/b", "..", ".", "-x", "--help", "a b"])
+def test_a_run_id_that_is_not_a_plain_folder_name_is_refused(run_cli, tmp_path, run_id):
+    result = run_cli("--tasks", "piqa", "--model", "dummy", "--limit", "1", "-o", tmp_path, f"--run-id={run_id}", "-q")
+    assert result.exit_code == 2, result.output
+    assert f"--run-id {run_id!r}: a run id is a folder name" in result.output
+    assert list(tmp_path.iterdir()) == []
