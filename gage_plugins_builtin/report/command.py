@@ -27,4 +27,5 @@ def report_command(run_dirs: tuple[Path, ...], output: Path | None) -> None:
     pages.check_page_output(out, list(run_dirs), "-o" if output else "the report",
                       own_report=run_dirs[0] / "report.html" if len(run_dirs) == 1 else None)
     path = render_report(list(run_dirs), out)
-    click.echo(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB)")
+    size = path.stat().st_size
+    click.echo(f"wrote {path} ({f'{size / 1e6:.1f} MB' if size >= 1e6 else f'{max(1, round(size / 1e3))} kB'})")

@@ -146,6 +146,8 @@ def test_report_command_puts_runs_side_by_side(run_cli, tmp_path):
     res = CliRunner().invoke(report_command, [str(a), str(b), "-o", str(out)], catch_exceptions=False)
     assert res.exit_code == 0, res.output
     assert f"wrote {out}" in res.output
+    size = re.search(r"\((\d+(?:\.\d)?) (kB|MB)\)", res.output)  # a size a person reads: never "(0.0 MB)"
+    assert size and float(size[1]) > 0 and out.stat().st_size == pytest.approx(float(size[1]) * (1e3 if size[2] == "kB" else 1e6), rel=0.1)
     text = out.read_text()
     assert 'id="compare"' in text and re.search(r'<th class="num">.*?r<br>.*?<th class="num">.*?other<br>', text)
     # what differs is named: the model's seed (the only setting changed), n-shot not (the same)
