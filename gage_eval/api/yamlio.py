@@ -1,8 +1,8 @@
 """Strict YAML: task files, run configs, ``validate --schema task``.
 
 A SafeLoader that refuses duplicate keys, aliases that expand past :data:`MAX_YAML_NODES`
-values or refer to themselves, and nesting deeper than :data:`MAX_DEPTH`; a file that is not
-UTF-8 text (gzip, UTF-16) is refused as a data file is. Every problem is an
+values or refer to themselves, nesting deeper than :data:`MAX_DEPTH` and files over
+:data:`MAX_YAML_BYTES` (``/dev/zero`` never ends); a file that is not UTF-8 text (gzip, UTF-16) is refused as a data file is. Every problem is an
 :class:`~gage_eval.api.errors.InputError` (``WHERE:LINE: problem``).
 """
 from __future__ import annotations
@@ -15,6 +15,7 @@ from gage_eval.api.jsonio import decode_file, file_problem
 from gage_eval.api.strictjson import MAX_DEPTH
 
 MAX_YAML_NODES = 100_000
+MAX_YAML_BYTES = 16 << 20  # a task file or run config is a few kB
 
 
 def _strict_loader():
@@ -119,9 +120,12 @@ def read_yaml(path: Path) -> Any:
     """A YAML file read strictly (see :func:`loads_yaml`); every problem an :class:`InputError`."""
     path = Path(path)
     try:
-        data = path.read_bytes()
+        with path.open("rb") as fh:
+            data = fh.read(MAX_YAML_BYTES + 1)
     except OSError as exc:
         raise InputError(path, None, f"cannot read: {exc.strerror or exc}") from None
+    if len(data) > MAX_YAML_BYTES:
+        raise InputError(path, None, f"larger than {MAX_YAML_BYTES >> 20} MiB: not a task file or run config")
     problem = file_problem(data[:4], "YAML")
     if problem:
         raise InputError(path, None, problem)

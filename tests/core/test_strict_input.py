@@ -193,6 +193,11 @@ def test_control_characters_in_yaml_are_one_line(tmp_path, text, message):
     assert str(err.value) == f"{path}{message}"
 
 
+def test_a_yaml_file_that_never_ends_is_refused_not_read(tmp_path):
+    with pytest.raises(InputError, match=r"^/dev/zero: larger than 16 MiB: not a task file or run config$"):
+        read_yaml(Path("/dev/zero"))
+
+
 def test_yaml_merge_keys_may_be_overridden(tmp_path):
     path = tmp_path / "f.yaml"
     path.write_text("\ufeffbase: &b {x: 1, y: 2}\nd:\n  <<: *b\n  x: 5\n")
