@@ -60,6 +60,7 @@ REFUSED = {
     "-v": "no log levels; --quiet prints less, --debug shows tracebacks",
 }
 TRUE_WORDS, FALSE_WORDS = ("true", "1", "yes"), ("false", "0", "no")
+MAX_SEED = 2**32 - 1  # numpy's largest seed (lm-eval seeds random, numpy and torch with one value)
 GREEDY_PAIRS = ("--model-args", "--judge-args", "--gen-kwargs")  # `k=v k2=v2` as lm-eval takes them
 
 
@@ -308,8 +309,9 @@ def check_gen_kwargs(value: Any, where: str) -> dict:
         whole = number and float(v) == int(v)
         if key in ("max_new_tokens", "top_k", "seed"):
             low = 1 if key == "max_new_tokens" else 0
-            if not whole or int(v) < low:
-                raise GageError(f"{where}: {key}={v!r}: expected a whole number >= {low}")
+            if not whole or int(v) < low or (key == "seed" and int(v) > MAX_SEED):
+                raise GageError(f"{where}: {key}={v!r}: expected a whole number >= {low}"
+                                + (f" and <= {MAX_SEED}" if key == "seed" else ""))
             out[key] = int(v)
         elif key == "temperature":
             if not number or v < 0:

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from gage_eval.api.errors import GageError
-from gage_eval.cli.conventions import check_gen_kwargs, parse_limit
+from gage_eval.cli.conventions import MAX_SEED, check_gen_kwargs, parse_limit
 
 CONFIG_KEYS = {"models", "tasks", "limit", "batch_size", "seed", "output_dir", "fail_fast", "include_paths", "data",
                "fewshot_data", "max_error_rate", "allow_paths", "allow_urls", "system_prompt", "gen_kwargs", "num_fewshot", "repeats",
@@ -97,8 +97,9 @@ def _check_values(p: Path, data: dict) -> None:
     """The run config's scalar and list keys: their types and ranges (parsed values replace raw ones)."""
     for key, least in (("seed", 0), ("num_fewshot", 0), ("repeats", 1)):
         value = data.get(key)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < least):
-            more = " (1 or more)" if least else ""
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < least
+                                  or (key == "seed" and value > MAX_SEED)):
+            more = " (1 or more)" if least else f" from 0 to {MAX_SEED}" if key == "seed" else ""
             raise GageError(f"{p}: key '{key}': expected a whole number{more}, got {value!r}")
     _check_sampling(p, "", data)
     if data.get("gen_kwargs") is not None:

@@ -39,8 +39,9 @@ def check_device(device: Any, where: str) -> str:
 NO_MINIMUM = float("-inf")  # as_number's minimum for a value with no lower bound (a seed)
 
 
-def as_number(value: Any, key: str, backend: str, cast: type = int, minimum: float = 1) -> Any:
-    """``value`` as an int (or ``cast``) no smaller than ``minimum``."""
+def as_number(value: Any, key: str, backend: str, cast: type = int, minimum: float = 1,
+              maximum: float = float("inf")) -> Any:
+    """``value`` as an int (or ``cast``) from ``minimum`` to ``maximum``."""
     try:
         number = cast(value)
     except (TypeError, ValueError):
@@ -48,6 +49,8 @@ def as_number(value: Any, key: str, backend: str, cast: type = int, minimum: flo
         raise GageError(f"{backend}: {key} must be {kind}, not {value!r}") from None
     if number < minimum:
         raise GageError(f"{backend}: {key} must be at least {minimum}, not {value!r}")
+    if number > maximum:
+        raise GageError(f"{backend}: {key} must be at most {maximum}, not {value!r}")
     return number
 
 

@@ -73,8 +73,8 @@ def _bool(value: Any, key: str) -> bool:
     return as_bool(value, key, "transformers backend")
 
 
-def _int(value: Any, key: str, minimum: int = 1) -> int:
-    return as_number(value, key, "transformers backend", int, minimum)
+def _int(value: Any, key: str, minimum: int = 1, maximum: float = float("inf")) -> int:
+    return as_number(value, key, "transformers backend", int, minimum, maximum)
 
 
 def _local_config(folder: Path) -> dict | None:
@@ -203,7 +203,7 @@ class TransformersBackend(Backend):
         else:
             self.batch_size = _int(batch_size, "batch_size")
         self.max_length_arg = _int(max_length, "max_length") if max_length not in (None, "") else None
-        self.seed = _int(seed, "seed", minimum=0)
+        self.seed = _int(seed, "seed", minimum=0, maximum=2**32 - 1)  # (numpy's largest, as --seed)
         self.trust_remote_code = _bool(trust_remote_code, "trust_remote_code")
         self.max_new_tokens = _int(max_new_tokens, "max_new_tokens")
         self.add_bos_token = None if add_bos_token in (None, "", "none", "None") else _bool(add_bos_token,

@@ -166,6 +166,7 @@ def test_gen_kwargs_parsed_and_normalized():
     ("max_new_tokens=2.5", "expected a whole number"), ("temperature=-1", "temperature=-1: expected a number >= 0"),
     ("temperature=hot", "expected a number"), ("top_p=1.5", "top_p=1.5: expected a number in (0, 1]"),
     ("top_k=-1", "expected a whole number >= 0"), ("do_sample=1", "do_sample=1: expected true or false"),
+    ("seed=4294967296", "seed=4294967296: expected a whole number >= 0 and <= 4294967295"),
     ("stop=[1]", "stop=[1]: expected a non-empty string"), ('stop=[""]', "non-empty"),
     ("stop=[oops", "not a quoted string"), ("temperature", "expected key=value"),
 ])

@@ -128,3 +128,19 @@ def test_a_run_id_that_is_not_a_plain_folder_name_is_refused(run_cli, tmp_path, 
     assert result.exit_code == 2, result.output
     assert f"--run-id {run_id!r}: a run id is a folder name" in result.output
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("how", [("--seed", "4294967296"), ("--seed", "-1"), ("--config", "seed: 4294967296"),
+                                 ("--model-args", "seed=99999999999999999999")])
+def test_a_seed_past_what_numpy_and_torch_take_is_refused_before_any_run(run_cli, tmp_path, how):
+    flag, value = how
+    if flag == "--config":
+        (tmp_path / "run.yaml").write_text(value + "\n")
+        value = tmp_path / "run.yaml"
+    model = ["--model", "transformers", "--model-args", f"pretrained={tmp_path}"] if flag != "--model-args" else \
+        ["--model", "transformers", "--model-args", f"pretrained={tmp_path},{value}"]
+    args = [flag, value] if flag != "--model-args" else []
+    result = run_cli("--tasks", "piqa", *model, "--limit", "1", "-o", tmp_path / "runs", *args, "-q")
+    assert result.exit_code == 2, result.output
+    assert "4294967295" in result.output and "Traceback" not in result.output
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
