@@ -9,11 +9,12 @@ from typing import Any, Callable, Iterator, Mapping
 
 from gage_eval.api.errors import GageError
 from gage_eval.api.jsonlines import EventAppender, dumps, loads_line, truncate_partial_line
-from gage_eval.api.runfolder import output_error
+from gage_eval.api.runfolder import check_record, output_error
 
 
 def read_jsonl(path: Path) -> Iterator[dict]:
-    """The records of a jsonl file the run wrote; a line that is not one means the folder was damaged."""
+    """The sample records of a jsonl file the run wrote; a line that is not one (or a record whose
+    keys do not have the types a run writes) means the folder was damaged."""
     for _, record in read_jsonl_numbered(path):
         yield record
 
@@ -32,6 +33,7 @@ def read_jsonl_numbered(path: Path) -> Iterator[tuple[int, dict]]:
                 if not isinstance(record, dict):
                     raise GageError(f"{path}:{lineno}: not a record written by gage-eval ({record}); the run "
                                     f"folder was changed by hand: remove that line to run its row again")
+                check_record(f"{path}:{lineno}", record)  # (as report, compare and rescore read it)
                 yield lineno, record
 
 
