@@ -108,6 +108,8 @@ class Engine:
             self.writers.start(start)
             self._recount_failed(runs)
             for task_run in ready:
+                task_run.ended = False
+            for task_run in ready:
                 self._run_task(task_run, backend, staged, events)
         except (KeyboardInterrupt, Exception) as exc:
             interrupted, stopped = stop_reason(exc, self._clean)
@@ -220,6 +222,7 @@ class Engine:
             for ids in (seen, done) if done is not None else (seen,):
                 ids.close()
         log.task_end(tr)
+        tr.ended = True
         result = tr.summary()
         event = TaskDone(self.run_id, tr.name, dict(tr.counts), result["metrics"], tr.in_data_order())
         events.emit("task_done", task=tr.name, counts=tr.counts, timings=result["timings"])

@@ -85,6 +85,7 @@ class TaskRun:
         self.name = spec.name
         self.repeated: dict[tuple, int] = {}  # console: each distinct row error -> rows not shown again
         self.failure = failure  # why the task could not run (or stopped), when it did not
+        self.ended = True  # False from the run's start until the engine finishes the task
         self.options = options
         overrides = options.task_overrides.get(spec.name) or {}
         self.limit = overrides.get("limit", options.limit)
@@ -307,6 +308,8 @@ class TaskRun:
         if self.failure:
             return "failed", self.failure
         if c["total"] == 0:
+            if not self.ended:  # (not the data's fault: the run stopped before the task wrote a row)
+                return "failed", "not run: the run stopped before this task wrote a row"
             files = self.dataset_files() if hasattr(self, "loader") else []
             return "failed", (f"no rows: {_named(files)} gave no row to run" if files
                               else "no rows: the dataset is empty")

@@ -99,6 +99,21 @@ def test_signal_mid_run_keeps_rows_writes_summary_and_says_how_to_resume(tmp_pat
     resume_and_check(tmp_path / "r")
 
 
+def test_a_task_the_interrupt_came_before_is_not_run_not_empty(tmp_path):
+    """Its data has rows: the summary must not say it gave none."""
+    data = rows_file(tmp_path / "rows.jsonl")
+    run = Watched(["--tasks", "piqa,arc_easy", "--model", "dummy", "--model-args", "delay_ms=50", "--batch-size", 4,
+                   "--data", f"piqa={data}", "--data", f"arc_easy={data}", "-o", tmp_path, "--run-id", "r"])
+    run.wait_for(lambda: lines_in(tmp_path / "r" / "samples" / "piqa.jsonl") >= 8)
+    run.proc.send_signal(signal.SIGINT)
+    code, err = run.finish()
+    assert code == 130, err
+    tasks = json.loads((tmp_path / "r" / "summary.json").read_text())["tasks"]
+    assert tasks["piqa"]["status"] == "ok" and tasks["piqa"]["counts"]["total"] >= 8
+    assert tasks["arc_easy"]["status"] == "failed" and tasks["arc_easy"]["counts"]["total"] == 0
+    assert tasks["arc_easy"]["failure"] == "not run: the run stopped before this task wrote a row"
+
+
 def test_progress_lines_when_stderr_is_not_a_terminal(tmp_path):
     data = rows_file(tmp_path / "rows.jsonl", 40)
     result = subprocess.run(cmd("--tasks", "piqa", "--model", "dummy", "--model-args", "delay_ms=10",
