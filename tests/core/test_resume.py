@@ -112,3 +112,20 @@ def test_data_at_another_path_with_the_same_content_is_no_change():
     edited = {"piqa": {"task_folder": folder, "data": {"/new/venv/piqa.arrow": "d9", "/old/x.arrow": "d2"}}}
     assert changed_inputs(before, edited) == ["data file /old/venv/piqa.arrow (piqa) is gone",
                                               "data file /new/venv/piqa.arrow (piqa) is new"]
+
+
+def test_a_stored_record_edited_by_hand_is_named_by_file_line_and_key(data, tmp_path):
+    run_dir = tmp_path / "run"
+    first = subprocess.run(cmd("--tasks", "piqa", "--model", "dummy", "--data", f"piqa={data}", "--limit", 5,
+                               "-o", tmp_path, "--run-id", "run", "-q"), capture_output=True, text=True)
+    assert first.returncode == 0, first.stderr
+    samples = run_dir / "samples" / "piqa.jsonl"
+    lines = samples.read_text().splitlines()
+    record = json.loads(lines[1])
+    record["eval_result"]["metrics"]["acc"] = "high"
+    samples.write_text("\n".join([lines[0], json.dumps(record), *lines[2:]]) + "\n")
+    resumed = subprocess.run(cmd("--resume", run_dir, "-q"), capture_output=True, text=True)
+    assert resumed.returncode == 2, resumed.stderr
+    assert resumed.stderr.splitlines()[-1] == (f"gage-eval: error: {samples}:2: key 'eval_result.metrics.acc': "
+                                              f"expected a number, an object or null, got a string")
+    assert len(samples.read_text().splitlines()) == 5  # the stored records are left as they were
