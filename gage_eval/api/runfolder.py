@@ -313,6 +313,23 @@ class RunFolder:
         """Whether this looks like a run folder (see :func:`is_run_folder`)."""
         return is_run_folder(self.path)
 
+    def check_idle(self, command: str) -> None:
+        """Refuse a run folder that a gage-eval process is writing now (it holds the lock)."""
+        import fcntl
+
+        try:
+            fd = os.open(self.lock_file, os.O_RDONLY)
+        except OSError:
+            return  # (no run has held it)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)  # (released as fd closes)
+        except OSError:
+            raise GageError(f"{command} {self.path}: the run is still going (gage-eval process "
+                            f"{os.read(fd, 32).decode(errors='replace').strip() or '?'} is writing it); "
+                            f"wait for it to end") from None
+        finally:
+            os.close(fd)
+
     # reading: strict, each problem one GageError naming the file
     def config(self, *, missing_ok: bool = False) -> dict | None:
         """config.json as a JSON object (the core turns it into its options); None when missing
@@ -320,16 +337,14 @@ class RunFolder:
         return read_run_json(self.path, CONFIG_FILE, required=not missing_ok)
 
     def inputs(self, *, missing_ok: bool = True) -> dict:
-        """inputs.json, each task's entry checked; ``{}`` when missing and ``missing_ok`` (a run
-        stopped before it wrote one), else a :class:`MissingRunFile`."""
+        """inputs.json, each task's entry checked; ``{}`` when missing and ``missing_ok`` (else as config)."""
         inputs = read_run_json(self.path, INPUTS_FILE, required=not missing_ok) or {}
         check_inputs(self.inputs_file, inputs)
         return inputs
 
     def summary(self, *, missing_ok: bool = False, check: bool = True) -> dict:
-        """summary.json with ``run`` and ``tasks`` checked (unless not ``check``: a caller with its
-        own checks); with ``missing_ok`` a missing file is ``{}`` and both keys are optional (a run
-        stopped before its end)."""
+        """summary.json, ``run`` and ``tasks`` checked (unless not ``check``); with ``missing_ok`` a
+        missing file is ``{}`` and both keys are optional (a run stopped before its end)."""
         summary = read_run_json(self.path, SUMMARY_FILE, required=not missing_ok) or {}
         if check:
             check_summary(self.summary_file, summary, required=not missing_ok)
@@ -340,10 +355,9 @@ class RunFolder:
         return iter_run_records(self.path, self.samples_file(task))
 
     def reread_samples(self, task: str) -> Iterator[dict]:
-        """The Sample records of ``task`` read again from the task's data as the run read them (its
-        config.json, task folder, loader and preprocessor); rows that fail their checks are left out.
-        What a samples file keeps only as a hash (a long ``data:`` image) is whole here. A GageError
-        when the data cannot be read again."""
+        """The Sample records of ``task`` read again from its data as the run read them (config.json,
+        task folder, loader, preprocessor), rows failing their checks left out; what samples keep only
+        as a hash (a long ``data:`` image) is whole here. A GageError when the data cannot be read."""
         if _reread is None:
             raise GageError(f"{self.path}: the rows of task {task!r} can be read again only inside gage-eval's "
                             f"engine or command line")
@@ -364,15 +378,13 @@ class RunFolder:
         write_json_atomic(self.path / name, obj)
 
     def jsonl_appender(self, path: Path) -> JsonlAppender:
-        """An append-only JSONL file (one of this folder's, e.g. :meth:`instances_file`), made with
-        its folder: ``write(obj)`` adds one strict JSON line, flushed; ``close()``. A failed write
-        is an :class:`OutputError` saying how to go on."""
+        """An append-only JSONL file of this folder's (:meth:`instances_file`), made with its folder:
+        ``write(obj)`` adds one strict JSON line, flushed; ``close()``; a failed write: :class:`OutputError`."""
         return JsonlAppender(path, error=output_error)
 
     def task_files(self, folder: Path) -> TaskFiles:
         """One :meth:`jsonl_appender` per task, ``<task>.jsonl`` in ``folder`` (:attr:`samples_dir`,
-        :attr:`instances_dir`: :meth:`samples_file`, :meth:`instances_file`), opened at the task's
-        first line (``write(task, obj)``, ``close(task)``, ``close()``: every one)."""
+        :attr:`instances_dir`), opened at its first line (``write(task, obj)``, ``close(task)``, ``close()``)."""
         return TaskFiles(folder, error=output_error)
 
 
@@ -382,8 +394,7 @@ _reread: Callable[[Path, str], Iterable[dict]] | None = None
 
 
 def use_reread(source: Callable[[Path, str], Iterable[dict]]) -> None:
-    """Where :meth:`RunFolder.reread_samples` reads rows from: the core's row pipeline, handed here by
-    the engine."""
+    """Where :meth:`RunFolder.reread_samples` reads rows from: the core's row pipeline (the engine's)."""
     global _reread
     _reread = source
 

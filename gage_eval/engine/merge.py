@@ -46,6 +46,7 @@ def _shard(run_dir: Path) -> tuple[RunOptions, dict, dict]:
     folder = RunFolder(run_dir)
     if not folder.config_file.is_file():
         raise GageError(f"merge: {run_dir} is not a gage-eval run folder (no config.json)")
+    folder.check_idle("merge:")
     options = load_options(run_dir, plugin_keys=stored_option_keys())
     try:
         summary = folder.summary(check=False)  # (its own checks below, in merge's words)

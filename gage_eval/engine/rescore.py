@@ -54,6 +54,7 @@ def read_run(run_dir: Path) -> tuple[RunOptions, dict, dict]:
     folder = RunFolder(run_dir)
     if not run_dir.is_dir() or not folder.config_file.exists() or not folder.samples_dir.is_dir():
         raise GageError(f"rescore {run_dir}: not a gage-eval run folder (it needs config.json and samples/)")
+    folder.check_idle("rescore")
     options = load_options(run_dir, None, stored_option_keys())
     inputs = folder.inputs(missing_ok=True)
     summary = folder.summary(missing_ok=True)

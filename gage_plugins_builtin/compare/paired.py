@@ -59,6 +59,7 @@ class StoredRun:
         if not summary_path.exists() and not summary_path.is_symlink():
             raise GageError(f"{path}: not a run folder (no summary.json); compare takes two run folders "
                             f"written by gage-eval")
+        folder.check_idle("compare")
         self.summary = folder.summary()
         self.config = folder.config(missing_ok=True) or {}
         self.inputs = folder.inputs(missing_ok=True)

@@ -15,7 +15,7 @@ def report_command(run_dirs: tuple[Path, ...], output: Path | None) -> None:
     """Write one self-contained HTML report of one or more run folders (several: side by side).
     It is never written into a run folder (but as the one run's own report.html) nor over a file
     that is not a page gage-eval wrote."""
-    from gage_eval.api import GageError
+    from gage_eval.api import GageError, RunFolder
     from gage_plugins_builtin import pages
 
     from gage_plugins_builtin.report.page import render_report
@@ -23,6 +23,7 @@ def report_command(run_dirs: tuple[Path, ...], output: Path | None) -> None:
     for d in run_dirs:
         if not d.is_dir():
             raise GageError(f"{d}: no such run folder")
+        RunFolder(d).check_idle("report")
     out = output or (run_dirs[0] / "report.html" if len(run_dirs) == 1 else Path("report.html"))
     pages.check_page_output(out, list(run_dirs), "-o" if output else "the report",
                       own_report=run_dirs[0] / "report.html" if len(run_dirs) == 1 else None)
