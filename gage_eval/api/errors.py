@@ -89,5 +89,6 @@ def did_you_mean(name: str, known: Iterable[str]) -> str:
     """`` (did you mean 'x'?)`` for the known name closest to a mistyped ``name``; empty when none is close."""
     import difflib
 
-    close = difflib.get_close_matches(name, list(known), n=1, cutoff=0.75)
+    known = list(known)
+    close = [k for k in known if k.lower() == name.lower()] or difflib.get_close_matches(name, known, n=1, cutoff=0.75)
     return f" (did you mean {close[0]!r}?)" if close else ""

@@ -227,7 +227,7 @@ def parse_limit(value: Any, where: str = "--limit") -> int | float:
     if not math.isfinite(x):
         raise GageError(f"{shown}: expected {LIMIT_RULE}")
     if not 0 < x <= 1:
-        hint = (f"; for {int(x)} rows write {int(x)}" if x > 1 and x == int(x) else "")
+        hint = (f"; for {int(x)} rows write {int(x)}" if 1 < x < 1e15 and x == int(x) else "")
         raise GageError(f"{shown}: expected {LIMIT_RULE}{hint}")
     return x
 

@@ -146,6 +146,12 @@ def test_limit_refusals(value, words):
     assert words in str(err.value) and str(err.value).startswith("--limit")
 
 
+def test_a_huge_whole_float_limit_gets_no_silly_hint():
+    with pytest.raises(GageError) as err:
+        parse_limit("1e30")
+    assert "write" not in str(err.value) and str(err.value).endswith("(1.0 = all)")
+
+
 # -- --gen-kwargs --------------------------------------------------------------------------------
 
 def test_gen_kwargs_parsed_and_normalized():

@@ -78,6 +78,11 @@ def test_unknown_task_did_you_mean(gage):
     early(gage("--tasks", "piqaa"), USAGE, "unknown task(s): piqaa (did you mean 'piqa'?)")
 
 
+def test_a_name_in_the_wrong_case_is_named(gage):
+    early(gage("--tasks", "PIQA"), USAGE, "unknown task(s): PIQA (did you mean 'piqa'?)")
+    early(gage("--tasks", "piqa", "--model", "DUMMY"), USAGE, "unknown backend 'DUMMY' (did you mean 'dummy'?)")
+
+
 def test_unknown_backend_did_you_mean(gage):
     early(gage("--tasks", "piqa", "--model", "dumy"), USAGE, "unknown backend 'dumy' (did you mean 'dummy'?)")
 
