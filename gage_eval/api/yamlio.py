@@ -2,8 +2,9 @@
 
 A SafeLoader that refuses duplicate keys, aliases that expand past :data:`MAX_YAML_NODES`
 values or refer to themselves, nesting deeper than :data:`MAX_DEPTH` and files over
-:data:`MAX_YAML_BYTES` (``/dev/zero`` never ends); a file that is not UTF-8 text (gzip, UTF-16) is refused as a data file is. Every problem is an
-:class:`~gage_eval.api.errors.InputError` (``WHERE:LINE: problem``).
+:data:`MAX_YAML_BYTES` (``/dev/zero`` never ends); a file that is not UTF-8 text (gzip, UTF-16)
+is refused as a data file is. Every problem is an :class:`~gage_eval.api.errors.InputError`
+(``WHERE:LINE: problem``).
 """
 from __future__ import annotations
 

@@ -291,7 +291,8 @@ def _interrupted(interrupt: KeyboardInterrupt) -> None:
               help="Where the model runs: in this process (local, the default) or through an executor a plugin "
                    "registers (`gage-eval plugins` lists them; the builtin ray runs replicas on a Ray cluster: "
                    "--model-args replicas=N,num_cpus=C,num_gpus=G each).")
-@click.option("--seed", type=click.IntRange(0, MAX_SEED), default=None, help="Seed for sampling and for deterministic fallbacks.")
+@click.option("--seed", type=click.IntRange(0, MAX_SEED), default=None,
+              help="Seed for sampling and for deterministic fallbacks.")
 @click.option("--resume", type=click.Path(file_okay=False), default=None,
               help="Continue an interrupted run in this run folder (its settings are reused).")
 @click.option("--fail-fast", is_flag=True, help="Stop at the first row that errors (it is still written).")
