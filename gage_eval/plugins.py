@@ -136,7 +136,12 @@ def make_plugin_manager() -> pluggy.PluginManager:
     if not pm.is_blocked(BUILTIN):
         # loaded by name: the core imports no builtin module (an import-linter contract)
         pm.register(importlib.import_module(BUILTIN_MODULE), name=BUILTIN)
-    for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+    points = importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)
+    installed = {BUILTIN, *(ep.name for ep in points)}
+    for name in sorted(_disabled() - installed):  # (a typo would disable nothing, silently)
+        print(f"gage-eval: warning: GAGE_EVAL_DISABLE_PLUGINS names {name!r}, which is no installed plugin "
+              f"(installed: {', '.join(sorted(installed))})", file=sys.stderr)
+    for ep in points:
         if ep.name == BUILTIN or pm.is_blocked(ep.name) or pm.has_plugin(ep.name):
             continue
         try:

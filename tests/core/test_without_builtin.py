@@ -45,3 +45,12 @@ def test_the_check_sees_the_builtin_when_it_is_on(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert [m for m in modules if FEATURE.search(m)], modules
     assert "builtin" in proc.stdout
+
+
+def test_a_name_no_plugin_has_is_said_not_ignored():
+    env = {**os.environ, "GAGE_EVAL_DISABLE_PLUGINS": "bultin"}
+    proc = subprocess.run([sys.executable, "-m", "gage_eval.cli", "plugins"], cwd=ROOT, env=env,
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    warning = "gage-eval: warning: GAGE_EVAL_DISABLE_PLUGINS names 'bultin', which is no installed plugin (installed: "
+    assert proc.stderr.count(warning) == 1 and proc.stdout.startswith("builtin ")  # nothing was disabled
