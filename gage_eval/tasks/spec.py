@@ -5,7 +5,7 @@ import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
 from gage_eval.api.errors import GageError
 from gage_eval.api.jsonio import not_regular
@@ -198,9 +198,7 @@ def discover(task_paths: list[tuple[str, str]], include_paths: list[str] = (), w
                 raise GageError(f"--include-path {root}: not a folder")
             warn(f"plugin {origin!r} registered task folder {root}, which does not exist")
             continue
-        candidates = [root_path] if (root_path / TASK_FILE).is_file() else sorted(
-            p for p in root_path.iterdir() if (p / TASK_FILE).is_file())
-        for folder in candidates:
+        for folder in _task_folders(root_path, set()):
             for source in _task_sources(folder, origin):
                 name = source.name
                 if name in found and found[name].folder.resolve() != folder.resolve():
@@ -208,6 +206,23 @@ def discover(task_paths: list[tuple[str, str]], include_paths: list[str] = (), w
                          f"{found[name].origin} ({found[name].folder})")
                 found[name] = source
     return found
+
+
+def _task_folders(folder: Path, seen: set, depth: int = 0) -> Iterator[Path]:
+    """``folder`` when it holds a task.yaml, else the task folders under it, as lm-eval's include path
+    is searched: in name order, hidden folders skipped, each real folder once, at most 8 levels down."""
+    if (folder / TASK_FILE).is_file():
+        yield folder
+        return
+    try:
+        real = folder.resolve()
+        subs = sorted(p for p in folder.iterdir() if p.is_dir() and not p.name.startswith(".") and p.name != "__pycache__")
+    except OSError:  # (unreadable: no task there)
+        return
+    if real not in seen and depth < 8:
+        seen.add(real)
+        for sub in subs:
+            yield from _task_folders(sub, seen, depth + 1)
 
 
 def _task_sources(folder: Path, origin: str) -> list[TaskSource]:

@@ -172,3 +172,24 @@ def test_run_config_with_roles_and_overrides(tmp_path, run_cli):
     cfg.write_text("modles: {}\n")
     result = run_cli("--config", cfg, "-o", tmp_path)
     assert result.exit_code == 2 and "unknown key(s) modles" in result.output
+
+
+def test_include_path_finds_task_folders_in_its_subfolders(tmp_path, run_cli):
+    """As lm-eval searches its include path: nested folders, in name order; hidden ones and a task
+    folder's own subfolders not searched; a symlink loop visited once."""
+    import shutil
+
+    root = tmp_path / "mine"
+    for where, name in (("legal/contracts", "deep_task"), ("top", "top_task"), (".hidden/x", "hidden_task"),
+                        ("top/inner", "inner_task")):
+        shutil.copytree(Path(__file__).resolve().parents[2] / "tasks" / "piqa", root / where, ignore=shutil.ignore_patterns("__pycache__"))
+        text = (root / where / "task.yaml").read_text().replace("name: piqa", f"name: {name}", 1)
+        (root / where / "task.yaml").write_text(text)
+    (root / "legal" / "loop").symlink_to(root)
+    listed = run_cli("tasks", "--include-path", root)
+    assert listed.exit_code == 0, listed.output
+    names = {line.split()[0] for line in listed.output.splitlines() if "--include-path" in line}
+    assert names == {"deep_task", "top_task"}  # inner_task is inside top_task's own folder
+    result = run_cli("--tasks", "deep_task", "--model", "dummy", "--limit", "2", "--include-path", root,
+                     "-o", tmp_path, "--run-id", "r", "-q")
+    assert result.exit_code == 0, result.output
