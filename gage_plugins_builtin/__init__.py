@@ -258,7 +258,7 @@ def gage_register_options(register):
     # read by gage_eval.api.execution.open_sandbox (the code_exec metric's sandbox, opened before any model work)
     register("allow_unsandboxed_code", "--allow-unsandboxed-code", type="switch", default=False,
              help="Where no code sandbox can run (bubblewrap), run generated code on this machine as you, "
-                  "unisolated (code tasks: humaneval, code_exec).")
+                  "unisolated (humaneval, code_exec, a tool loop's python and bash tools).")
     # the report writer's switch (gage_plugins_builtin.report.writer reads it at start)
     register("report", "--report", type="switch", default=True,
              help="Write report.html into the run folder at the end (default: yes).")
