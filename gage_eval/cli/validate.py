@@ -20,8 +20,8 @@ OBJECT_SCHEMAS = ("summary",)  # one JSON object per file, not rows
 @click.command("validate")
 @click.argument("file", type=click.Path(exists=True, dir_okay=False))
 @click.option("--schema", "schema", required=True, metavar="NAME",
-              help="Which schema to check against: sample, instance, task, summary, or one a plugin "
-                   "registers (legal_eval_v1 from the builtin plugin); `gage-eval plugins` lists them.")
+              help="Which schema to check against: sample, instance, task, summary, instance_0.3.0, "
+                   "aggregate_0.3.0, or one a plugin registers (legal_eval_v1 from the builtin plugin).")
 @click.option("--max-errors", type=int, default=0, help="Stop printing after this many errors (0: all).")
 @click.option("--allow-path", "allow_paths", multiple=True, metavar="DIR",
               help="Data paths may also point into DIR (repeatable), as in a run.")

@@ -129,3 +129,13 @@ def test_fast_validator_compiles_every_schema(name):
 
     pytest.importorskip("jsonschema_rs")
     assert fast_validator(name) is not None
+
+
+def test_validate_help_names_every_core_schema():
+    from click.testing import CliRunner
+
+    from gage_eval.cli.validate import validate_command
+    from gage_eval.plugins import CORE_SCHEMAS
+
+    text = " ".join(CliRunner().invoke(validate_command, ["--help"]).stdout.split())
+    assert [name for name in CORE_SCHEMAS if name not in text] == []
