@@ -722,7 +722,7 @@ def _doc_to(rep: Report, ds: dict, di: int, columns: list[str]) -> tuple[str | N
                 rep.note(where, "images in the messages are read by the preprocessor (local paths relative to the "
                                 "data file; data: URLs as they are); nothing to call")
             else:
-                rep.skip(where, f"{value}: gage-eval runs no code from a task; write a Jinja2 template "
+                rep.skip(where, f"{value}: gage-eval calls no Python a task names; write a Jinja2 template "
                                 f"(request.prompt) or a preprocessor plugin")
             continue
         if key == "doc_to_text":

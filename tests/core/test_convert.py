@@ -335,7 +335,7 @@ def test_unconvertible_keys_are_listed_by_line(tmp_path):
     assert proc.returncode == 0, proc.stderr
     listed = (out / "CONVERSION.txt").read_text()
     for expected in (
-        f"{src}:6: datasets[0].params.doc_to_text: my_pkg.prompts:render_doc: gage-eval runs no code",
+        f"{src}:6: datasets[0].params.doc_to_text: my_pkg.prompts:render_doc: gage-eval calls no Python a task names",
         f"{src}:7: datasets[0].params.preprocess: preprocessor 'my_custom_pre'",
         f"{src}:10: backends[0].type: backend type 'custom_script' has no gage-eval backend",
         f"{src}:17: role_adapters[1]: role 'context_provider' (ctx)",
