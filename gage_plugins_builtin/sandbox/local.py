@@ -29,10 +29,13 @@ UID_BASE = 1_000_000  # run as root, each job runs as its own unused uid: the pr
 SETUP_FAILED = "\x1egage-sandbox: setup failed"
 # copy the files in, run the row's setup, then the command; "$1" is the setup script (its own tools
 # found on the system's PATH: a row's sandbox.env may set PATH for its setup and command)
-LAUNCHER = ('PATH=/usr/bin:/bin cp -R /in/. /work/ || exit 125; cd /work; s="$1"; shift; '
+# (a copy that fails, as when the files do not fit the working folder, is the row's failure too)
+LAUNCHER = ('PATH=/usr/bin:/bin cp -R /in/. /work/ 2>/tmp/.setup.log || { printf "%s the job\'s files could not be '
+            'copied into its working folder /work\\n" "$SETUP_FAILED" >&2; PATH=/usr/bin:/bin tail -c 800 /tmp/.setup.log '
+            '>&2; exit 125; }; cd /work; s="$1"; shift; '
             'if [ -n "$s" ]; then /bin/sh -c "$s" </dev/null >/tmp/.setup.log 2>&1 || '
-            '{ printf "%s (exit %s)\\n" "$SETUP_FAILED" "$?" >&2; PATH=/usr/bin:/bin tail -c 800 /tmp/.setup.log >&2; '
-            'exit 125; }; PATH=/usr/bin:/bin rm -f /tmp/.setup.log; fi; unset SETUP_FAILED; exec "$@"')
+            '{ printf "%s sandbox.setup failed (exit %s)\\n" "$SETUP_FAILED" "$?" >&2; PATH=/usr/bin:/bin tail -c 800 '
+            '/tmp/.setup.log >&2; exit 125; }; PATH=/usr/bin:/bin rm -f /tmp/.setup.log; fi; unset SETUP_FAILED; exec "$@"')
 IMAGE_REFUSED = ("the local sandbox runs no container image (the row's sandbox.image is {image!r}); run the "
                  "task with a sandbox plugin that runs images (sandbox: NAME in the metric's args or the tool's "
                  "tool_args, registered through gage_register_sandboxes), or drop sandbox.image to run on this "
@@ -132,7 +135,10 @@ class LocalSandbox(execution.Sandbox):
             shutil.rmtree(stage, ignore_errors=True)
         if SETUP_FAILED in result.stderr:
             said, _, log = result.stderr.split(SETUP_FAILED, 1)[1].strip().partition("\n")
-            reason = f"sandbox.setup failed {said}" + (f": {log.strip()[-300:]}" if log.strip() else "")
+            if not said.startswith("sandbox.setup"):  # the copy: its last line says why (cp repeats itself)
+                log = log.strip().rpartition("\n")[2] + (f" (limits.disk_mb: {job.limits.disk_mb})"
+                                                          if "No space left" in log or "size limit" in log else "")
+            reason = said + (f": {log.strip()[-300:]}" if log.strip() else "")
             return execution.JobResult(execution.Status.ERROR, result.exit_code, result.stdout, result.stderr, reason,
                              result.wall_s)
         return result

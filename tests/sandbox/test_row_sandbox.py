@@ -140,6 +140,27 @@ def test_a_rows_own_path_does_not_break_the_sandboxs_own_copy_and_setup():
     assert failed.status == execution.Status.ERROR and failed.reason == "sandbox.setup failed (exit 4): why", failed
 
 
+def test_row_files_over_the_working_folders_size_are_the_rows_error_not_the_programs():
+    """20,000 small files (or one big one) do not fit the working folder: the copy failed with exit 125,
+    which code_exec scored 0 as the program's failure; it is the sandbox's ERROR, saying why."""
+    from gage_eval.api import execution
+    from gage_eval.plugins import load_plugins
+
+    load_plugins()
+    box = execution.open_sandbox("local")
+    job = execution.Job(command=(execution.Job.PYTHON, "-c", "print(1)"), files={"big.txt": "x" * (3 << 20)},
+                        limits=execution.Limits(disk_mb=2))
+    done = box.run(job)
+    assert done.status == execution.Status.ERROR, done
+    assert done.reason.startswith("the job's files could not be copied into its working folder /work: ")
+    assert done.reason.endswith(" (limits.disk_mb: 2)") and "\n" not in done.reason  # (a file over it, or the disk)
+    many = box.run(execution.Job(command=job.command, files={f"f{i}.txt": "x" for i in range(2000)},
+                                 limits=execution.Limits(disk_mb=2)))  # (a page each: 8 MB)
+    assert many.status == execution.Status.ERROR and "No space left on device (limits.disk_mb: 2)" in many.reason
+    fits = box.run(execution.Job(command=job.command, files={"small.txt": "x"}, limits=execution.Limits(disk_mb=2)))
+    assert (fits.status, fits.stdout) == ("exited", "1\n"), fits
+
+
 def test_a_row_file_named_as_one_of_the_metrics_own_is_the_rows_error_not_replaced(run_cli, tmp_path):
     """code_exec writes harness.py, program.py and job.json into the working folder; a row's
     sandbox.files under one of those names (or inside one, or as ./NAME) was silently replaced by the
