@@ -63,11 +63,40 @@ def test_confirm_run_unsafe_code_is_a_no_op_that_says_code_runs_sandboxed():
     assert len(notes) == 1 and "always runs in a sandbox" in notes[0] and "--allow-unsandboxed-code" in notes[0]
 
 
+def test_confirm_run_unsafe_code_never_lets_code_run_unsandboxed(fresh_plugins, run_cli, tmp_path):
+    """lm-eval's consent to run model code is not --allow-unsandboxed-code: through the real command,
+    a code task whose sandbox cannot run still stops, naming the flag that would run it here."""
+    from gage_eval.api import GageError, execution, hookimpl
+
+    class Broken(execution.Sandbox):
+        name = "test/broken"
+
+        def check(self):
+            raise GageError("test/broken cannot run here")
+
+    class Sandboxes:
+        @hookimpl
+        def gage_register_sandboxes(self, register):
+            register("test/broken", Broken)
+
+    fresh_plugins.register_plugin(Sandboxes(), "test-sandboxes")
+    config = tmp_path / "run.yaml"
+    config.write_text("tasks:\n  - name: code_exec\n    metrics:\n      - name: code_exec\n"
+                      "        args: {sandbox: test/broken}\n")
+    result = run_cli("--config", config, "--model", "dummy", "--limit", "1", "-o", tmp_path, "--run-id", "r",
+                     "--confirm_run_unsafe_code")
+    assert result.exit_code != 0
+    assert "--confirm_run_unsafe_code: model-written code (humaneval, code_exec) always runs in a sandbox" in result.output
+    assert "test/broken cannot run here; or, at your own risk" in result.output
+    assert "UNSANDBOXED" not in result.output
+    assert json.loads((tmp_path / "r" / "config.json").read_text()).get("allow_unsandboxed_code") is False
+
+
 @pytest.mark.parametrize("flag, hint", [
     ("--use_cache", "--resume RUN_DIR"), ("--max_batch_size", "--batch-size"), ("--wandb_args", "summary.json"),
     ("--trust_remote_code", "--model-args trust_remote_code=true"), ("--predict_only", "samples"),
     ("--show_config", "--dry-run"), ("--samples", "--data TASK=FILE"), ("--verbosity", "--quiet"),
-    ("--check_integrity", "validate"), ("--metadata", "--model-args"), ("--cache_requests", "no request cache"),
+    ("--check_integrity", "validate"), ("--metadata", "--model-args"), ("--cache_requests", "--cache DIR"),
 ])
 def test_lm_eval_flags_without_our_meaning_are_refused_with_a_hint(flag, hint):
     with pytest.raises(GageError) as err:
