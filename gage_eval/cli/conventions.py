@@ -34,7 +34,7 @@ NO_OPS = {
     "--log_samples": "samples are always written (RUN_DIR/samples/TASK.jsonl)",
     "-s": "samples are always written (RUN_DIR/samples/TASK.jsonl)",
     "--confirm_run_unsafe_code": "model-written code (humaneval, code_exec) always runs in a sandbox; where none "
-                                 "can run, the run stops, and --allow-unsandboxed-code runs it on this machine",
+                                 "can run, the code task fails and --allow-unsandboxed-code runs it on this machine",
 }
 _LOGGERS = ("gage-eval has no built-in experiment logger; results are in RUN_DIR/summary.json, and a plugin "
             "can send them on from the gage_run_end hook")
@@ -44,7 +44,7 @@ _CACHE = ("use --cache DIR: model responses are kept in one SQLite file in DIR a
 REFUSED = {
     "--max_batch_size": "no such option; --batch-size auto picks batch sizes itself, --batch-size N fixes one",
     "--use_cache": _CACHE, "-c": _CACHE,
-    "--cache_requests": "gage-eval keeps no request cache; prompts are built as the rows stream",
+    "--cache_requests": "no request cache: prompts are built as the rows stream; --cache DIR reuses model answers",
     "--check_integrity": "no such option; the tests run with pytest, and `gage-eval validate FILE` checks data files",
     "--show_config": "the resolved settings are in RUN_DIR/config.json and summary.json; --dry-run prints them "
                      "without running",
