@@ -85,8 +85,9 @@ def test_confirm_run_unsafe_code_never_lets_code_run_unsandboxed(fresh_plugins, 
                       "        args: {sandbox: test/broken}\n")
     result = run_cli("--config", config, "--model", "dummy", "--limit", "1", "-o", tmp_path, "--run-id", "r",
                      "--confirm_run_unsafe_code")
-    assert result.exit_code != 0
+    assert result.exit_code == 3, result.output  # the code task failed; the run itself went on
     assert "--confirm_run_unsafe_code: model-written code (humaneval, code_exec) always runs in a sandbox" in result.output
+    assert "the code task fails and --allow-unsandboxed-code runs it on this machine" in result.output
     assert "test/broken cannot run here; or, at your own risk" in result.output
     assert "UNSANDBOXED" not in result.output
     assert json.loads((tmp_path / "r" / "config.json").read_text()).get("allow_unsandboxed_code") is False
