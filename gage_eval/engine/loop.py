@@ -14,7 +14,7 @@ import sys
 import time
 from functools import partial
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any, Iterator
 
 from gage_eval.api.backend import Backend
 from gage_eval.api.errors import FailFast, GageError, OutputError
@@ -37,8 +37,8 @@ from gage_eval.api.secrets import mask, redact, strip_credentials
 from gage_eval.engine.rowlog import RowLog
 from gage_eval.runfolder.rundir import record_inputs
 from gage_eval.engine.scoring import written_record
-from gage_eval.engine.summary import build_summary, versions
-from gage_eval.engine.row import Row
+from gage_eval.engine.summary import build_summary, kept_settings, versions
+from gage_eval.engine.row import Row, finished
 from gage_eval.engine.taskrun import TaskRun, make_backends
 from gage_eval.runfolder.writers import SamplesWriter, SummaryWriter, WriterSet, plugin_writers, writer_secrets
 from gage_eval.tasks.resolve import resolve_tasks
@@ -102,9 +102,11 @@ class Engine:
         start = RunStart(self.run_id, self.run_dir, tuple(opts.tasks), opts.model, backend.model_id, self.resume,
                          opts.plugin_options)
         self._notify("gage_run_start", start)
-        interrupted, stopped, load_s = None, None, 0.0  # stopped: the exit status of a run that did not finish
-        try:
-            load_s = self._open(ready, backend, judge_backend, events)
+        interrupted, stopped, self.load_s = None, None, 0.0  # stopped: the exit status of a run that did not finish
+        try:  # (a resume loads the model when a row first needs it: a finished run's, never)
+            self._opening = partial(self._open, ready, backend, judge_backend, events)
+            if not self.resume:
+                self._load()
             self.writers.start(start)
             self._recount_failed(runs)
             for task_run in ready:
@@ -117,8 +119,9 @@ class Engine:
                 raise
         finally:
             summary = redact(build_summary(self.run_id, opts, runs, (backend, judge_backend), time.perf_counter() - wall0,
-                                           load_s, interrupted, stopped, versions(self.pm), inputs,
+                                           self.load_s, interrupted, stopped, versions(self.pm), inputs,
                                            self.tally.of_run([tr.name for tr in runs])), self.secrets)
+            summary = kept_settings(summary, self.run_dir) if self.resume and self._opening else summary
             self._finish(summary, events, interrupted, (backend, judge_backend))
         if interrupted:
             raise Interrupted(interrupted, stopped)
@@ -153,6 +156,10 @@ class Engine:
                                 ("judge model", judge_backend, self.options.judge_model)), self.quiet)
         events.emit("backend_open", seconds=round(load_s, 3), model_id=backend.model_id)
         return load_s
+
+    def _load(self) -> None:
+        """Load the model now, once (on resume: when the first row left needs it)."""
+        self.load_s, self._opening = (self._opening() if self._opening else self.load_s), None
 
     def _rows(self, tr: TaskRun, seen: IdSet) -> Iterator[tuple[Row, list[tuple[str, str]]]]:
         return tr.items(self.allowed_dirs, self.options.allow_urls, seen)
@@ -234,7 +241,7 @@ class Engine:
         """On resume, the ids already finished; their records go to every writer again, so each
         rebuilds its output whole. Rows a backend failed are dropped and run again."""
         done, retried = IdSet(), 0
-        for record, keep in self.samples.recover(tr.name, keep=_finished):
+        for record, keep in self.samples.recover(tr.name, keep=finished):
             if keep:
                 done.add(str(record.get("id")))
                 tr.account(record)
@@ -256,6 +263,7 @@ class Engine:
                 write(it)
             failed = []
         if live:  # each answered row to the judge stage, or without one straight to write
+            self._load()
             infer.run(tr, live, write if judging is None else partial(judging.add, tr))
         if judging is not None:
             judging.flush(tr)
@@ -289,10 +297,3 @@ def _failed(it: Row) -> bool:
     """A row that needs no model: it failed to read or check, or was scored already (its data
     carried an eval_result)."""
     return it.error is not None or "eval_result" in it.sample
-
-
-def _finished(record: Mapping[str, Any]) -> bool:
-    """On resume, a written row counts as done unless a backend failed it (inference or judge):
-    those may succeed now that the cause is fixed, so they run again."""
-    err = (record.get("eval_result") or {}).get("error")
-    return not err or err.get("stage") not in ("inference", "judge")

@@ -54,3 +54,10 @@ class Row(NamedTuple):
 def stage_error(row: Row, stage: str, message: str) -> dict:
     """The ``error`` a stage sets on ``row``."""
     return {"stage": stage, "message": message, "locator": row.locator}
+
+
+def finished(record: Mapping[str, Any]) -> bool:
+    """On resume, a written row counts as done unless a backend failed it (inference or judge):
+    those may succeed now that the cause is fixed, so they run again."""
+    err = (record.get("eval_result") or {}).get("error")
+    return not err or err.get("stage") not in ("inference", "judge")

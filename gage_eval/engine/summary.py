@@ -2,6 +2,7 @@
 from its tasks' statuses."""
 from __future__ import annotations
 
+import json
 import platform
 import sys
 from datetime import datetime
@@ -191,3 +192,16 @@ def print_results(summary: dict, run_dir: Path) -> None:
     click.echo(f"wall time {t['wall_runtime_s']:.1f}s; outputs in {run_dir}"
                + (f"; exit status {status} ({EXIT_MEANING.get(status, '')})" if status else ""))
 
+
+def kept_settings(summary: dict, run_dir: Path) -> dict:
+    """A resume that loaded no model (no row was left to run) keeps the settings the model
+    resolved when it loaded (dtype, device, versions) as the stored summary.json has them."""
+    try:
+        old = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))["run"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return summary
+    for role in ("model", "judge"):
+        new, was = summary["run"].get(role), old.get(role)
+        if isinstance(new, dict) and isinstance(was, dict) and isinstance(was.get("settings"), dict):
+            new["settings"] = {**was["settings"], **new.get("settings", {})}
+    return summary
