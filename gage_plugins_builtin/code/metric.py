@@ -31,6 +31,7 @@ from gage_eval.api import GageError, Metric, MetricContext, execution
 HARNESS = (Path(__file__).with_name("harness.py")).read_text(encoding="utf-8")
 FENCE = re.compile(r"```[ \t]*(?:python3?|py)?[ \t]*\n(.*?)(?:```|\Z)", re.DOTALL | re.IGNORECASE)
 STARTUP_S = 5.0  # the wall time a job gets beyond its tests' own: the sandbox and the interpreter starting
+MAX_TIMEOUT_MS = 600_000  # a row's timeout_ms for each test (1e12 ran a looping program for 31 years)
 OWN_FILES = ("harness.py", "job.json", "program.py")  # what the metric writes in the job's working folder
 
 
@@ -106,8 +107,12 @@ class CodeExec(Metric):
                 "wall_s": round(result.wall_s, 3)}
 
     def _job(self, ctx: MetricContext, row_exec: Mapping[str, Any], code: str) -> tuple[execution.Job, str, int]:
-        timeout = self.timeout_s if self.timeout_s is not None else (
-            float(row_exec["timeout_ms"]) / 1000 if row_exec.get("timeout_ms") is not None else 3.0)
+        given = row_exec.get("timeout_ms")
+        if self.timeout_s is None and given is not None and (
+                isinstance(given, bool) or not isinstance(given, (int, float)) or not 0 < given <= MAX_TIMEOUT_MS):
+            raise ValueError(f"sample.metadata.execution.timeout_ms: expected milliseconds above 0 and at most "
+                             f"{MAX_TIMEOUT_MS} (each test's time), got {given!r}")
+        timeout = self.timeout_s if self.timeout_s is not None else (given / 1000 if given is not None else 3.0)
         entry = row_exec.get("entry_point")
         tests = row_exec.get("test_cases")
         if row_exec.get("test") is not None:

@@ -212,3 +212,17 @@ def test_hostile_rows_through_the_cli_are_each_scored_and_the_run_goes_on(tmp_pa
     assert passed == {"good", "rm"}
     summary = json.loads((tmp_path / "runs/r/summary.json").read_text())
     assert summary["tasks"]["code_exec"]["counts"]["scored"] == len(lines)
+
+
+@pytest.mark.parametrize("timeout_ms", [-1, 0, "abc", True, 1e308, 10**12])
+def test_a_rows_timeout_outside_what_a_test_may_take_is_the_rows_error(timeout_ms):
+    """-1 and 1e308 were the harness's error, 0 and True every test's timeout, all scored 0 as the
+    program's failure; 10**12 let a looping program run (and burn a core) for 31 years."""
+    from gage_plugins_builtin.code.metric import CodeExec
+
+    load_plugins()
+    sample = {"id": "x", "metadata": {"execution": {"type": "code_exec", "entry_point": "f", "timeout_ms": timeout_ms,
+                                                    "test_cases": [{"input": "1", "output": "1"}]}}}
+    with pytest.raises(ValueError, match=r"^sample.metadata.execution.timeout_ms: expected milliseconds above 0 "
+                                         r"and at most 600000 \(each test's time\), got "):
+        CodeExec().compute(MetricContext(sample=sample, model_output={"text": "def f(x):\n    while True: pass\n"}))
