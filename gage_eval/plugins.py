@@ -175,12 +175,12 @@ def collect_registry(pm: pluggy.PluginManager) -> Registry:
                     )
                 _table[name] = Registered(name, factory, _plugin, bool(default))
 
-            impl.function(register=register)
+            _call(impl, plugin, register)
     _collect_schemas(pm, registry)
     _collect_options(pm, registry)
     for impl in pm.hook.gage_register_task_paths.get_hookimpls():
         plugin = pm.get_name(impl.plugin) or repr(impl.plugin)
-        impl.function(register=lambda path, _p=plugin: registry.task_paths.append((_p, str(path))))
+        _call(impl, plugin, lambda path, _p=plugin: registry.task_paths.append((_p, str(path))))
     for impl in pm.hook.gage_register_data_packages.get_hookimpls():
         plugin = pm.get_name(impl.plugin) or repr(impl.plugin)
 
@@ -191,8 +191,19 @@ def collect_registry(pm: pluggy.PluginManager) -> Registry:
                                 f"with GAGE_EVAL_DISABLE_PLUGINS={_plugin}")
             registry.data_packages[name] = Registered(name, root, _plugin)
 
-        impl.function(register=register_package)
+        _call(impl, plugin, register_package)
     return registry
+
+
+def _call(impl: Any, plugin: str, register: Callable[..., Any]) -> None:
+    """Call one registrar; an exception of the plugin's own is its error, named, not gage-eval's."""
+    try:
+        impl.function(register=register)
+    except GageError:
+        raise
+    except Exception as exc:
+        raise GageError(f"plugin {plugin!r} failed in {impl.function.__name__}: {type(exc).__name__}: {exc}; "
+                        f"disable it with GAGE_EVAL_DISABLE_PLUGINS={plugin}") from exc
 
 
 # gage_eval.api.schemas owns these names
@@ -218,7 +229,7 @@ def _collect_schemas(pm: pluggy.PluginManager, registry: Registry) -> None:
                                     f"not {type(fn).__name__}")
             registry.schemas[name] = RegisteredSchema(name, str(path), _plugin, checks, warnings, rows)
 
-        impl.function(register=register)
+        _call(impl, plugin, register)
 
 
 def _collect_options(pm: pluggy.PluginManager, registry: Registry) -> None:
@@ -238,7 +249,7 @@ def _collect_options(pm: pluggy.PluginManager, registry: Registry) -> None:
             owners.update(dict.fromkeys((key, *option.spellings()), _plugin))
             registry.options[key] = RegisteredOption(option, _plugin)
 
-        impl.function(register=register)
+        _call(impl, plugin, register)
 
 
 def load_plugins() -> tuple[pluggy.PluginManager, Registry]:

@@ -278,6 +278,23 @@ def test_duplicate_name_names_both_plugins(fresh_plugins):
         fresh_plugins.register_plugin(Clash(), "clash")
 
 
+
+@pytest.mark.parametrize("hook", ["gage_register_metrics", "gage_register_schemas", "gage_register_options",
+                                  "gage_register_task_paths", "gage_register_data_packages"])
+def test_a_registrar_that_raises_is_the_plugins_error_named(fresh_plugins, hook):
+    # it was "internal error: ValueError: ... please report it" (exit 5) for every command, plugins too
+    def explode(register):
+        raise ValueError("hook exploded")
+
+    broken = type("Broken", (), {hook: staticmethod(hookimpl(explode))})()
+    explode.__name__ = hook
+    from gage_eval.api.errors import GageError
+
+    with pytest.raises(GageError, match=rf"plugin 'broken' failed in {hook}: ValueError: hook exploded; "
+                                        r"disable it with GAGE_EVAL_DISABLE_PLUGINS=broken"):
+        fresh_plugins.register_plugin(broken, "broken")
+    assert "broken" not in [name for name, _ in fresh_plugins.load_plugins()[0].list_name_plugin()]
+
 def test_disable_plugins_blocks_by_name(fresh_plugins, disable_plugins):
     disable_plugins("builtin")
     _, registry = fresh_plugins.load_plugins()
