@@ -3,6 +3,7 @@ start from several threads at once), output read with a cap, the whole process g
 wall time or past the output limit."""
 from __future__ import annotations
 
+import concurrent.futures.thread  # noqa: F401 (see _kill_live)
 import os
 import shutil
 import signal
@@ -59,6 +60,24 @@ def _kill_group(proc: subprocess.Popen) -> None:
         pass
 
 
+_live: set = set()  # the jobs running now
+_live_lock = threading.Lock()
+
+
+def _kill_live() -> None:
+    """As the interpreter shuts down (a Ctrl-C or SIGTERM stopped the run, whose rows still scoring
+    were dropped for a resume): the jobs still running are killed, not waited for up to their wall
+    time (a looping program's 60 s test held a Ctrl-C for a minute)."""
+    with _live_lock:
+        for proc in list(_live):
+            _kill_group(proc)
+
+
+# before the thread pools running the jobs are joined: threading's exit calls run newest first, and
+# the pools' own is registered as concurrent.futures.thread is imported (here, first)
+getattr(threading, "_register_atexit", lambda f: None)(_kill_live)
+
+
 def run_limited(argv: Sequence[str], stdin: str, limits: execution.Limits, env: dict[str, str], cwd: str | None = None,
                 user: int | None = None) -> execution.JobResult:
     """Run ``argv`` (already wrapped in ``prlimit``) in a new session; wall time and output capped."""
@@ -69,6 +88,16 @@ def run_limited(argv: Sequence[str], stdin: str, limits: execution.Limits, env: 
                                 env=env, cwd=cwd, start_new_session=True, close_fds=True, **extra)
     except OSError as exc:
         return execution.JobResult("error", reason=f"could not start {argv[0]}: {exc.strerror or exc}")
+    with _live_lock:
+        _live.add(proc)
+    try:
+        return _watched(proc, stdin, limits, t0)
+    finally:
+        with _live_lock:
+            _live.discard(proc)
+
+
+def _watched(proc: subprocess.Popen, stdin: str, limits: execution.Limits, t0: float) -> execution.JobResult:
     budget, over = [limits.output_bytes], threading.Event()
     readers = [_Reader(proc.stdout, budget, over), _Reader(proc.stderr, budget, over)]
     for r in readers:

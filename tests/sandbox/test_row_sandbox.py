@@ -181,3 +181,46 @@ def test_a_row_file_named_as_one_of_the_metrics_own_is_the_rows_error_not_replac
                 f"folder (harness.py, job.json, program.py): rename it")
         assert error["message"] == said and error["locator"].endswith(f"rows.jsonl:{line}"), error
         assert f"rows.jsonl:{line}: metric error: {said}\n" in result.output, result.output
+
+
+def test_ctrl_c_kills_the_jobs_still_running_instead_of_waiting_them_out(tmp_path):
+    """A row's test may take a minute (timeout_ms 60000) and the program loops: Ctrl-C dropped the
+    row for a resume but the process waited for the job's wall time before it exited (57 s)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    import uuid
+
+    marker = f"GAGE_TEST_{uuid.uuid4().hex}"  # in the job's environment: its processes are found by it
+    row = code_row("slow", {"env": {marker: "1"}})
+    row["metadata"]["execution"]["timeout_ms"] = 60000
+    data = tmp_path / "rows.jsonl"
+    data.write_text(json.dumps(row) + "\n")
+    script = tmp_path / "replies.json"
+    script.write_text(json.dumps([{"text": "```python\ndef add(a, b):\n    while True:\n        pass\n```"}]))
+    proc = subprocess.Popen([sys.executable, "-m", "gage_eval.cli", "--tasks", "code_exec", "--model", "dummy",
+                             "--model-args", f"response=script,script={script}", "--data", f"code_exec={data}",
+                             "-o", tmp_path, "--run-id", "r", "-q"], stderr=subprocess.PIPE, text=True)
+
+    def job_processes() -> list[str]:
+        found = []
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                with open(f"/proc/{pid}/environ", "rb") as fh:
+                    if marker.encode() in fh.read():
+                        found.append(pid)
+            except OSError:
+                continue
+        return found
+
+    deadline = time.time() + 60
+    while not job_processes() and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.05)
+    assert proc.poll() is None and job_processes(), "the job did not start"
+    time.sleep(0.5)  # (into its looping test)
+    proc.send_signal(signal.SIGINT)
+    err = proc.communicate(timeout=30)[1]  # (the job alone would hold it for 60 s or more)
+    assert proc.returncode == 130, err
+    assert job_processes() == []
