@@ -121,7 +121,7 @@ class Engine:
             summary = redact(build_summary(self.run_id, opts, runs, (backend, judge_backend), time.perf_counter() - wall0,
                                            self.load_s, interrupted, stopped, versions(self.pm), inputs,
                                            self.tally.of_run([tr.name for tr in runs])), self.secrets)
-            summary = kept_settings(summary, self.run_dir) if self.resume and self._opening else summary
+            summary = kept_settings(summary, self.run_dir, self.quiet) if self.resume and self._opening else summary
             self._finish(summary, events, interrupted, (backend, judge_backend))
         if interrupted:
             raise Interrupted(interrupted, stopped)

@@ -193,9 +193,12 @@ def print_results(summary: dict, run_dir: Path) -> None:
                + (f"; exit status {status} ({EXIT_MEANING.get(status, '')})" if status else ""))
 
 
-def kept_settings(summary: dict, run_dir: Path) -> dict:
-    """A resume that loaded no model (no row was left to run) keeps the settings the model
-    resolved when it loaded (dtype, device, versions) as the stored summary.json has them."""
+def kept_settings(summary: dict, run_dir: Path, quiet: bool) -> dict:
+    """A resume that loaded no model (no row was left to run) says so, and keeps the settings the
+    model resolved when it loaded (dtype, device, versions) as the stored summary.json has them."""
+    tasks = summary["tasks"].values()
+    if not quiet and not summary["run"]["interrupted"] and all(t.get("status") != "failed" for t in tasks):
+        print("gage-eval: every row was written before: nothing left to run, the model not loaded", file=sys.stderr)
     try:
         old = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))["run"]
     except (OSError, ValueError, KeyError, TypeError):

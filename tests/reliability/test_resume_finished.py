@@ -43,9 +43,10 @@ def test_resume_of_a_finished_run_loads_no_model_and_rebuilds_the_outputs(gage, 
     o = first_run(gage, data)
     records, summary = o.records("piqa"), o.summary
     (o.run_dir / "report.html").unlink()  # (as a SIGTERM while writing it leaves the folder)
-    resumed = gage("--resume", o.run_dir, "-q")
+    resumed = gage("--resume", o.run_dir)
     check(resumed, OK)
     assert opens(o.run_dir) == 1  # no second load
+    assert "nothing left to run" in resumed.err
     assert resumed.summary["run"]["timings"]["model_load_s"] == 0.0
     assert resumed.records("piqa") == records
     assert resumed.summary["tasks"]["piqa"]["metrics"] == summary["tasks"]["piqa"]["metrics"]
@@ -59,7 +60,7 @@ def test_resume_of_a_cut_run_loads_the_model_and_finishes_it(gage, data):
     records = answers(o.records("piqa"))
     samples = o.run_dir / "samples" / "piqa.jsonl"
     samples.write_text("".join(line + "\n" for line in samples.read_text().splitlines()[:5]))
-    resumed = gage("--resume", o.run_dir, "-q")
+    resumed = gage("--resume", o.run_dir)
     check(resumed, OK)
-    assert opens(o.run_dir) == 2
+    assert opens(o.run_dir) == 2 and "nothing left to run" not in resumed.err
     assert answers(resumed.records("piqa")) == records
