@@ -45,6 +45,14 @@ class InputError(GageError):
         self.problem = problem
 
 
+class KeyedError(GageError):
+    """A setting refused: ``WHERE: key 'KEY': problem``, with ``key`` and ``problem`` apart."""
+
+    def __init__(self, where: str | Path, key: str, problem: str):
+        super().__init__(f"{where}: key '{key}': {problem}")
+        self.key, self.problem = key, problem
+
+
 class FatalBackendError(GageError):
     """Raised by a backend's ``run`` when no further request can succeed (401/403/404, model not
     found, a server that stopped answering). The engine writes the batch's rows and every row

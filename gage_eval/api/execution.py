@@ -180,6 +180,15 @@ def open_sandbox(name: str = "local", **args: Any) -> Sandbox:
         return _open[key]
 
 
+def check_sandbox(name: Any, args: Any, refuse: Any) -> Sandbox:
+    """:func:`open_sandbox` at a task's setup; ``refuse("sandbox" or "sandbox_args", problem)`` for a wrong type."""
+    if not isinstance(name, str):
+        raise refuse("sandbox", "expected a registered sandbox's name")
+    if not isinstance(args, (Mapping, type(None))):
+        raise refuse("sandbox_args", "expected a mapping of the sandbox's arguments")
+    return open_sandbox(name, **dict(args or {}))
+
+
 def _build(name: str, args: Mapping[str, Any]) -> Sandbox:
     table = registered.table("sandboxes")
     if name not in table:

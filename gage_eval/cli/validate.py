@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from gage_eval.api.errors import GageError
+from gage_eval.api.errors import GageError, KeyedError
 from gage_eval.api.loader import SampleIdentity
 from gage_eval.api.sample import RowContext
 
@@ -128,14 +128,14 @@ def task_name_problems(path: Path) -> list[tuple[str, str]]:
     folder = path.parent
     try:
         variants = read_task_data(folder).get("variants") or [None]
-    except GageError as exc:
-        return [_keyed(str(exc), path)]
+    except GageError as exc:  # (key, problem) of a KeyedError or InputError: validate names the file and line
+        return [(getattr(exc, "key", ""), getattr(exc, "problem", str(exc)))]
     problems: list[tuple[str, str]] = []
     for params in variants:
         try:
             spec = read_task_file(folder, "", {str(k): str(v) for k, v in params.items()} if params else None)
         except GageError as exc:
-            found = [_keyed(str(exc), path)]
+            found = [(getattr(exc, "key", ""), getattr(exc, "problem", str(exc)))]
         else:
             found = _name_problems(spec, registry, note)
         problems += [p for p in found if p not in problems]  # (a name every variant gives: once)
@@ -145,7 +145,6 @@ def task_name_problems(path: Path) -> list[tuple[str, str]]:
 def _name_problems(spec: Any, registry: Any, note: str) -> list[tuple[str, str]]:
     """Each registered name ``spec`` gives that ``registry`` lacks, and its tool loop's first
     problem (``note``, which plugins are loaded and disabled, ends a name's message)."""
-    from gage_eval.tasks.spec import TASK_FILE
     from gage_eval.tasks.toolcheck import check_metric_sandbox, check_tool_loop
 
     pre = "preprocessor.name" if "preprocessor" in spec.raw else "preprocessor"  # (default: identity)
@@ -167,17 +166,16 @@ def _name_problems(spec: Any, registry: Any, note: str) -> list[tuple[str, str]]
         args = entry.get("args") if isinstance(entry, dict) else None
         try:
             check_metric_sandbox(spec, i, args if isinstance(args, dict) else {})
-        except GageError as exc:
-            key, message = _keyed(str(exc), spec.folder / TASK_FILE)
+        except KeyedError as exc:
             box = args.get("sandbox", "local")
-            problems.append((key, message + (note if isinstance(box, str) and box not in registry.sandboxes else "")))
+            unknown = isinstance(box, str) and box not in registry.sandboxes
+            problems.append((exc.key, exc.problem + (note if unknown else "")))
     if loop:
         try:
             check_tool_loop(spec, loop, registry)
-        except GageError as exc:
-            key, message = _keyed(str(exc), spec.folder / TASK_FILE)
+        except KeyedError as exc:
             unknown = any(n not in registry.tools for n in loop.get("tools") or ())
-            problems.append((key, message + (note if unknown else "")))
+            problems.append((exc.key, exc.problem + (note if unknown else "")))
     return problems
 
 
@@ -191,17 +189,6 @@ def _plugins_note(pm: Any) -> str:
     loaded = sorted(name for name, plugin in pairs if plugin is not None)
     return (f" (plugins loaded: {', '.join(loaded) or 'none'}; disabled by GAGE_EVAL_DISABLE_PLUGINS: "
             f"{', '.join(disabled)})")
-
-
-def _keyed(message: str, path: Path) -> tuple[str, str]:
-    """A task check's message (``... key 'K': problem``) as (K, problem); without a key, the
-    message less a leading ``path:`` (validate names the file and line itself)."""
-    import re
-
-    found = re.search(r"key '([^']*)': ", message)
-    if found:
-        return found[1], message[found.end():]
-    return "", re.sub(rf"^{re.escape(str(path))}(:\d+)?: ", "", message)
 
 
 def _validate_object(path: Path, schema: str, max_errors: int) -> int:

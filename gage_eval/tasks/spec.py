@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
-from gage_eval.api.errors import GageError
+from gage_eval.api.errors import GageError, KeyedError
 from gage_eval.api.jsonio import not_regular
 from gage_eval.api.strictjson import json_type
 from gage_eval.api.yamlio import key_line, read_yaml
@@ -105,7 +105,7 @@ def metric_entries(path: Any, entries: list) -> list:
         try:
             out.append(metric_entry(entry))
         except ValueError as exc:
-            raise GageError(f"{path}: key 'metrics.{i}': {exc}") from None
+            raise KeyedError(path, f"metrics.{i}", str(exc)) from None
     return out
 
 
@@ -159,11 +159,11 @@ def read_task_file(folder: Path, origin: str = "", params: Mapping[str, str] | N
         raise GageError(f"{path}: the file is a template of the tasks its 'variants' name; run one of those")
     data = variant_data(data, params)
     if not TASK_NAME.match(str(data.get("name", folder.name))):
-        raise GageError(f"{path}: key 'name': {data.get('name')!r} is no task name (letters, digits, _ . - /)")
+        raise KeyedError(path, "name", f"{data.get('name')!r} is no task name (letters, digits, _ . - /)")
     request = dict(data["request"])
     for key in ("prompt",):
         if key in request and not (folder / request[key]).is_file():
-            raise GageError(f"{path}: key 'request.{key}': template file {request[key]!r} not found in {folder}")
+            raise KeyedError(path, f"request.{key}", f"template file {request[key]!r} not found in {folder}")
     return TaskSpec(
         name=data.get("name", folder.name),
         folder=folder,
@@ -247,8 +247,8 @@ def _task_sources(folder: Path, origin: str) -> list[TaskSource]:
         one = variant_data(data, params)
         name = one.get("name") if isinstance(one.get("name"), str) else folder.name
         if name in seen:
-            raise GageError(f"{folder / TASK_FILE}: key 'variants.{i}': gives task name {name!r} again; "
-                            f"put each variant's parameters in 'name' (name: task_{{param}})")
+            raise KeyedError(folder / TASK_FILE, f"variants.{i}", f"gives task name {name!r} again; "
+                             f"put each variant's parameters in 'name' (name: task_{{param}})")
         seen.add(name)
         tags = one.get("tags") if isinstance(one.get("tags"), list) else []
         out.append(TaskSource(name, folder, origin, params, tuple(map(str, tags))))

@@ -12,7 +12,7 @@ import inspect
 from typing import Any, Mapping
 
 from gage_eval.api import execution
-from gage_eval.api.errors import GageError
+from gage_eval.api.errors import GageError, KeyedError
 from gage_eval.api.yamlio import key_line
 from gage_eval.tasks.spec import TASK_FILE, TaskSpec
 
@@ -67,25 +67,18 @@ def check_metric_sandbox(spec: TaskSpec, index: int, args: Mapping[str, Any]) ->
     ``metrics.INDEX.args.sandbox`` (or ``.sandbox_args``) and its line when that cannot be done."""
     if "sandbox" not in args and "sandbox_args" not in args:
         return
-    box, given = args.get("sandbox", "local"), args.get("sandbox_args")
-    key, problem = f"metrics.{index}.args.sandbox", ""
-    if not isinstance(box, str):
-        problem = "expected a registered sandbox's name"
-    elif not isinstance(given, (Mapping, type(None))):
-        key, problem = key + "_args", "expected a mapping of the sandbox's arguments"
-    else:
-        try:
-            execution.open_sandbox(box, **dict(given or {}))
-        except GageError as exc:  # unknown, or it cannot run here (how to install it)
-            problem = str(exc)
-        except (TypeError, ValueError) as exc:  # (the message names a key, never a value)
-            keys = ", ".join(sorted(map(str, given or {})))
-            key, problem = key + "_args", f"sandbox {box} (sandbox_args: {keys}): {type(exc).__name__}: {exc}"
-    if problem:
-        raise _refusal(spec, key, problem)
+    box, given, key = args.get("sandbox", "local"), args.get("sandbox_args"), f"metrics.{index}.args."
+    try:
+        execution.check_sandbox(box, given, lambda name, problem: _refusal(spec, key + name, problem))
+    except GageError as exc:  # unknown, or it cannot run here (how to install it); a wrong type: keyed
+        raise exc if isinstance(exc, KeyedError) else _refusal(spec, key + "sandbox", str(exc)) from None
+    except (TypeError, ValueError) as exc:  # (the message names a key, never a value)
+        keys = ", ".join(sorted(map(str, given or {})))
+        raise _refusal(spec, key + "sandbox_args",
+                       f"sandbox {box} (sandbox_args: {keys}): {type(exc).__name__}: {exc}") from None
 
 
-def _refusal(spec: TaskSpec, key: str, problem: str) -> GageError:
+def _refusal(spec: TaskSpec, key: str, problem: str) -> KeyedError:
     """The task check's one line: the task, its file and the key's line, the key, the problem."""
     path = spec.folder / TASK_FILE
-    return GageError(f"task {spec.name!r} ({path}:{key_line(path, key) or 1}): key '{key}': {problem}")
+    return KeyedError(f"task {spec.name!r} ({path}:{key_line(path, key) or 1})", key, problem)

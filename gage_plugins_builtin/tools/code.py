@@ -64,11 +64,7 @@ class CodeTool(tools.Tool):
         bad = sorted(str(k) for k, v in dict(limits or {}).items() if not _positive(v))
         if bad:
             raise ValueError(f"limits.{', limits.'.join(bad)}: expected a number above 0")
-        if not isinstance(sandbox, str):
-            raise ValueError("sandbox: expected a registered sandbox's name")
-        if not isinstance(sandbox_args, (Mapping, type(None))):
-            raise ValueError("sandbox_args: expected a mapping of the sandbox's arguments")
-        execution.open_sandbox(sandbox, **dict(sandbox_args or {}))  # registered, and can run here
+        execution.check_sandbox(sandbox, sandbox_args, lambda key, problem: ValueError(f"{key}: {problem}"))
 
     @property
     def files(self) -> Mapping[str, str]:
