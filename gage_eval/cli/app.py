@@ -320,7 +320,13 @@ def cli(ctx, tasks, debug, **flags):
     lm-evaluation-harness spellings (--model_args, --num_fewshot, --output_path, ...) are
     accepted where they mean the same; the others are answered with what to use instead.
     """
-    if ctx.invoked_subcommand is not None:
+    if ctx.invoked_subcommand is not None:  # run options before a command were dropped silently
+        given = [p.opts[0] for p in ctx.command.params if p.name not in ("quiet", "debug")
+                 and ctx.get_parameter_source(p.name) == click.core.ParameterSource.COMMANDLINE]
+        if given:
+            raise GageError(f"{given[0]} is an option of a run, which `gage-eval {ctx.invoked_subcommand}` "
+                            f"does not read; put that command's options after its name "
+                            f"(gage-eval {ctx.invoked_subcommand} --help)")
         return
     from gage_eval.cli.run import run_from_cli
 
