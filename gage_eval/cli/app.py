@@ -225,6 +225,13 @@ def _interrupted(interrupt: KeyboardInterrupt) -> None:
     sys.exit(getattr(interrupt, "exit_status", EXIT_INTERRUPTED))
 
 
+def _no_nan(ctx: click.Context, param: click.Parameter, value: float | None) -> float | None:
+    """click's FloatRange lets nan through (every comparison with it is false)."""
+    if value is not None and value != value:
+        raise click.BadParameter("nan is not a share of rows; give a number from 0 to 1", ctx, param)
+    return value
+
+
 @click.group(cls=PluginGroup, invoke_without_command=True,
              context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.option("--tasks", "-t", multiple=True,
@@ -296,7 +303,7 @@ def _interrupted(interrupt: KeyboardInterrupt) -> None:
 @click.option("--resume", type=click.Path(file_okay=False), default=None,
               help="Continue an interrupted run in this run folder (its settings are reused).")
 @click.option("--fail-fast", is_flag=True, help="Stop at the first row that errors (it is still written).")
-@click.option("--max-error-rate", type=click.FloatRange(0.0, 1.0), default=None,
+@click.option("--max-error-rate", type=click.FloatRange(0.0, 1.0), default=None, callback=_no_nan,
               help="Exit 0 while at most this share of a task's rows errored (default 0: any error exits 1).")
 @click.option("--allow-path", "allow_paths", multiple=True, type=click.Path(exists=True, file_okay=False),
               help="A folder that paths in data rows (images, attachments) may point into, besides the "
