@@ -102,15 +102,13 @@ class Engine:
         start = RunStart(self.run_id, self.run_dir, tuple(opts.tasks), opts.model, backend.model_id, self.resume,
                          opts.plugin_options)
         self._notify("gage_run_start", start)
-        interrupted, stopped, self.load_s = None, None, 0.0  # stopped: the exit status of a run that did not finish
+        interrupted, stopped, self.load_s, self._loading = None, None, 0.0, False  # stopped: a cut run's exit status
         try:  # (a resume loads the model when a row first needs it: a finished run's, never)
             self._opening = partial(self._open, ready, backend, judge_backend, events)
             if not self.resume:
                 self._load()
             self.writers.start(start)
             self._recount_failed(runs)
-            for task_run in ready:
-                task_run.ended = False
             for task_run in ready:
                 self._run_task(task_run, backend, staged, events)
         except (KeyboardInterrupt, Exception) as exc:
@@ -158,8 +156,9 @@ class Engine:
         return load_s
 
     def _load(self) -> None:
-        """Load the model now, once (on resume: when the first row left needs it)."""
-        self.load_s, self._opening = (self._opening() if self._opening else self.load_s), None
+        """Load the model now, once (a resume's, when a row first needs it: a failure stops the run)."""
+        self._loading = bool(self._opening)
+        self.load_s, self._opening, self._loading = (self._opening() if self._opening else self.load_s), None, False
 
     def _rows(self, tr: TaskRun, seen: IdSet) -> Iterator[tuple[Row, list[tuple[str, str]]]]:
         return tr.items(self.allowed_dirs, self.options.allow_urls, seen)
@@ -218,10 +217,11 @@ class Engine:
             self._process(tr, window, infer, judging, write)
         except (OutputError, FailFast):  # (a response cache unreadable mid-run is an OutputError: exit 2)
             raise
-        except GageError as exc:  # the data stopped being readable part way: this task fails, others go on
-            tr.failure = self._clean(str(exc))
-        except OSError as exc:
-            tr.failure = f"reading the data: {exc.filename or ''}: {exc.strerror or exc}"
+        except (GageError, OSError) as exc:  # the data stopped being readable part way: this task fails
+            if self._loading:  # (others go on; but not the model failing to load, on resume)
+                raise
+            tr.failure = self._clean(str(exc)) if isinstance(exc, GageError) else \
+                f"reading the data: {exc.filename or ''}: {exc.strerror or exc}"
         finally:
             if finish is not None:  # the rows whose metrics still run in the background: written, or dropped
                 finish()

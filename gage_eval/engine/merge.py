@@ -237,6 +237,7 @@ def _merge_task(tr: Any, shards: list, writers: Any, run_id: str) -> None:
         failure = task.get("failure")
         if task.get("status") == "failed" and failure and not failure.startswith(COUNTED):
             tr.failure = tr.failure or f"shard {d}: {failure}"  # the task could not run there (not a count)
+    tr.ended = True
     result = tr.summary()
     writers.task_end(TaskDone(run_id, tr.name, dict(tr.counts), result["metrics"]))
 

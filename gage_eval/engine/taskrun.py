@@ -85,7 +85,7 @@ class TaskRun:
         self.name = spec.name
         self.repeated: dict[tuple, int] = {}  # console: each distinct row error -> rows not shown again
         self.failure = failure  # why the task could not run (or stopped), when it did not
-        self.ended = True  # False from the run's start until the engine finishes the task
+        self.ended = False  # the engine (or merge) finished the task: set as it does
         self.options = options
         overrides = options.task_overrides.get(spec.name) or {}
         self.limit = overrides.get("limit", options.limit)

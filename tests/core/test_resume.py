@@ -129,3 +129,36 @@ def test_a_stored_record_edited_by_hand_is_named_by_file_line_and_key(data, tmp_
     assert resumed.stderr.splitlines()[-1] == (f"gage-eval: error: {samples}:2: key 'eval_result.metrics.acc': "
                                               f"expected a number, an object or null, got a string")
     assert len(samples.read_text().splitlines()) == 5  # the stored records are left as they were
+
+
+def test_a_model_that_fails_to_load_on_resume_stops_the_run_not_each_task(fresh_plugins, run_cli, tmp_path):
+    """A resume loads the model when a row first needs it: a failure then is the run's (one line, its
+    exit status, the rows kept), not each task's 'failed' (an OSError read 'reading the data: ...')."""
+    from gage_eval.api import hookimpl
+    from gage_plugins_builtin.backends.dummy import DummyBackend
+
+    broken = tmp_path / "weights-gone"
+
+    class Flaky(DummyBackend):
+        def open(self):
+            if broken.exists():
+                raise OSError(5, "Input/output error", str(broken))
+            super().open()
+
+    class Plugin:
+        @hookimpl
+        def gage_register_backends(self, register):
+            register("flaky", Flaky)
+
+    fresh_plugins.register_plugin(Plugin(), "flaky")
+    result = run_cli("--tasks", "piqa,arc_easy", "--model", "flaky", "--limit", "4", "-o", tmp_path, "--run-id", "r", "-q")
+    assert result.exit_code == 0, result.output
+    samples = tmp_path / "r" / "samples" / "piqa.jsonl"
+    samples.write_text("".join(samples.read_text().splitlines(keepends=True)[:2]))  # two rows left to run
+    broken.touch()
+    resumed = run_cli("--resume", tmp_path / "r", "-q")
+    assert resumed.exit_code != 0 and "Input/output error" in resumed.output, resumed.output
+    assert "reading the data" not in resumed.output
+    summary = json.loads((tmp_path / "r" / "summary.json").read_text())
+    assert "Input/output error" in summary["run"]["interrupted"]
+    assert len(samples.read_text().splitlines()) == 2  # the rows written before are kept
