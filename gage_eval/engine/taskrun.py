@@ -311,6 +311,8 @@ class TaskRun:
             if not self.ended:  # (not the data's fault: the run stopped before the task wrote a row)
                 return "failed", "not run: the run stopped before this task wrote a row"
             files = self.dataset_files() if hasattr(self, "loader") else []
+            if self.options.shard:  # (the shard's choice left none, not the data)
+                return "failed", f"no rows: shard {self.options.shard} holds none of the task's rows"
             return "failed", (f"no rows: {_named(files)} gave no row to run" if files
                               else "no rows: the dataset is empty")
         if c["scored"] == 0:

@@ -263,6 +263,8 @@ def parse_data_overrides(values: Any, flag: str = "--data") -> dict[str, str]:
         task, sep, path = str(value).partition("=")
         if not sep or not task or not path:
             raise GageError(f"{flag} {value!r}: expected TASK=PATH")
+        if task in out and out[task] != path:  # (the last one won, silently)
+            raise GageError(f"{flag}: task {task!r} is given two files, {out[task]} and {path}; give one")
         out[task] = path
     return out
 
