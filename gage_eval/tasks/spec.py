@@ -157,6 +157,7 @@ def read_task_file(folder: Path, origin: str = "", params: Mapping[str, str] | N
     data = read_task_data(folder)
     if data.get("variants") and not params:
         raise GageError(f"{path}: the file is a template of the tasks its 'variants' name; run one of those")
+    _check_variant_names(data, folder)
     data = variant_data(data, params)
     if not TASK_NAME.match(str(data.get("name", folder.name))):
         raise KeyedError(path, "name", f"{data.get('name')!r} is no task name (letters, digits, _ . - /)")
@@ -239,20 +240,31 @@ def _task_sources(folder: Path, origin: str) -> list[TaskSource]:
         name = data["name"] if isinstance(data.get("name"), str) else folder.name
         tags = data.get("tags") if isinstance(data.get("tags"), list) else []
         return [TaskSource(name, folder, origin, tags=tuple(map(str, tags)))]
-    out, seen = [], set()
-    for i, params in enumerate(variants):
-        if not isinstance(params, dict):
-            continue  # the schema says so when the task is read
-        params = {str(k): str(v) for k, v in params.items()}
-        one = variant_data(data, params)
-        name = one.get("name") if isinstance(one.get("name"), str) else folder.name
+    out: dict[str, TaskSource] = {}
+    for _, name, params, one in _variants(data, folder):  # (a name given twice: its tasks say so when read)
+        tags = one.get("tags") if isinstance(one.get("tags"), list) else []
+        out.setdefault(name, TaskSource(name, folder, origin, params, tuple(map(str, tags))))
+    return list(out.values())
+
+
+def _variants(data: dict, folder: Path) -> Iterator[tuple[int, str, dict, dict]]:
+    """(index, task name, parameters, the task's data) of each entry of ``variants``."""
+    for i, params in enumerate(data.get("variants") or []):
+        if isinstance(params, dict):  # (else the schema says so when the task is read)
+            params = {str(k): str(v) for k, v in params.items()}
+            one = variant_data(data, params)
+            yield i, one.get("name") if isinstance(one.get("name"), str) else folder.name, params, one
+
+
+def _check_variant_names(data: dict, folder: Path) -> None:
+    """A file whose ``variants`` give one task name twice is refused when any of its tasks is read
+    (not when the folder is found: a sibling task still runs)."""
+    seen: set[str] = set()
+    for i, name, _, _ in _variants(data, folder):
         if name in seen:
             raise KeyedError(folder / TASK_FILE, f"variants.{i}", f"gives task name {name!r} again; "
                              f"put each variant's parameters in 'name' (name: task_{{param}})")
         seen.add(name)
-        tags = one.get("tags") if isinstance(one.get("tags"), list) else []
-        out.append(TaskSource(name, folder, origin, params, tuple(map(str, tags))))
-    return out
 
 
 # ---------------------------------------------------------------------------

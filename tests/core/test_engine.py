@@ -193,3 +193,25 @@ def test_include_path_finds_task_folders_in_its_subfolders(tmp_path, run_cli):
     result = run_cli("--tasks", "deep_task", "--model", "dummy", "--limit", "2", "--include-path", root,
                      "-o", tmp_path, "--run-id", "r", "-q")
     assert result.exit_code == 0, result.output
+
+
+def test_a_sibling_whose_variants_repeat_a_name_blocks_no_other_task(tmp_path, run_cli):
+    """It stopped every run in its include path (exit 2); now its own tasks are INVALID, named
+    by the file's key, and a task beside it runs."""
+    import shutil
+
+    piqa = Path(__file__).resolve().parents[2] / "tasks" / "piqa"
+    root = tmp_path / "mine"
+    for name in ("good", "dup"):
+        shutil.copytree(piqa, root / name, ignore=shutil.ignore_patterns("__pycache__"))
+        text = (root / name / "task.yaml").read_text().replace("name: piqa", f"name: {name}", 1)
+        (root / name / "task.yaml").write_text(text + ("variants:\n  - {x: a}\n  - {x: b}\n" if name == "dup" else ""))
+    why = "task.yaml: key 'variants.1': gives task name 'dup' again"
+    listed = run_cli("tasks", "--include-path", root)
+    assert listed.exit_code == 0 and why in listed.output and "good " in listed.output, listed.output
+    good = run_cli("--tasks", "good", "--model", "dummy", "--limit", "2", "--include-path", root, "-o", tmp_path,
+                   "--run-id", "g", "-q")
+    assert good.exit_code == 0, good.output
+    dup = run_cli("--tasks", "dup", "--model", "dummy", "--limit", "2", "--include-path", root, "-o", tmp_path,
+                  "--run-id", "d", "-q")
+    assert dup.exit_code == 3 and why in dup.output, dup.output
