@@ -2,14 +2,13 @@
 from its tasks' statuses."""
 from __future__ import annotations
 
-import json
 import platform
 import sys
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Mapping
 
-from gage_eval.api.errors import EXIT_OK, EXIT_ROW_ERRORS, EXIT_TASK_FAILED, PLUGIN_FAULTS, fault_text
+from gage_eval.api.errors import EXIT_OK, EXIT_ROW_ERRORS, EXIT_TASK_FAILED, PLUGIN_FAULTS, GageError, fault_text
 from gage_eval.runfolder.repro import reproducibility
 
 STAGES = ("dataset_materialization_s", "inference_s", "judge_s", "evaluation_s", "writing_s")
@@ -196,12 +195,14 @@ def print_results(summary: dict, run_dir: Path) -> None:
 def kept_settings(summary: dict, run_dir: Path, quiet: bool) -> dict:
     """A resume that loaded no model (no row was left to run) says so, and keeps the settings the
     model resolved when it loaded (dtype, device, versions) as the stored summary.json has them."""
-    tasks = summary["tasks"].values()
-    if not quiet and not summary["run"]["interrupted"] and all(t.get("status") != "failed" for t in tasks):
-        print("gage-eval: every row was written before: nothing left to run, the model not loaded", file=sys.stderr)
+    from gage_eval.api.runfolder import RunFolder
+    from gage_eval.engine.progress import status
+
+    if not summary["run"]["interrupted"] and all(t.get("status") != "failed" for t in summary["tasks"].values()):
+        status("every row was written before: nothing left to run, the model not loaded", quiet=quiet)
     try:
-        old = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))["run"]
-    except (OSError, ValueError, KeyError, TypeError):
+        old = RunFolder(run_dir).summary(missing_ok=True).get("run") or {}
+    except GageError:  # (a stored summary.json the run folder's reader refuses: nothing kept from it)
         return summary
     for role in ("model", "judge"):
         new, was = summary["run"].get(role), old.get(role)
