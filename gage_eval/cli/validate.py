@@ -128,14 +128,14 @@ def task_name_problems(path: Path) -> list[tuple[str, str]]:
     folder = path.parent
     try:
         variants = read_task_data(folder).get("variants") or [None]
-    except GageError as exc:  # (key, problem) of a KeyedError or InputError: validate names the file and line
-        return [(getattr(exc, "key", ""), getattr(exc, "problem", str(exc)))]
+    except GageError as exc:
+        return [_key_problem(exc)]
     problems: list[tuple[str, str]] = []
     for params in variants:
         try:
             spec = read_task_file(folder, "", {str(k): str(v) for k, v in params.items()} if params else None)
         except GageError as exc:
-            found = [(getattr(exc, "key", ""), getattr(exc, "problem", str(exc)))]
+            found = [_key_problem(exc)]
         else:
             found = _name_problems(spec, registry, note)
         problems += [p for p in found if p not in problems]  # (a name every variant gives: once)
@@ -177,6 +177,11 @@ def _name_problems(spec: Any, registry: Any, note: str) -> list[tuple[str, str]]
             unknown = any(n not in registry.tools for n in loop.get("tools") or ())
             problems.append((exc.key, exc.problem + (note if unknown else "")))
     return problems
+
+
+def _key_problem(exc: GageError) -> tuple[str, str]:
+    """(key, problem) of a KeyedError or an InputError (validate names the file and line itself)."""
+    return getattr(exc, "key", ""), getattr(exc, "problem", str(exc))
 
 
 def _plugins_note(pm: Any) -> str:
