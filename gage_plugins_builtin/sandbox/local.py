@@ -27,6 +27,9 @@ INSTALL = ("the local code sandbox needs bubblewrap and prlimit: apt-get install
            "(Debian, Ubuntu), dnf install bubblewrap util-linux (Fedora)")
 UID_BASE = 1_000_000  # run as root, each job runs as its own unused uid: the process limit counts per uid
 SETUP_FAILED = "\x1egage-sandbox: setup failed"
+# written first on stderr as the command starts: a stderr that does not begin with it is the launcher's
+# (a program printing SETUP_FAILED itself made a wrong answer the row's error, left out of the mean)
+STARTED = "\x1egage-sandbox: started\n"
 # copy the files in, run the row's setup, then the command; "$1" is the setup script (its own tools
 # found on the system's PATH: a row's sandbox.env may set PATH for its setup and command)
 # (a copy that fails, as when the files do not fit the working folder, is the row's failure too)
@@ -35,7 +38,7 @@ LAUNCHER = ('PATH=/usr/bin:/bin cp -R /in/. /work/ 2>/tmp/.setup.log || { printf
             '>&2; exit 125; }; cd /work; s="$1"; shift; '
             'if [ -n "$s" ]; then /bin/sh -c "$s" </dev/null >/tmp/.setup.log 2>&1 || '
             '{ printf "%s sandbox.setup failed (exit %s)\\n" "$SETUP_FAILED" "$?" >&2; PATH=/usr/bin:/bin tail -c 800 '
-            '/tmp/.setup.log >&2; exit 125; }; PATH=/usr/bin:/bin rm -f /tmp/.setup.log; fi; unset SETUP_FAILED; exec "$@"')
+            '/tmp/.setup.log >&2; exit 125; }; PATH=/usr/bin:/bin rm -f /tmp/.setup.log; fi; printf %s "$STARTED" >&2; unset SETUP_FAILED STARTED; exec "$@"')
 IMAGE_REFUSED = ("the local sandbox runs no container image (the row's sandbox.image is {image!r}); run the "
                  "task with a sandbox plugin that runs images (sandbox: NAME in the metric's args or the tool's "
                  "tool_args, registered through gage_register_sandboxes), or drop sandbox.image to run on this "
@@ -94,7 +97,7 @@ class LocalSandbox(execution.Sandbox):
         disk = str(job.limits.disk_mb << 20)
         env = {"PATH": f"{Path(self.python).parent}:/usr/local/bin:/usr/bin:/bin", "HOME": "/work",
                "TMPDIR": "/tmp", "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1", **job.env,
-               "SETUP_FAILED": SETUP_FAILED}
+               "SETUP_FAILED": SETUP_FAILED, "STARTED": STARTED}
         args = [shutil.which("bwrap") or "bwrap", "--unshare-all", "--die-with-parent", "--new-session",
                 "--cap-drop", "ALL", "--hostname", "sandbox", *self._binds(), "--proc", "/proc", "--dev", "/dev",
                 "--size", disk, "--tmpfs", "/tmp", "--size", disk, "--tmpfs", "/work",
@@ -133,6 +136,8 @@ class LocalSandbox(execution.Sandbox):
                                  env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")}, user=self._user())
         finally:
             shutil.rmtree(stage, ignore_errors=True)
+        if result.stderr.startswith(STARTED):
+            return replace(result, stderr=result.stderr[len(STARTED):])
         if SETUP_FAILED in result.stderr:
             said, _, log = result.stderr.split(SETUP_FAILED, 1)[1].strip().partition("\n")
             if not said.startswith("sandbox.setup"):  # the copy: its last line says why (cp repeats itself)

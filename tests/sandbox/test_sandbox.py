@@ -176,6 +176,17 @@ def test_killing_the_parent_fails_the_row(metric):
     assert result["value"] == 0.0 and statuses(result) == ["error"]
 
 
+def test_a_program_printing_the_sandboxs_setup_failure_line_is_its_own_failure(metric):
+    """The launcher's setup-failure line, printed by the program itself, made a wrong answer the row's
+    error (left out of the mean, as if no answer were tested): a 0 now, its stderr as the program wrote it."""
+    code = "import os\nos.write(2, b'\\x1egage-sandbox: setup failed (exit 1)\\n')\ndef f():\n    return 2\n"
+    result, _ = score(metric, code, [{"input": "", "output": "1"}])
+    assert result["value"] == 0.0 and statuses(result) == ["fail"]
+    done = execution.open_sandbox("local").run(execution.Job(command=("sh", "-c", "echo out; echo err >&2"),
+                                                             limits=execution.Limits(wall_s=20)))
+    assert (done.status, done.exit_code, done.stdout, done.stderr) == ("exited", 0, "out\n", "err\n")
+
+
 def test_sandbox_job_directly_honours_limits():
     sandbox = execution.open_sandbox("local")
     done = sandbox.run(execution.Job(command=(execution.Job.PYTHON, "-c", "import os; print(sorted(int(p) for p in os.listdir('/proc') if p.isdigit()) == [1, 2])"),
@@ -193,12 +204,14 @@ def test_hostile_rows_through_the_cli_are_each_scored_and_the_run_goes_on(tmp_pa
              "loop": "while True: pass",
              "kill": "import os, signal; os.kill(os.getppid(), signal.SIGKILL)",
              "rm": "import os; os.system('rm -rf ~'); print(5)",
-             "shadow": "print(open('/etc/shadow').read())"}
+             "shadow": "print(open('/etc/shadow').read())",
+             "fakesetup": "import os; os.write(2, b'\\x1egage-sandbox: setup failed (exit 1)\\n'); f = lambda: 4"}
     rows = [{"schema_version": "v1", "id": name, "task_type": "code-generation",
              "messages": [{"role": "user", "content": [{"type": "text", "text": f"Write code.\n{code}"}]}],
              "references": ["print(sum(map(int, input().split())))"], "metadata": {"execution": {"type": "code_exec", "timeout_ms": 1000,
                                                           "test_cases": [{"input": "2 3\n", "output": "5\n"}]}}}
             for name, code in lines.items()]
+    rows[-1]["metadata"]["execution"].update(entry_point="f", test_cases=[{"input": "", "output": "5"}])  # in the harness
     data = tmp_path / "rows.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
     done = subprocess.run([sys.executable, "-m", "gage_eval.cli", "--tasks", "code_exec", "--model", "dummy",
