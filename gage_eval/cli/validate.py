@@ -53,11 +53,11 @@ def validate_command(file, schema, max_errors, allow_paths, allow_urls):
 def _entries(path: Path, schema: str):
     from gage_eval.api.errors import InputError
     from gage_eval.api.jsonio import iter_json_rows
-    from gage_eval.api.yamlio import read_yaml
+    from gage_eval.tasks.spec import read_task_yaml  # (refuses a FIFO before opening it)
 
     if schema == "task" or path.suffix in (".yaml", ".yml"):
         try:
-            return [(1, read_yaml(path), None)]
+            return [(1, read_task_yaml(path), None)]
         except InputError as exc:
             return [(exc.line or 1, None, exc.problem)]
     return iter_json_rows(path)  # the jsonl loader's strict reader: validate and a run agree

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from gage_eval.api.errors import GageError
-from gage_eval.tasks.spec import TASK_FILE, TaskSource, read_task_data
+from gage_eval.tasks.spec import TASK_FILE, TaskSource, read_task_data, read_task_yaml
 
 
 @dataclass(frozen=True)
@@ -63,9 +63,7 @@ def discover_groups(found: Mapping[str, TaskSource]) -> dict[str, GroupSpec]:
 
 
 def _raw_groups(folder: Path) -> dict:
-    from gage_eval.api.yamlio import read_yaml
-
-    data = read_yaml(folder / TASK_FILE)
+    data = read_task_yaml(folder / TASK_FILE)
     if not isinstance(data, dict) or not data.get("groups"):
         return {}
     return read_task_data(folder)["groups"]  # checked against the task schema

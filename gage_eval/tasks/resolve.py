@@ -6,11 +6,10 @@ from typing import Any, Mapping
 
 from gage_eval.api.errors import GageError, did_you_mean
 from gage_eval.api.schemas import validation_errors
-from gage_eval.api.yamlio import read_yaml
 from gage_eval.config.options import RunOptions
 from gage_eval.plugins import Registry
 from gage_eval.tasks.spec import (TASK_FILE, TaskSpec, dataset_for_path, discover, metric_entries, read_task_file,
-                                  with_dataset)
+                                  read_task_yaml, with_dataset)
 
 
 def resolve_tasks(options: RunOptions, registry: Registry) -> list[tuple[TaskSpec, str | None]]:
@@ -83,7 +82,7 @@ def _unreadable(found: Mapping[str, Any]) -> str:
     bad = []
     for path in dict.fromkeys(src.folder / TASK_FILE for src in found.values()):  # (a folder once, in order)
         try:
-            if not isinstance(read_yaml(path), dict):
+            if not isinstance(read_task_yaml(path), dict):
                 bad.append(f"{path}: not a mapping of keys")
         except GageError as exc:
             bad.append(str(exc).splitlines()[0])

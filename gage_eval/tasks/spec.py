@@ -1,13 +1,14 @@
 """Task folders: discovery and the validated task spec (templates: gage_eval.api.templates)."""
 from __future__ import annotations
 
+import os
 import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
-from gage_eval.api.errors import GageError, KeyedError
+from gage_eval.api.errors import GageError, InputError, KeyedError
 from gage_eval.api.jsonio import not_regular
 from gage_eval.api.strictjson import json_type
 from gage_eval.api.yamlio import key_line, read_yaml
@@ -109,10 +110,19 @@ def metric_entries(path: Any, entries: list) -> list:
     return out
 
 
+def read_task_yaml(path: Path) -> Any:
+    """A task.yaml's YAML; a folder, FIFO, socket or device by that name is refused before it is
+    opened (a FIFO would block the search for tasks)."""
+    special = not_regular(path) or (path.is_dir() and "a folder, not a file")
+    if special:
+        raise InputError(path, None, special)
+    return read_yaml(path)
+
+
 def read_task_data(folder: Path) -> dict:
     """The task folder's task.yaml as a mapping, read strictly and checked against the task schema."""
     path = folder / TASK_FILE
-    data = read_yaml(path)
+    data = read_task_yaml(path)
     if data is None:
         raise GageError(f"{path}: the file is empty; a task file needs dataset, request and metrics")
     if not isinstance(data, dict):
@@ -212,7 +222,7 @@ def discover(task_paths: list[tuple[str, str]], include_paths: list[str] = (), w
 def _task_folders(folder: Path, seen: set, depth: int = 0) -> Iterator[Path]:
     """``folder`` when it holds a task.yaml, else the task folders under it, as lm-eval's include path
     is searched: in name order, hidden folders skipped, each real folder once, at most 8 levels down."""
-    if (folder / TASK_FILE).is_file():
+    if os.path.lexists(folder / TASK_FILE):  # (a task.yaml that is no file is reported when read)
         yield folder
         return
     try:
@@ -230,7 +240,7 @@ def _task_sources(folder: Path, origin: str) -> list[TaskSource]:
     """The folder's task, or one task per entry of its ``variants`` (each named by ``name`` with
     the entry's ``{placeholders}`` put in)."""
     try:
-        data = read_yaml(folder / TASK_FILE)
+        data = read_task_yaml(folder / TASK_FILE)
     except GageError:  # reported when the task is read
         return [TaskSource(folder.name, folder, origin)]
     if not isinstance(data, dict):

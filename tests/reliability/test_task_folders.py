@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import json
+import os
+import socket
 import textwrap
 
 import pytest
@@ -144,3 +146,29 @@ def test_row_errors_in_a_template_name_the_row(gage):
     assert len(errors) == 1
     (locator, err), = errors.items()
     assert locator.endswith("rows.jsonl:2") and err["stage"] == "template" and "prompt.jinja" in err["message"]
+
+
+@pytest.mark.parametrize("kind", ["fifo", "socket", "folder"])
+def test_a_task_file_that_is_no_file_is_reported_not_skipped(gage, kind, monkeypatch):
+    """A task.yaml that is a FIFO, a socket or a folder was passed over in silence (asking for
+    its task: 'unknown task'); it is the task's INVALID line, and its run fails naming it. A
+    FIFO is never opened: that would wait for a writer."""
+    folder = gage.tmp / "tasks" / "oddtask"
+    folder.mkdir(parents=True)
+    if kind == "fifo":
+        os.mkfifo(folder / "task.yaml")
+    elif kind == "socket":
+        monkeypatch.chdir(folder)  # (a socket's path is short: bind it by its name)
+        socket.socket(socket.AF_UNIX).bind("task.yaml")  # (the file stays when the socket closes)
+    else:
+        (folder / "task.yaml").mkdir()
+    problem = {"fifo": "not a regular file (a FIFO)", "socket": "not a regular file (a socket)",
+               "folder": "a folder, not a file"}[kind]
+    line = f"{folder / 'task.yaml'}: {problem}"
+    listing = gage("tasks", "--include-path", gage.tmp / "tasks", "--json", timeout=60)
+    check(listing, OK)
+    row, = [r for r in json.loads(listing.out) if r["name"] == "oddtask"]
+    assert (row["kind"], row["description"]) == ("INVALID", line)
+    o = gage("--tasks", "oddtask", "--model", "dummy", "--include-path", gage.tmp / "tasks", timeout=60)
+    check(o, TASK_FAILED, line)
+    assert o.summary["tasks"]["oddtask"]["failure"] == line
