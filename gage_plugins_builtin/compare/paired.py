@@ -12,7 +12,7 @@ from gage_eval.api import GageError, RunFolder, metric_value, stats
 
 from gage_plugins_builtin.compare import CONFIDENCE, DEFAULT_SAMPLES, DEFAULT_SEED, DOWN, UP, mcnemar_exact_p
 from gage_plugins_builtin.compare.groups import compare_groups
-from gage_plugins_builtin.report.runsettings import ABSENT, settings_of
+from gage_plugins_builtin.report.runsettings import ABSENT, settings_of, unlisted_tasks
 
 _DIGITS = re.compile(r"(\d+)")
 
@@ -240,6 +240,11 @@ def compare_runs(path_a: Path, path_b: Path, *, tasks: Iterable[str] = (), resam
     if resamples < 0:
         raise GageError(f"--samples {resamples}: the number of bootstrap resamples must be 0 or more")
     run_a, run_b = StoredRun(Path(path_a)), StoredRun(Path(path_b))
+    for run in (run_a, run_b):
+        unlisted = unlisted_tasks(run.path, run.tasks)
+        if unlisted:
+            warn(f"{run.folder.summary_file} does not list task(s) {', '.join(unlisted)}, whose records "
+                 f"{run.folder.samples_dir} holds; compare takes a task's metrics from summary.json, so they are left out")
     in_a, in_b = list(run_a.tasks), set(run_b.tasks)
     both = [t for t in in_a if t in in_b]
     wanted = list(dict.fromkeys(tasks))

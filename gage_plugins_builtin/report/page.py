@@ -34,7 +34,7 @@ from gage_plugins_builtin import pages
 from gage_plugins_builtin.report.intervals import SMALL_N, RowRange, interval
 from gage_plugins_builtin.report.plots import bar_plot
 from gage_plugins_builtin.report.reread import Reread
-from gage_plugins_builtin.report.runsettings import ABSENT, settings_of, task_version
+from gage_plugins_builtin.report.runsettings import ABSENT, settings_of, task_version, unlisted_tasks
 from gage_plugins_builtin.report.samples import compact
 from gage_plugins_builtin.report.spool import Spool, position_key, row_position
 from gage_plugins_builtin.report.wording import ErrorGroups, describe_counters
@@ -109,8 +109,13 @@ def report_data(run_dirs: Sequence[Path | str], out_dir: Path, summaries: Mappin
         summary = (summaries or {}).get(run_dir) or _read_summary(run_dir)
         run = _run_view(summary["run"])
         stored.append(_Stored.of(run_dir, summary))
-        tasks = []
-        for name, t in (summary.get("tasks") or {}).items():
+        tasks, listed = [], dict(summary.get("tasks") or {})
+        for name in unlisted_tasks(run_dir, listed):
+            warn(f"report: {RunFolder(run_dir).summary_file} does not list task {name!r}; the records of "
+                 f"{RunFolder(run_dir).samples_file(name)} are shown without its metrics")
+            listed[name] = {"status": "unlisted", "failure": "summary.json does not list this task: its samples "
+                                                             "are shown, its metrics are not"}
+        for name, t in listed.items():
             task_names.append((i, name))
             in_order = reread.in_file(i, name)
             listed = store.task(i, name, in_order)

@@ -8,15 +8,27 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping, Protocol
 
-from gage_eval.api import GageError, read_yaml
+from gage_eval.api import GageError, RunFolder, read_yaml
 
-__all__ = ["ABSENT", "StoredSettings", "settings_of", "task_version"]
+__all__ = ["ABSENT", "StoredSettings", "settings_of", "task_version", "unlisted_tasks"]
 
 
 # run.settings keys left out of the settings diff: where the run was written and how it was
 # shown (they never change a number), and the model keys shown under model.* already.
 SETTINGS_NOISE = frozenset({"output_dir", "run_id", "command", "quiet", "report", "config_file", "writers",
                              "cache", "eee_version", "model", "model_args", "judge_model", "judge_args"})
+
+
+def unlisted_tasks(run_dir: Path, listed: Mapping[str, Any]) -> list[str]:
+    """The tasks whose samples file ``run_dir`` holds that its summary.json does not list (``listed``:
+    its tasks), e.g. a summary edited by hand or written before the run ended; the report shows
+    them and compare names them, where leaving them out would lose their rows without a word."""
+    samples = RunFolder(run_dir).samples_dir
+    try:
+        names = sorted(p.relative_to(samples).as_posix()[:-6] for p in samples.rglob("*.jsonl") if p.is_file())
+    except OSError:
+        return []
+    return [n for n in names if n not in listed]
 
 
 class _Absent:

@@ -1,0 +1,45 @@
+"""The commands a user runs on finished run folders (report, compare, rescore), attacked from the
+outside: a summary.json edited by hand, an output path inside the run read."""
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from gage_eval.cli import cli
+
+
+def _invoke(*args) -> object:
+    return CliRunner().invoke(cli, [str(a) for a in args])
+
+
+def _run(tmp_path: Path, run_id: str) -> Path:
+    res = _invoke("--tasks", "piqa", "--model", "dummy", "--limit", "6", "-o", tmp_path / "runs", "--run-id", run_id,
+                  "-q", "--no-report")
+    assert res.exit_code == 0, res.output
+    return tmp_path / "runs" / run_id
+
+
+def _page_samples(page: Path) -> list[dict]:
+    m = re.search(r'<script type="application/json" id="report-data">(.*?)</script>', page.read_text(), re.S)
+    return json.loads(m.group(1))["samples"]
+
+
+def test_samples_of_a_task_summary_json_does_not_list_are_shown_and_named(tmp_path):
+    a = _run(tmp_path, "a")
+    d = tmp_path / "runs" / "d"
+    shutil.copytree(a, d)
+    summary = json.loads((d / "summary.json").read_text())
+    summary["tasks"] = {}  # (edited by hand, or written before the run's tasks ended)
+    (d / "summary.json").write_text(json.dumps(summary))
+    res = _invoke("report", a, d, "-o", tmp_path / "both.html")
+    assert res.exit_code == 0, res.output
+    assert f"{d / 'summary.json'} does not list task 'piqa'" in res.output  # (a warning: not left out in silence)
+    samples = _page_samples(tmp_path / "both.html")
+    assert len(samples) == 12 and sorted({s["r"] for s in samples}) == [0, 1]
+    res = _invoke("compare", a, d)
+    assert res.exit_code == 2
+    assert f"{d / 'summary.json'} does not list task(s) piqa" in res.output and "no task in common" in res.output
