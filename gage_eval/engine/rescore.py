@@ -110,6 +110,8 @@ class Rescore(Engine):
                  judge_args: dict, tasks: list[str] | None, command: str, quiet: bool = False):
         self.source_dir, self.source = run_dir, RunFolder(run_dir)
         was, self.source_inputs, self.source_summary = read_run(run_dir)
+        if new_dir.resolve().is_relative_to(run_dir.resolve()):  # (its files are the record of the run)
+            raise GageError(f"-o {new_dir}: inside the run folder {run_dir}; rescore writes a new folder outside it")
         self.metrics, self.rejudge = metrics, judge_model is not None
         if tasks:
             unknown = [t for t in tasks if t not in was.tasks]

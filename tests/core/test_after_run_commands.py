@@ -43,3 +43,12 @@ def test_samples_of_a_task_summary_json_does_not_list_are_shown_and_named(tmp_pa
     res = _invoke("compare", a, d)
     assert res.exit_code == 2
     assert f"{d / 'summary.json'} does not list task(s) piqa" in res.output and "no task in common" in res.output
+
+
+def test_rescore_never_writes_into_the_run_it_reads(tmp_path):
+    a = _run(tmp_path, "a")
+    before = sorted(p.relative_to(a).as_posix() for p in a.rglob("*"))
+    for inside in (a / "rescored", a / "samples" / "x"):
+        res = _invoke("rescore", a, "-o", inside)
+        assert res.exit_code == 2 and f"-o {inside}: inside the run folder {a}" in res.output, res.output
+    assert sorted(p.relative_to(a).as_posix() for p in a.rglob("*")) == before
