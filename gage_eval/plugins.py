@@ -21,6 +21,23 @@ KINDS = ("loaders", "preprocessors", "backends", "judges", "metrics", "writers",
          "tool_parsers", "tools")
 
 
+def _unknown_args(factory: Any, kwargs: dict) -> str | None:
+    """The arguments ``factory`` takes no parameter for, and those it takes (Python's words were
+    '__init__() got an unexpected keyword argument'); None when there is none or it takes any."""
+    import inspect
+
+    try:
+        params = inspect.signature(factory).parameters.values()  # (a lazy factory: its __wrapped__)
+    except (TypeError, ValueError):
+        return None
+    named = [p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    unknown = [k for k in kwargs if k not in named]
+    if not unknown or any(p.kind is p.VAR_KEYWORD for p in params):
+        return None
+    listing = ", ".join(repr(k) + did_you_mean(k, named) for k in unknown)
+    return f"unknown argument(s) {listing}; it takes {', '.join(named) or 'none'}"
+
+
 def _one(kind: str) -> str:
     """``sandboxes`` -> ``sandbox``, ``loaders`` -> ``loader``."""
     return kind[:-2] if kind.endswith("xes") else kind[:-1]
@@ -93,6 +110,7 @@ class Registry:
         except GageError as exc:  # the component's own message names what is wrong (a missing data file, ...)
             raise GageError(f"{where}: {exc}") from None
         except (TypeError, ValueError) as exc:
+            exc = _unknown_args(factory, kwargs) or exc
             raise GageError(f"{at} ({name!r}): {exc}" if key else f"{where}: {_one(kind)} {name!r}: {exc}") from None
 
     def by_plugin(self) -> dict[str, dict[str, list[str]]]:

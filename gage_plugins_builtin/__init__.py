@@ -33,6 +33,7 @@ def lazy(target: str, **declared: Any) -> Callable[..., Any]:
         obj = importlib.import_module(module)
         for name in names:
             obj = getattr(obj, name)
+        factory.__wrapped__ = obj  # (inspect.signature then reads obj's: the core names an unknown argument)
         return obj(**kwargs)
 
     factory.__name__ = attr
