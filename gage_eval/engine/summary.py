@@ -10,6 +10,7 @@ from typing import Any, Mapping
 
 from gage_eval.api.errors import EXIT_OK, EXIT_ROW_ERRORS, EXIT_TASK_FAILED, PLUGIN_FAULTS, GageError, fault_text
 from gage_eval.runfolder.repro import reproducibility
+from gage_eval.runfolder.rundir import changed_data
 
 STAGES = ("dataset_materialization_s", "inference_s", "judge_s", "evaluation_s", "writing_s")
 
@@ -113,6 +114,11 @@ def build_summary(run_id: str, options: Any, runs: list, backends: tuple, wall: 
     ``inputs``: the tasks' fingerprints (inputs.json) for ``run.reproducibility``; ``sections``:
     what backend wrappers counted, for ``run`` (the response cache's ``cache``)."""
     backend, judge_backend = backends
+    for tr in runs:  # rows read from a file changed since inputs.json hashed it: refused as a resume would be
+        changed = changed_data((inputs or {}).get(tr.name) or {})
+        if changed:
+            tr.failure = "; ".join(filter(None, (tr.failure, f"data file {', '.join(changed)} changed during the "
+                                                 "run, so its rows may mix two versions; start a new run")))
     tasks = {tr.name: tr.summary(options.max_error_rate) for tr in runs}
     timings = derived_timings({k: sum(tr.timings[k] for tr in runs) for k in STAGES},
                               sum(tr.counts["total"] for tr in runs), wall)

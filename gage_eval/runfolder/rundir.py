@@ -129,6 +129,16 @@ def fingerprint(task_folder: Path, data_files: Iterable[Path]) -> dict:
     }
 
 
+def changed_data(fingerprint: Mapping[str, Any]) -> list[str]:
+    """The data files of a task's :func:`fingerprint` whose bytes differ now (or that are gone)."""
+    def same(path: str, digest: str) -> bool:
+        try:
+            return file_digest(Path(path)) == digest
+        except OSError:
+            return False
+    return [p for p, d in (fingerprint.get("data") or {}).items() if not same(p, d)]
+
+
 def changed_inputs(stored: Mapping[str, Any], now: Mapping[str, Any]) -> list[str]:
     """Lines naming each task folder or data file whose content changed since the run began."""
     lines = []

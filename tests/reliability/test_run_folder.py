@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from harness import GUARD, INTERRUPTED, OK, OUTPUT, ROOT, USAGE, check
+from harness import GUARD, INTERRUPTED, OK, OUTPUT, ROOT, TASK_FAILED, USAGE, check
 
 ROWS = 200
 
@@ -143,6 +143,19 @@ def test_resume_refuses_changed_data(gage, data):
     with data.open("a") as fh:
         fh.write(json.dumps({"goal": "new", "sol1": "a", "sol2": "b", "label": 0}) + "\n")
     check(gage("--resume", run_dir), USAGE, "inputs changed", f"data file {data}")
+
+
+def test_data_changed_during_the_run_fails_the_task(gage, data):
+    """The rows scored came from a file whose bytes differ from those inputs.json hashed at the
+    start: the task fails saying so (a resume would refuse the same file)."""
+    proc = slow_run(gage, data)
+    data.write_text("".join(json.dumps({"goal": f"New {i}?", "sol1": "a", "sol2": "b", "label": 0}) + "\n"
+                            for i in range(ROWS // 2)))
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == TASK_FAILED and b"Traceback" not in err, err
+    task = json.loads((gage.tmp / "runs" / "r" / "summary.json").read_text())["tasks"]["piqa"]
+    assert task["status"] == "failed" and f"data file {data} changed during the run" in task["failure"]
+    assert b"changed during the run" in out + err
 
 
 def test_resume_refuses_a_changed_task_folder(gage, data):
