@@ -11,7 +11,7 @@ from typing import Any, Callable
 import pluggy
 
 from gage_eval.api import hookspecs, registered
-from gage_eval.api.errors import GageError, did_you_mean
+from gage_eval.api.errors import GageError, did_you_mean, fault_text
 from gage_eval.api.options import RunOption
 
 ENTRY_POINT_GROUP = "gage_eval"
@@ -129,6 +129,7 @@ class Registry:
 
 _pm: pluggy.PluginManager | None = None
 _registry: Registry | None = None
+failed_plugins: dict[str, str] = {}  # entry points that failed to load -> why, one line (summary.json run.versions)
 
 
 def _disabled() -> set[str]:
@@ -147,6 +148,7 @@ def _plugin_versions() -> dict[str, str]:
 
 def make_plugin_manager() -> pluggy.PluginManager:
     """A fresh plugin manager with the builtins and every installed entry point loaded."""
+    failed_plugins.clear()
     pm = pluggy.PluginManager("gage_eval")
     pm.add_hookspecs(hookspecs)
     for name in _disabled():
@@ -164,8 +166,11 @@ def make_plugin_manager() -> pluggy.PluginManager:
             continue
         try:
             module = ep.load()
-        except Exception as exc:  # a broken third-party plugin must not break the CLI
-            print(f"gage-eval: plugin {ep.name!r} failed to load: {exc}", file=sys.stderr)
+        except Exception as exc:  # a broken third-party plugin must not break the CLI: the run records it
+            from gage_eval.api.secrets import strip_credentials
+
+            why = failed_plugins[ep.name] = " ".join(strip_credentials(fault_text(exc)).split())
+            print(f"gage-eval: plugin {ep.name!r} failed to load: {why}", file=sys.stderr)
             continue
         pm.register(module, name=ep.name)
     pm.check_pending()

@@ -99,12 +99,14 @@ def _settings(backend: Any, role: str) -> dict:
 
 
 def versions(pm: Any) -> dict:
-    """``run.versions``: gage-eval's, Python's and those of the plugins ``pm`` holds."""
+    """``run.versions``: gage-eval's, Python's and those of the plugins ``pm`` holds; the plugins
+    that failed to load, with why (the run went on without them)."""
     from gage_eval import __version__
-    from gage_eval.plugins import plugin_versions
+    from gage_eval.plugins import failed_plugins, plugin_versions
 
     return {"gage_eval": __version__, "python": platform.python_version(),
-            "plugins": {name: version for name, version in plugin_versions().items() if pm.get_plugin(name) is not None}}
+            "plugins": {name: version for name, version in plugin_versions().items() if pm.get_plugin(name) is not None},
+            **({"plugins_failed": dict(failed_plugins)} if failed_plugins else {})}
 
 
 def build_summary(run_id: str, options: Any, runs: list, backends: tuple, wall: float, load_s: float,

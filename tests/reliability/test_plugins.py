@@ -209,3 +209,25 @@ def test_a_failing_settings_still_leaves_a_summary(gage, hostile):
     model = o.summary["run"]["model"]
     assert model["settings"] == {} and model["settings_error"] == "settings() failed: RuntimeError: settings exploded"
     assert len(o.records("piqa")) == ROWS and o.summary["tasks"]["piqa"]["counts"]["scored"] == ROWS
+
+
+# -- plugins that do not load -----------------------------------------------------------------
+
+
+def test_a_plugin_that_fails_to_import_is_recorded_in_the_summary(gage, hostile):
+    """The run goes on without it, and summary.json says so: its name and why, credentials masked."""
+    site = gage.tmp / "site"
+    (site / "gage_broken.py").write_text('raise RuntimeError("cannot reach https://u:CANARY-PW@h/v1\\nsee above")\n')
+    dist = site / "gage_broken-0.2.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: gage-broken\nVersion: 0.2\n")
+    (dist / "entry_points.txt").write_text("[gage_eval]\nbroken = gage_broken\n")
+    o = gage("--tasks", "piqa", "--model", "dummy", "--limit", "3", env=hostile)
+    check(o, OK, "plugin 'broken' failed to load: RuntimeError: cannot reach https://***@h/v1 see above")
+    versions = o.summary["run"]["versions"]
+    assert versions["plugins_failed"] == {"broken": "RuntimeError: cannot reach https://***@h/v1 see above"}
+    assert "broken" not in versions["plugins"] and versions["plugins"]["hostile"] == "0.1"
+    assert "CANARY-PW" not in o.text and "CANARY-PW" not in (o.run_dir / "summary.json").read_text()
+    from gage_eval.api.schemas import validation_errors
+
+    assert validation_errors(o.summary, "summary") == []
