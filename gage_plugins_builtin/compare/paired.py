@@ -244,7 +244,8 @@ def compare_runs(path_a: Path, path_b: Path, *, tasks: Iterable[str] = (), resam
         unlisted = unlisted_tasks(run.path, run.tasks)
         if unlisted:
             warn(f"{run.folder.summary_file} does not list task(s) {', '.join(unlisted)}, whose records "
-                 f"{run.folder.samples_dir} holds; compare takes a task's metrics from summary.json, so they are left out")
+                 f"{run.folder.samples_dir} holds; compare takes a task's metrics from summary.json, so they "
+                 f"are left out")
     in_a, in_b = list(run_a.tasks), set(run_b.tasks)
     both = [t for t in in_a if t in in_b]
     wanted = list(dict.fromkeys(tasks))

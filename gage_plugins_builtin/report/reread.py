@@ -13,11 +13,13 @@ import base64
 import hashlib
 import io
 import os
+import re
 from pathlib import Path
 from typing import Any, Callable, Collection, Iterable, Sequence
 
 from gage_eval.api import RunFolder
 
+_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]+:")  # a URL's scheme (one letter: a Windows drive)
 MAX_IMAGES = 2_000  # thumbnails embedded per report
 THUMB_PX = 320  # a thumbnail's longer side
 
@@ -70,7 +72,7 @@ class Reread:
             digest = _url_digest(url)
             self.embedded.setdefault(digest, url)
             return {"k": digest}
-        if url.startswith(("http://", "https://")):
+        if _SCHEME.match(url) and not url[:5].lower() == "file:":  # (HTTP:/x, ftp:, ...: a browser fetches them)
             return {"ph": "remote image (not loaded): " + url[:200]}
         path = url[7:] if url.startswith("file://") else url
         p = Path(path)

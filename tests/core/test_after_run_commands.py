@@ -52,3 +52,13 @@ def test_rescore_never_writes_into_the_run_it_reads(tmp_path):
         res = _invoke("rescore", a, "-o", inside)
         assert res.exit_code == 2 and f"-o {inside}: inside the run folder {a}" in res.output, res.output
     assert sorted(p.relative_to(a).as_posix() for p in a.rglob("*")) == before
+
+
+def test_an_image_url_with_any_scheme_but_file_is_never_loaded_by_the_report(tmp_path):
+    from gage_plugins_builtin.report.reread import Reread
+
+    reread = Reread(tmp_path)
+    for url in ("HTTP://evil.example/x.png", "https://evil.example/x.png", "ftp://evil.example/x.png", "http:evil.x/a"):
+        assert reread.ref(url, 0, "t", tmp_path) == {"ph": "remote image (not loaded): " + url}
+    assert reread.ref("file:///imgs/a.png", 0, "t", tmp_path)["src"].endswith("imgs/a.png")
+    assert reread.ref("imgs/a.png", 0, "t", tmp_path) == {"src": "imgs/a.png"}
