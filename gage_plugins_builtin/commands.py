@@ -3,6 +3,7 @@ gage_register_commands (``tasks``, ``plugins`` and ``validate`` belong to the co
 Each command's module imports only click: what a command runs is imported when it runs."""
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 
 import click
@@ -31,7 +32,8 @@ def new_task_command(name, kind, parent):
     check_name(name)
     folder = write_task(name, kind, Path(parent))
     click.echo(f"wrote {folder}/: task.yaml, prompt.jinja, sample.jsonl, README.md ({kind} task)")
-    click.echo("next:")
+    click.echo("next:")  # (commands to paste: a path with a space or a quote is quoted)
+    parent = shlex.quote(parent)
     click.echo(f"  gage-eval --tasks {name} --include-path {parent} --model dummy   # checks the task, no model")
     click.echo(f"  gage-eval --tasks {name} --include-path {parent}                 # the default model")
     builtin = _builtin_task_names()
@@ -74,5 +76,6 @@ def convert_command(pipeline, out_dir):
         for line in report.notes:
             click.echo(f"  {line}", err=True)
     click.echo("next:")
-    click.echo(f"  gage-eval --config {folder}/run.yaml --model dummy --limit 5   # checks the tasks, no model")
-    click.echo(f"  gage-eval --config {folder}/run.yaml                           # the converted models")
+    run_yaml = shlex.quote(str(folder / "run.yaml"))
+    click.echo(f"  gage-eval --config {run_yaml} --model dummy --limit 5   # checks the tasks, no model")
+    click.echo(f"  gage-eval --config {run_yaml}                           # the converted models")

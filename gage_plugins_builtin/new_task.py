@@ -6,6 +6,7 @@ and tests/docs/test_task_docs.py checks that what is written here equals what it
 from __future__ import annotations
 
 import re
+import shlex
 from pathlib import Path
 
 from gage_eval.api import GageError
@@ -142,6 +143,6 @@ def write_task(name: str, kind: str, parent: Path) -> Path:
         raise GageError(f"new-task: {folder} already exists; choose another name or --dir (nothing was written)")
     parent.mkdir(parents=True, exist_ok=True)
     folder.mkdir()
-    for file, text in task_files(name, kind, str(folder), str(parent)).items():
+    for file, text in task_files(name, kind, shlex.quote(str(folder)), shlex.quote(str(parent))).items():
         (folder / file).write_text(text, encoding="utf-8")
     return folder

@@ -765,7 +765,8 @@ def convert(pipeline: Path, out_dir: Path) -> tuple[Path, Report]:
     """Convert ``pipeline`` into ``out_dir`` (which must not exist, or be empty)."""
     pipe, rep = read_pipeline(pipeline)
     if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
-        raise GageError(f"-o {out_dir}: exists and is not empty; give a new folder")
+        what = "not empty" if out_dir.is_dir() else "no folder"
+        raise GageError(f"-o {out_dir}: exists and is {what}; give a new folder")
     files: dict[str, str] = {}
     run: dict[str, Any] = {}
     data = pipe.data
@@ -806,6 +807,9 @@ def convert(pipeline: Path, out_dir: Path) -> tuple[Path, Report]:
         while folder in names:
             folder += "_"
         names.add(folder)
+        if folder != tname:  # (a name that is no folder name, or one taken: said, or its task is not found)
+            rep.note(("tasks", ti, "task_id") if ti is not None else ("datasets", di, "dataset_id"),
+                     f"{tname!r} is not a task name or is taken: the task is {folder!r}")
         steps, swhere = _steps(pipe, rep, task, ti)
         for j, step in enumerate(steps):
             if step not in ("inference", "auto_eval", "judge", "report"):

@@ -697,3 +697,19 @@ def test_environment_references_are_written_as_references_and_literal_secrets_ar
     for text in [proc.stdout, proc.stderr, *(p.read_text() for p in (tmp_path / "out").rglob("*") if p.is_file())]:
         for secret in ["QUERY-SECRET-4", "HEADER-SECRET-5", *values.values()]:
             assert secret not in text
+
+
+def test_a_renamed_task_is_noted_and_the_next_commands_are_quoted(tmp_path):
+    (tmp_path / "p.yaml").write_text("datasets:\n  - dataset_id: ../x\n    loader: jsonl\n    params: {path: a.jsonl}\n"
+                                     "  - dataset_id: x\n    loader: jsonl\n    params: {path: b.jsonl}\n")
+    out = tmp_path / "my out"
+    proc = gage("convert", str(tmp_path / "p.yaml"), "-o", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(p.name for p in (out / "tasks").iterdir()) == ["x", "x_"]
+    assert "p.yaml:2: datasets[0].dataset_id: '../x' is not a task name or is taken: the task is 'x'" in proc.stderr
+    assert "p.yaml:5: datasets[1].dataset_id: 'x' is not a task name or is taken: the task is 'x_'" in proc.stderr
+    assert "is not a task name" in (out / "CONVERSION.txt").read_text()
+    assert f"gage-eval --config '{out / 'run.yaml'}' --model dummy" in proc.stdout
+    (tmp_path / "f").write_text("")
+    proc = gage("convert", str(tmp_path / "p.yaml"), "-o", str(tmp_path / "f"))
+    assert proc.returncode == 2 and "-o " + str(tmp_path / "f") + ": exists and is no folder" in proc.stderr

@@ -81,3 +81,12 @@ def test_the_files_name_the_task_everywhere():
     files = task_files("zz9", "generate", "d/zz9", "d")
     assert "--data zz9=FILE" in files["task.yaml"] and files["README.md"].startswith("# zz9\n")
     assert "@" not in "".join(files.values())  # every placeholder filled
+
+
+def test_the_commands_it_prints_and_writes_quote_a_folder_with_a_space(tmp_path, run_cli):
+    parent = tmp_path / "my tasks"
+    result = run_cli("new-task", "qa", "--dir", parent)
+    assert result.exit_code == 0, result.output
+    want = f"gage-eval --tasks qa --include-path '{parent}' --model dummy"
+    assert want in result.output and want in (parent / "qa" / "README.md").read_text()
+    assert f"gage-eval validate '{parent / 'qa'}'/task.yaml" in (parent / "qa" / "README.md").read_text()
