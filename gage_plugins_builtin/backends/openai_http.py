@@ -134,6 +134,7 @@ class Breaker:
         self.clock = clock
         self.attempts = 0
         self.keys: set = set()
+        self.requests: set = set()  # the requests whose attempts failed (the message's count)
         self.since: float | None = None
 
     @property
@@ -141,13 +142,15 @@ class Breaker:
         return len(self.keys)
 
     def success(self) -> None:
-        self.attempts, self.keys, self.since = 0, set(), None
+        self.attempts, self.keys, self.requests, self.since = 0, set(), set(), None
 
-    def failure(self, started: float, key: Any = None) -> bool:
-        """Count a failed attempt of request ``key`` (None: the server's failure, counted each
-        time) that started at ``started``. True when the breaker trips."""
+    def failure(self, started: float, request: Any = None, own: bool = False) -> bool:
+        """Count a failed attempt of ``request`` that started at ``started``: once a request when
+        the failure may be its ``own``, else each time. True when the breaker trips."""
         self.attempts += 1
-        self.keys.add(object() if key is None else key)
+        request = object() if request is None else request
+        self.requests.add(request)
+        self.keys.add(request if own else object())
         self.since = started if self.since is None else min(self.since, started)
         return bool(self.limit) and self.streak >= self.limit and self.clock() - self.since >= self.min_seconds
 
@@ -312,12 +315,11 @@ class Poster:
                     continue
             gives_up = attempt - failovers > self.max_retries
             if counts and (ep is None or router.all_out()) and \
-                    self.breaker.failure(started, None if server_side else request):
-                b = self.breaker
+                    self.breaker.failure(started, request, own=not server_side):
+                b, n = self.breaker, len(self.breaker.requests)
                 raise self.stop(
-                    f"openai backend: stopped after {b.streak} failures in a row"
-                    + (f" ({b.attempts} attempts)" if b.attempts != b.streak else "")
-                    + f" from {self.endpoint or url} over {time.monotonic() - b.since:.0f} s "
+                    f"openai backend: stopped after {b.attempts} failed attempts in a row, of {n} "
+                    f"request{'s' if n > 1 else ''} from {self.endpoint or url} over {time.monotonic() - b.since:.1f} s "
                     f"(max_consecutive_failures={b.limit}); last: {reason}; is the server up?")
             if gives_up:
                 history = "; ".join(_squash(reasons[:-1])) if len(reasons) > 1 else "none"

@@ -220,7 +220,7 @@ def test_every_endpoint_dead_trips_the_breaker():
     backend = openai_backend(base_url="|".join(f"http://127.0.0.1:{p}/v1" for p in ports),
                              **{**FAST_ARGS, "max_retries": 50})
     t0 = time.monotonic()
-    with pytest.raises(FatalBackendError, match="failures in a row.*127.0.0.1.*is the server up"):
+    with pytest.raises(FatalBackendError, match="failed attempts in a row.*127.0.0.1.*is the server up"):
         run_closed(backend, 5)
     assert time.monotonic() - t0 < 5
 
@@ -330,9 +330,9 @@ def test_cli_every_endpoint_dead_stops_and_resume_finishes(run_cli, tmp_path):
     retrying = FAST.replace("max_retries=2", "max_retries=50")  # (retries enough to outlast breaker_seconds)
     result, run = run_task(run_cli, tmp_path, "http_rows", f"base_url={urls},{retrying}")
     assert result.exit_code == 3, result.output
-    assert "failures in a row" in result.output and "Traceback" not in result.output
+    assert "failed attempts in a row" in result.output and "Traceback" not in result.output
     rows = lines(run / "samples" / "http_rows.jsonl")
-    assert len(rows) == 20 and all("failures in a row" in r["eval_result"]["error"]["message"] for r in rows)
+    assert len(rows) == 20 and all("failed attempts in a row" in r["eval_result"]["error"]["message"] for r in rows)
     with FakeServer(port=ports[0]), FakeServer(port=ports[1]):
         again = run_cli("--resume", run, "-q")
     assert again.exit_code == 0, again.output

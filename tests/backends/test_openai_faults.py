@@ -101,7 +101,7 @@ def test_breaker_ends_a_run_against_a_broken_server(fault, bound, words):
         outcome, seconds, _ = run_backend(server, requests(20), max_retries=50)
         assert isinstance(outcome, FatalBackendError), outcome
         message = str(outcome)
-        assert "\n" not in message and "failures in a row" in message and server.url in message, message
+        assert "\n" not in message and "failed attempts in a row" in message and server.url in message, message
         assert all(w in message for w in words), message
         assert seconds < bound, seconds
 
@@ -117,6 +117,30 @@ def test_dead_server_ends_the_run_through_the_breaker():
     finally:
         backend.close()
     assert time.monotonic() - t0 < 3
+
+
+@pytest.mark.parametrize("fault, requests_n, concurrency", [("dead", 1, 1), ("500", 20, 4)])
+def test_the_breaker_says_how_many_attempts_and_requests_failed(fault, requests_n, concurrency):
+    """One request retried against a dead server was 'N failures in a row' (its N attempts);
+    the message says how many attempts failed, of how many requests, over how long."""
+    import re
+
+    with FakeServer(fault=None if fault == "dead" else fault) as server:
+        if fault != "dead":
+            outcome, _, _ = run_backend(server, requests(requests_n), max_retries=50, concurrency=concurrency)
+    if fault == "dead":  # (the server closed: every connection refused)
+        outcome, _, _ = run_backend(server, requests(requests_n), max_retries=50, concurrency=concurrency)
+    sent = len(server.log)
+    assert isinstance(outcome, FatalBackendError), outcome
+    m = re.search(r"stopped after (\d+) failed attempts in a row, of (\d+) requests? from \S+ over ([\d.]+) s ",
+                  str(outcome))
+    assert m, str(outcome)
+    attempts, asked, span = int(m[1]), int(m[2]), float(m[3])
+    assert span >= 0.3 and asked <= requests_n and attempts >= asked  # (breaker_seconds=0.3)
+    if fault == "dead":
+        assert asked == 1 and attempts >= 5, str(outcome)
+    else:  # each attempt the server saw failed
+        assert asked >= 5 and attempts <= sent, (str(outcome), sent)
 
 
 def test_breaker_waits_out_a_short_outage():
@@ -141,8 +165,9 @@ def test_breaker_counts_a_streak_and_its_span():
     quick = Breaker(3, 10.0, clock=lambda: 1.0)  # a long streak, but within the span: never tripped
     assert not any(quick.failure(0.0) for _ in range(50))
     one_prompt = Breaker(3, 0.0)  # one request failing again and again is that request's trouble
-    assert not any(one_prompt.failure(0.0, "req") for _ in range(10))
-    assert not one_prompt.failure(0.0, "other") and one_prompt.failure(0.0, "third")
+    assert not any(one_prompt.failure(0.0, "req", own=True) for _ in range(10))
+    assert not one_prompt.failure(0.0, "other", own=True) and one_prompt.failure(0.0, "third", own=True)
+    assert (one_prompt.attempts, len(one_prompt.requests)) == (12, 3)
     off = Breaker(0, 0.0)
     assert not any(off.failure(0.0) for _ in range(100))
 
@@ -257,7 +282,7 @@ def rows(out: Path) -> list[dict]:
 @pytest.mark.parametrize("fault, bound, words", [
     ("401", 20, "401 Unauthorized"),
     ("hang", 25, "sent nothing for 0.5 s"),
-    ("500", 25, "failures in a row"),
+    ("500", 25, "failed attempts in a row"),
 ])
 def test_cli_stops_on_a_fatal_fault_with_every_row_written(fault, bound, words, tmp_path):
     """Through a subprocess (interpreter start-up included): exit 3, 20 rows written, each errored."""

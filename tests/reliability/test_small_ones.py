@@ -106,7 +106,7 @@ def test_breaker_rides_out_60_percent_transient_faults(gage):
     assert len(records) == 100
     errors = {r["id"]: r["eval_result"]["error"]["message"] for r in records if r["eval_result"].get("error")}
     assert sorted(errors) == [f"row-{i:02d}" for i in range(7, 100, 20)], errors
-    assert all("gave up after 6 attempt(s)" in m and "failures in a row" not in m for m in errors.values())
+    assert all("gave up after 6 attempt(s)" in m and "failed attempts in a row" not in m for m in errors.values())
     # the streak the breaker counts did reach max_consecutive_failures (5), many times over
     longest = run = 0
     for entry in log:
