@@ -52,6 +52,8 @@ def status(text: str, quiet: bool = False, stream: TextIO | None = None) -> None
     """A one-line status (loading the model, contacting a server), terminal or not."""
     if quiet:
         return
+    if stream is None and Progress.drawn is not None:  # (a resume loads the model under a drawn bar)
+        return Progress.drawn.message(text)
     stream = stream or sys.stderr
     stream.write(f"gage-eval: {text}\n")
     stream.flush()
@@ -60,6 +62,8 @@ def status(text: str, quiet: bool = False, stream: TextIO | None = None) -> None
 class Progress:
     """Rows finished in one task: ``update`` per finished row, ``message`` for a line that must be seen
     (a row error or warning), ``close`` at the end of the task."""
+
+    drawn: "Progress | None" = None  # the one whose bar is drawn: status lines go above it
 
     def __init__(self, label: str, total: int | None = None, quiet: bool = False, start: int = 0,
                  stream: TextIO | None = None, interval: float | None = None):
@@ -85,6 +89,7 @@ class Progress:
             self._bar = tqdm(total=total, initial=start, desc=label, unit="row", file=self.stream,
                              dynamic_ncols=True, mininterval=0.1, smoothing=0.1, leave=True)
             self._quiet_noise = _through_bar(self.message)
+            Progress.drawn = self
 
     def update(self, n: int = 1, errored: bool = False) -> None:
         self.count += n
@@ -152,6 +157,7 @@ class Progress:
         if self._bar is not None:
             self._quiet_noise()
             self._bar.close()
+            Progress.drawn = None
         elif not self.quiet:
             self._line(time.monotonic(), final=True)
 
