@@ -150,7 +150,11 @@ def merge(run_dirs: list[Path], out: Path, command: str = "") -> dict:
     _, first, first_summary, inputs = shards[0]
     options = replace(first, shard=None, run_id=out.name, output_dir=str(out.parent), command=command, writers=[])
     _, registry = load_plugins()
-    runs = [TaskRun(spec, registry, options, failure) for spec, failure in resolve_tasks(options, registry)]
+    try:
+        specs = resolve_tasks(options, registry)
+    except GageError as exc:  # (its settings are the shards': --include-path, --tasks were not given here)
+        raise GageError(f"merge: {RunFolder(shards[0][0]).config_file}: {exc}") from None
+    runs = [TaskRun(spec, registry, options, failure) for spec, failure in specs]
     made, tmp = _temporary(out)
     try:
         RunFolder(tmp).write_config(redact(options.as_dict()))

@@ -156,7 +156,10 @@ class Rescore(Engine):
     def _specs(self) -> list:
         """Each task's spec as the run resolved it. The rows are not read again, so a --data file
         that is gone since leaves the task's own dataset in its place (its metrics are the same)."""
-        specs = resolve_tasks(self.options, self.registry)
+        try:
+            specs = resolve_tasks(self.options, self.registry)
+        except GageError as exc:  # (its settings are the run's: --include-path, --tasks were not given here)
+            raise GageError(f"rescore: {self.source.config_file}: {exc}") from None
         for i, (spec, failure) in enumerate(specs):
             path = self.options.data.get(spec.name)
             if failure is not None and path is not None and not Path(path).exists():

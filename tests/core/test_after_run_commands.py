@@ -62,3 +62,21 @@ def test_an_image_url_with_any_scheme_but_file_is_never_loaded_by_the_report(tmp
         assert reread.ref(url, 0, "t", tmp_path) == {"ph": "remote image (not loaded): " + url}
     assert reread.ref("file:///imgs/a.png", 0, "t", tmp_path)["src"].endswith("imgs/a.png")
     assert reread.ref("imgs/a.png", 0, "t", tmp_path) == {"src": "imgs/a.png"}
+
+
+def test_a_task_folder_gone_since_the_run_is_named_as_the_runs_setting(tmp_path):
+    assert _invoke("new-task", "qa", "--dir", tmp_path / "tasks").exit_code == 0
+    for i in (0, 1):
+        res = _invoke("--tasks", "qa", "--include-path", tmp_path / "tasks", "--model", "dummy", "--shard", f"{i}/2",
+                      "-o", tmp_path / "runs", "--run-id", f"s{i}", "-q", "--no-report")
+        assert res.exit_code == 0, res.output
+    (tmp_path / "tasks").rename(tmp_path / "moved")
+    s0 = tmp_path / "runs" / "s0"
+    # (the user gave no --include-path here: the line names the run's config.json, which holds it)
+    res = _invoke("rescore", s0, "-o", tmp_path / "new")
+    assert res.exit_code == 2, res.output
+    assert f"rescore: {s0 / 'config.json'}: --include-path {tmp_path / 'tasks'}: not a folder" in res.output
+    res = _invoke("merge", s0, tmp_path / "runs" / "s1", "-o", tmp_path / "merged")
+    assert res.exit_code == 2, res.output
+    assert f"merge: {s0 / 'config.json'}: --include-path {tmp_path / 'tasks'}: not a folder" in res.output
+    assert not (tmp_path / "new").exists() and not (tmp_path / "merged").exists()
