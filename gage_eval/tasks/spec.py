@@ -171,6 +171,9 @@ def read_task_file(folder: Path, origin: str = "", params: Mapping[str, str] | N
     data = variant_data(data, params)
     if not TASK_NAME.match(str(data.get("name", folder.name))):
         raise KeyedError(path, "name", f"{data.get('name')!r} is no task name (letters, digits, _ . - /)")
+    for key in ("dataset", "judge"):  # (the engine gives the loader and judge the task's folder)
+        if isinstance(data.get(key), dict) and "base_dir" in (data[key].get("args") or {}):
+            raise KeyedError(path, f"{key}.args.base_dir", "gage-eval sets it (the task's folder); leave it out")
     request = dict(data["request"])
     for key in ("prompt",):
         if key in request and not (folder / request[key]).is_file():

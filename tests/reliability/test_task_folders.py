@@ -51,6 +51,8 @@ TASK_CASES = [
      "key 'dataset.loader' ('jsonl'): unknown argument(s) 'encodng' (did you mean 'encoding'?); it takes path,"),
     ("unknown-preprocessor-arg", TASK.replace("answer: label}", "answer: label, bogus: 1}"), None, TASK_FAILED,
      "key 'preprocessor' ('legacy'): unknown argument(s) 'bogus'; it takes question, choices, answer,"),
+    ("loader-base-dir", TASK.replace("rows.jsonl}", "rows.jsonl, base_dir: /tmp}"), None, TASK_FAILED,
+     "task.yaml: key 'dataset.args.base_dir': gage-eval sets it (the task's folder); leave it out"),
     ("unknown-request-kind", TASK.replace("kind: loglikelihood", "kind: guess"), None, TASK_FAILED,
      "request.kind"),
     ("missing-template", TASK.replace("prompt.jinja", "missing.jinja"), None, TASK_FAILED, "missing.jinja"),
