@@ -5,6 +5,7 @@ gage-eval and plugin versions and, when recorded, ``run.reproducibility``. ``com
 runs' with it; the report names what differs between several."""
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any, Mapping, Protocol
 
@@ -28,7 +29,10 @@ def unlisted_tasks(run_dir: Path, listed: Mapping[str, Any]) -> list[str]:
         names = sorted(p.relative_to(samples).as_posix()[:-6] for p in samples.rglob("*.jsonl") if p.is_file())
     except OSError:
         return []
-    return [n for n in names if n not in listed]
+    return [n for n in names if n not in listed and _TASK_NAME.fullmatch(n)]  # (no other file is a task's)
+
+
+_TASK_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*(/[A-Za-z0-9_-][A-Za-z0-9._-]*)*")
 
 
 class _Absent:

@@ -3,6 +3,7 @@ outside: a summary.json edited by hand, an output path inside the run read."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 from pathlib import Path
@@ -35,9 +36,12 @@ def test_samples_of_a_task_summary_json_does_not_list_are_shown_and_named(tmp_pa
     summary = json.loads((d / "summary.json").read_text())
     summary["tasks"] = {}  # (edited by hand, or written before the run's tasks ended)
     (d / "summary.json").write_text(json.dumps(summary))
+    shutil.copy(d / "samples" / "piqa.jsonl", d / "samples" / "<b>x.jsonl")  # (no task's file: not listed)
+    os.mkfifo(d / "samples" / "pipe.jsonl")  # (nor is what is no regular file: never opened)
     res = _invoke("report", a, d, "-o", tmp_path / "both.html")
     assert res.exit_code == 0, res.output
     assert f"{d / 'summary.json'} does not list task 'piqa'" in res.output  # (a warning: not left out in silence)
+    assert "<b>x" not in res.output and "pipe" not in res.output
     samples = _page_samples(tmp_path / "both.html")
     assert len(samples) == 12 and sorted({s["r"] for s in samples}) == [0, 1]
     res = _invoke("compare", a, d)
