@@ -4,8 +4,10 @@ cut before a file is appended to again. The run folder's samples/, instances/ an
 are such files (:meth:`gage_eval.api.runfolder.RunFolder.jsonl_appender` opens one for a plugin)."""
 from __future__ import annotations
 
+import errno
 import json
 import math
+import os
 import time
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -142,8 +144,11 @@ class JsonlAppender:
             raise self._error(self.path, exc) from None
 
     def close(self) -> None:
-        try:
+        try:  # a file removed while it was written (rm -r of the run folder) held its lines for no one
+            removed = not self._fh.closed and os.fstat(self._fh.fileno()).st_nlink == 0
             self._fh.close()
+            if removed:
+                raise FileNotFoundError(errno.ENOENT, "removed while the run wrote it")
         except OSError as exc:
             if not self._failed:
                 raise self._error(self.path, exc) from None

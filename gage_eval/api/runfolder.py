@@ -10,11 +10,12 @@ engine, resume, rescore, merge, the report and compare all go through :class:`Ru
     instances/<task>.jsonl  the Every Eval Ever instance records
     events.jsonl    the run's events; .lock: one writer at a time
 
-A run folder is read strictly: its own files (a symlink must resolve inside the folder),
-regular files only (never a FIFO or a device), JSON files of at most :data:`MAX_JSON_BYTES` and
-sample lines of at most :data:`MAX_LINE_BYTES`; task names from summary.json are folder names as
-run ids are; every value a command uses has the type the run wrote. Each problem is one
-:class:`~gage_eval.api.errors.GageError` line (exit 2) naming the file, the line and the key.
+A run folder is read strictly: its own files (a symlink must resolve inside the folder; a run or
+resume refuses one that does not before it writes, :func:`check_own_files`), regular files only
+(never a FIFO or a device), JSON files of at most :data:`MAX_JSON_BYTES` and sample lines of at
+most :data:`MAX_LINE_BYTES`; task names from summary.json are folder names as run ids are; every
+value a command uses has the type the run wrote. Each problem is one GageError line (exit 2)
+naming the file, the line and the key.
 """
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ from typing import IO, Any, Callable, Iterable, Iterator, Mapping
 from gage_eval.api.errors import GageError, OutputError
 from gage_eval.api.jsonio import file_kind
 from gage_eval.api.jsonlines import JsonlAppender, TaskFiles, dumps, loads_line
-from gage_eval.api.strictjson import json_type
+from gage_eval.api.strictjson import expect_fields as _fields, expect_type as _expect, json_type
 
 CONFIG_FILE = "config.json"
 INPUTS_FILE = "inputs.json"
@@ -87,6 +88,25 @@ def open_run_file(run_dir: Path, path: Path) -> tuple[IO[bytes], int] | None:
     return os.fdopen(fd, "rb"), st.st_size
 
 
+def check_own_files(run_dir: Path) -> None:
+    """Refuse a run folder (copied or unpacked from elsewhere) holding a symlink that leads out of
+    it, or a FIFO or device: a run appends to, cuts and replaces its files, and must never write
+    through a link to a file elsewhere (a ~/.bashrc) nor wait on a FIFO."""
+    root = run_dir.resolve()
+    for path in (Path(top, name) for top, dirs, files in os.walk(run_dir) for name in dirs + files):
+        try:  # (a link to a file not made yet: judged by where it leads)
+            real = path.resolve()
+            mode = os.stat(real).st_mode if real.exists() else stat.S_IFREG
+        except (OSError, RuntimeError) as exc:  # a symlink loop
+            raise GageError(f"{path}: cannot be followed ({exc}); remove it") from None
+        if not real.is_relative_to(root):
+            raise GageError(f"{path}: a symlink to {real}, outside the run folder {run_dir}; a run writes only the "
+                            f"run folder's own files: remove the link")
+        if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+            raise GageError(f"{path}: {file_kind(mode)}, not a regular file; a run folder holds only the files "
+                            f"gage-eval wrote: remove it")
+
+
 def _too_big(path: Path, size: int, cap: int, what: str) -> GageError:
     return GageError(f"{path}: {what} over {cap >> 20} MiB ({size} bytes or more); a run writes far less, "
                      f"so the run folder was changed by hand")
@@ -102,11 +122,9 @@ def read_run_json(run_dir: Path, name: str, *, required: bool = True) -> dict | 
         return None
     fh, size = opened
     with fh:
-        if size > MAX_JSON_BYTES:
-            raise _too_big(path, size, MAX_JSON_BYTES, "a file")
-        data = fh.read(MAX_JSON_BYTES + 1)
-    if len(data) > MAX_JSON_BYTES:
-        raise _too_big(path, len(data), MAX_JSON_BYTES, "a file")
+        data = fh.read(MAX_JSON_BYTES + 1) if size <= MAX_JSON_BYTES else b""
+    if max(size, len(data)) > MAX_JSON_BYTES:
+        raise _too_big(path, max(size, len(data)), MAX_JSON_BYTES, "a file")
     try:
         value = json.loads(data.decode("utf-8"))
     except UnicodeDecodeError as exc:
@@ -127,12 +145,7 @@ def iter_run_records(run_dir: Path, path: Path) -> Iterator[tuple[int, dict]]:
         return
     fh, _ = opened
     with fh:
-        lineno = 0
-        while True:
-            raw = fh.readline(MAX_LINE_BYTES + 1)
-            if not raw:
-                return
-            lineno += 1
+        for lineno, raw in enumerate(iter(lambda: fh.readline(MAX_LINE_BYTES + 1), b""), 1):
             if len(raw) > MAX_LINE_BYTES:
                 raise _too_big(Path(f"{path}:{lineno}"), len(raw), MAX_LINE_BYTES, "a line")
             if not raw.strip():
@@ -155,19 +168,6 @@ def iter_run_records(run_dir: Path, path: Path) -> Iterator[tuple[int, dict]]:
 # -- the types the commands use ----------------------------------------------------------------
 
 _OBJ, _LIST, _STR, _NONE = dict, list, str, type(None)
-
-
-def _expect(where: str, key: str, value: Any, types: tuple, what: str) -> None:
-    if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
-        raise GageError(f"{where}: key {key!r}: expected {what}, got {json_type(value)}")
-
-
-def _fields(where: str, prefix: str, obj: Mapping[str, Any], spec: Mapping[str, tuple[tuple, str]]) -> None:
-    for key, (types, what) in spec.items():  # (the key's name is spelled only for a message)
-        if key in obj:
-            value = obj[key]
-            if not isinstance(value, types) or (value.__class__ is bool and bool not in types):
-                _expect(where, prefix + key, value, types, what)
 
 
 _OBJ_OR_NULL = ((_OBJ, _NONE), "an object or null")
@@ -264,6 +264,10 @@ def check_inputs(path: Path, inputs: Mapping[str, Any]) -> None:
 def output_error(path: Path, exc: OSError) -> OutputError:
     """A failed write as a one-line error that says what is kept and how to go on."""
     run_dir = path.parent.parent if path.parent.name in (SAMPLES_DIR, INSTANCES_DIR) else path.parent
+    if isinstance(exc, FileNotFoundError):  # (each folder was made before its first file: one was removed)
+        return OutputError(f"cannot write {path}: it or its folder was removed while the run wrote it, and the records "
+                           f"in it with it; " + (f"gage-eval --resume {run_dir} runs their rows again"
+                                                  if (run_dir / CONFIG_FILE).is_file() else "run again"))
     return OutputError(f"cannot write {path}: {exc.strerror or exc}; the records written so far are kept: "
                        f"free space or fix the folder, then continue with gage-eval --resume {run_dir}")
 
@@ -280,21 +284,11 @@ def write_json_atomic(path: Path, obj: Any) -> None:
         raise output_error(path, exc) from None
 
 
-def is_run_folder(folder: Path) -> bool:
-    """A folder holding a run's summary.json, or its config.json beside samples/ or events.jsonl."""
-    try:
-        return (folder / SUMMARY_FILE).is_file() or (folder / CONFIG_FILE).is_file() and \
-            ((folder / SAMPLES_DIR).is_dir() or (folder / EVENTS_FILE).is_file())
-    except OSError:
-        return False
-
-
 class RunFolder:
     """One run folder: where each of its files lies, and each read and write of them."""
 
     def __init__(self, path: Path | str):
         self.path = path = Path(path)
-        # where things lie
         self.config_file, self.inputs_file = path / CONFIG_FILE, path / INPUTS_FILE
         self.summary_file, self.events_file = path / SUMMARY_FILE, path / EVENTS_FILE
         self.lock_file, self.report_file, self.samples_dir = path / LOCK_FILE, path / REPORT_FILE, path / SAMPLES_DIR
@@ -310,15 +304,19 @@ class RunFolder:
         return TaskFiles.file(self.instances_dir, task)
 
     def is_run(self) -> bool:
-        """Whether this looks like a run folder (see :func:`is_run_folder`)."""
-        return is_run_folder(self.path)
+        """Whether this looks like a run folder: its summary.json, or config.json beside samples/ or events.jsonl."""
+        try:
+            return self.summary_file.is_file() or self.config_file.is_file() and \
+                (self.samples_dir.is_dir() or self.events_file.is_file())
+        except OSError:
+            return False
 
     def check_idle(self, command: str) -> None:
         """Refuse a run folder that a gage-eval process is writing now (it holds the lock)."""
         import fcntl
 
         try:
-            fd = os.open(self.lock_file, os.O_RDONLY)
+            fd = os.open(self.lock_file, os.O_RDONLY | os.O_NONBLOCK)  # (a FIFO: no wait)
         except OSError:
             return  # (no run has held it)
         try:
@@ -388,8 +386,7 @@ class RunFolder:
         return TaskFiles(folder, error=output_error)
 
 
-# -- a stored run's rows read again from its data ------------------------------------------------
-# The core (gage_eval.engine.reread) hands its reader here, so this module imports nothing above the API.
+# -- a stored run's rows read again from its data: the core (engine.reread) hands its reader here --
 _reread: Callable[[Path, str], Iterable[dict]] | None = None
 
 

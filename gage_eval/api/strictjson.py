@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
+from typing import Any, Mapping
+
+from gage_eval.api.errors import GageError
 
 MAX_DEPTH = 200
 
@@ -133,6 +135,22 @@ def json_type(value: Any) -> str:
     if isinstance(value, dict):
         return "an object"
     return type(value).__name__
+
+
+def expect_type(where: str, key: str, value: Any, types: tuple, what: str) -> None:
+    """A GageError naming ``where`` and ``key`` unless ``value`` is one of ``types`` (a boolean only
+    where ``bool`` is listed); ``what`` says what was expected (``an object or null``)."""
+    if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
+        raise GageError(f"{where}: key {key!r}: expected {what}, got {json_type(value)}")
+
+
+def expect_fields(where: str, prefix: str, obj: Mapping[str, Any], spec: Mapping[str, tuple[tuple, str]]) -> None:
+    """:func:`expect_type` for each key of ``spec`` that ``obj`` holds: ``{key: (types, what)}``."""
+    for key, (types, what) in spec.items():  # (the key's name is spelled only for a message)
+        if key in obj:
+            value = obj[key]
+            if not isinstance(value, types) or (value.__class__ is bool and bool not in types):
+                expect_type(where, prefix + key, value, types, what)
 
 
 def _lone_surrogate(value: Any) -> str | None:

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from gage_eval.api.errors import GageError, OutputError
-from gage_eval.api.runfolder import LOCK_FILE, RunFolder
+from gage_eval.api.runfolder import LOCK_FILE, RunFolder, check_own_files
 from gage_eval.api.secrets import REDACTED
 from gage_eval.runfolder.repro import warn_changed_environment
 
@@ -30,6 +30,7 @@ class RunLock:
         import fcntl
 
         make_run_dir(self.run_dir)
+        check_own_files(self.run_dir)  # (nothing written through a link out of it)
         path = self.run_dir / LOCK_FILE
         try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)

@@ -40,6 +40,7 @@ CLASSES = {
     "VehicleControlAPI": ("vehicle_control", "vehicle_control.json"),
 }
 STATELESS = ("MathAPI",)
+MAX_DIGITS = 10_000  # of a logarithm or square root (BFCL's rows ask for at most 10; 10,000 take 0.1 s)
 REFUSED = ("kill", "exit", "quit", "remove", "unlink", "popen", "Popen", "run")  # BFCL's list
 INSTRUCTION = ("Work through each request with the functions. Call functions until the request is done; "
                "once nothing is left to call, reply without a call and the next request follows.")
@@ -77,9 +78,20 @@ def execute(owner: Any, name: str, args: tuple, kwargs: Mapping[str, Any]) -> st
             raise NameError(f"name '{name}' is not defined")
         if name == "power" and power_too_big(kwargs.get("base"), kwargs.get("exponent")):  # MathAPI's power
             raise OverflowError(f"the result of {name} would have more than {MAX_BITS} bits")
+        if name in ("logarithm", "square_root") and _digits(kwargs.get("precision")) > MAX_DIGITS:  # MathAPI's
+            raise OverflowError(f"{name} to more than {MAX_DIGITS} digits would take too long")
         return tools.Tool.result_text(getattr(owner, name)(*args, **kwargs))
     except Exception as exc:  # the model's (or the answer's) mistake is a result, as in BFCL
         return f"Error during execution: {exc}"
+
+
+def _digits(precision: Any) -> int:
+    """The digits MathAPI's logarithm (mpmath) or square_root (decimal) would compute to: ``int()`` of it, as
+    mpmath reads it (10**7 held a core for hours in one C call); 0 when it is no number (the method says so)."""
+    try:
+        return int(precision)
+    except (TypeError, ValueError, OverflowError):
+        return 0
 
 
 def snapshot(value: Any) -> Any:

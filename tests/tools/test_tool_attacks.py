@@ -408,6 +408,30 @@ def test_bfcl_math_power_cannot_hold_the_run():
     assert execute(owners["power"], "power", (), {"base": 2.5, "exponent": 2}) == '{"result": 6.25}'
 
 
+@pytest.mark.parametrize("name", ["logarithm", "square_root"])
+@pytest.mark.parametrize("precision", [10 ** 7, 1e9, "100000000"])
+def test_bfcl_math_precision_cannot_hold_the_run(name, precision):
+    """logarithm and square_root take the digits to compute as an argument (mpmath's and decimal's
+    precision): 10**7 held a core for hours, the call abandoned after 300 s and the run stalled that
+    long; past 10,000 digits it is an error the model reads. BFCL's own precisions are computed as it does."""
+    pytest.importorskip("bfcl_eval", reason="needs bfcl-eval: pip install --no-deps bfcl-eval==2026.3.23")
+    pytest.importorskip("mpmath", reason="BFCL's MathAPI needs mpmath")
+    import time
+
+    from gage_plugins_builtin.tools.bfcl_multi import api_instances, execute, method_owners
+
+    owners = method_owners(api_instances(["MathAPI"], {}))
+    start = time.monotonic()
+    given = {"value": 2, "base": 3} if name == "logarithm" else {"number": 2}
+    text = execute(owners[name], name, (), {**given, "precision": precision})
+    assert time.monotonic() - start < 5
+    assert text == f"Error during execution: {name} to more than 10000 digits would take too long"
+    assert execute(owners["logarithm"], "logarithm", (), {"value": 980.0, "base": 20, "precision": 10}) == \
+        "{'result': mpf('2.299121531134')}"
+    assert execute(owners["square_root"], "square_root", (), {"number": 2, "precision": 5}) == \
+        "{'result': Decimal('1.4142')}"
+
+
 @pytest.mark.parametrize("reply", ['[f(a=9**9**9)]', '[f(a="x"*10**10)]', '[f(a=[0]*10**9)]', '[f(a=10**5000)]',
                                    '[f(a=(10**3000)*(10**3000))]'])
 def test_pythonic_replies_cannot_hold_the_run(reply):
