@@ -15,7 +15,7 @@ from gage_plugins_builtin.compare import DEFAULT_SAMPLES, DEFAULT_SEED
 @click.argument("run_a", type=click.Path(path_type=Path))
 @click.argument("run_b", type=click.Path(path_type=Path))
 @click.option("--task", "tasks", multiple=True, metavar="T",
-              help="Compare only this task (repeatable; default: every task in both runs).")
+              help="Compare only this task (repeatable, or comma-separated; default: every task in both runs).")
 @click.option("--samples", "resamples", type=int, default=DEFAULT_SAMPLES, show_default=True, metavar="B",
               help="Bootstrap resamples for the interval of each difference (0: no interval).")
 @click.option("--seed", type=int, default=DEFAULT_SEED, show_default=True, metavar="N",
@@ -36,6 +36,7 @@ def compare_command(run_a, run_b, tasks, resamples, seed, html_file, as_json):
     try:
         if html_file is not None:  # before the work: a refused page costs nothing
             pages.check_page_output(html_file, [run_a, run_b], "--html")
+        tasks = [t.strip() for arg in tasks for t in arg.split(",") if t.strip()]  # (as rescore's --task)
         result = compare_runs(run_a, run_b, tasks=tasks, resamples=resamples, seed=seed,
                               warn=lambda msg: click.echo(f"gage-eval: warning: {msg}", err=True))
         if html_file is not None:

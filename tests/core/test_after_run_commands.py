@@ -84,3 +84,14 @@ def test_a_task_folder_gone_since_the_run_is_named_as_the_runs_setting(tmp_path)
     assert res.exit_code == 2, res.output
     assert f"merge: {s0 / 'config.json'}: --include-path {tmp_path / 'tasks'}: not a folder" in res.output
     assert not (tmp_path / "new").exists() and not (tmp_path / "merged").exists()
+
+
+def test_compare_task_takes_comma_separated_names_as_rescore_does(tmp_path):
+    for run_id in ("a", "b"):
+        res = _invoke("--tasks", "piqa,arc_easy", "--model", "dummy", "--limit", "3", "-o", tmp_path / "runs",
+                      "--run-id", run_id, "-q", "--no-report")
+        assert res.exit_code == 0, res.output
+    a, b = tmp_path / "runs" / "a", tmp_path / "runs" / "b"
+    res = _invoke("compare", a, b, "--task", "arc_easy, piqa", "--json", "--samples", "0")
+    assert res.exit_code == 0, res.output
+    assert list(json.loads(res.stdout)["tasks"]) == ["arc_easy", "piqa"]
