@@ -197,7 +197,21 @@ def record_inputs(run_dir: Path, tasks: Iterable[Any], resume: bool) -> dict:
     check_inputs(run_dir, now, resume)
     if resume:
         warn_changed_environment(run_dir)
+        mark_resuming(RunFolder(run_dir))
     return now
+
+
+def mark_resuming(folder: RunFolder) -> None:
+    """The stored summary.json, marked out of date until this resume writes its own: the resume
+    drops the rows to run again from samples/ (a kill -9 then left a summary of other rows)."""
+    try:
+        summary = folder.summary(missing_ok=True, check=False)
+    except GageError:  # (unreadable: the resume's own summary replaces it)
+        return
+    if isinstance(summary.get("run"), dict):
+        summary["run"]["interrupted"] = ("a --resume began and has not finished: these counts are from before "
+                                         "it (samples/ holds the rows since); --resume again to finish the run")
+        folder.write_summary(summary)
 
 
 def check_inputs(run_dir: Path, now: Mapping[str, Any], resume: bool) -> None:

@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
 
-from gage_eval.api.errors import PLUGIN_FAULTS, GageError, OutputError, fault_text
+from gage_eval.api.errors import EXIT_INTERRUPTED, PLUGIN_FAULTS, GageError, OutputError, fault_text
 from gage_eval.api.events import RunStart, TaskDone, plugin_copy
 from gage_eval.config.kv import parse_kv
 from gage_eval.api.secrets import REDACTED, is_secret_key
@@ -163,20 +163,33 @@ class WriterSet:
     def task_end(self, event: TaskDone) -> None:
         self._each("task_end", event)
 
-    def end(self, summary: Mapping[str, Any]) -> None:
+    def end(self, summary: dict) -> None:
         """Every writer that started gets the end, even when one before it failed; the first core
-        failure is raised."""
+        failure is raised. The plugin writers left out are in the summary (``run.writers_failed``),
+        written again when one fails in its end, or an interrupt stops the run there."""
         first: OutputError | None = None
+        run = summary.get("run") if isinstance(summary.get("run"), dict) else {}
+        run.update({"writers_failed": dict(self.failed)} if self.failed else {})
         for writer in self.core:
             try:
                 writer.end(summary)
             except OutputError as exc:
                 first = first or exc
-        core, self.core = self.core, []
+        core, self.core, before = self.core, [], dict(self.failed)
         try:
             if self.started:
                 self._each("end", summary)
+        except KeyboardInterrupt as stop:  # (summary.json says the run finished: it says what stopped it)
+            run.update(interrupted=str(stop) or "interrupted by the user (Ctrl-C)",
+                       exit_status=getattr(stop, "exit_status", EXIT_INTERRUPTED))
+            before = None
+            raise
         finally:
             self.core = core
+            if self.failed != before:
+                run.update({"writers_failed": dict(self.failed)} if self.failed else {})
+                for writer in core:
+                    if isinstance(writer, SummaryWriter):
+                        writer.end(summary)
         if first is not None:
             raise first

@@ -65,6 +65,7 @@ def test_a_writer_calling_sys_exit_is_left_out_and_the_run_resumes(gage, hostile
     check(o, OK, "writer 'hostile/exit' failed in write() and is left out for the rest of the run: "
                  "it called sys.exit(7)", "--drop-writer hostile/exit")
     assert results(o) == want and o.summary["run"]["exit_status"] == o.rc == OK
+    assert o.summary["run"]["writers_failed"] == {"hostile/exit": "it called sys.exit(7)"}
     run_dir = o.run_dir
 
     again = gage("--resume", run_dir, env=hostile)  # the stored writer fails again as it is rebuilt
@@ -77,6 +78,7 @@ def test_a_writer_calling_sys_exit_is_left_out_and_the_run_resumes(gage, hostile
 
     dropped = gage("--resume", run_dir, "--drop-writer", "hostile/exit", env=without)
     check(dropped, OK)
+    assert "writers_failed" not in dropped.summary["run"]
     assert "hostile/exit" not in dropped.text and results(dropped) == want
     assert json.loads((run_dir / "config.json").read_text())["writers"] == []
 
@@ -96,6 +98,7 @@ def test_a_writer_failing_at_the_end_still_leaves_every_output(gage, hostile):
     o = gage("--tasks", "piqa", "--model", "dummy", "--writer", "hostile/raise", env=hostile)
     check(o, OK, "writer 'hostile/raise' failed in end()", "RuntimeError: end exploded")
     assert len(o.records("piqa")) == ROWS and (o.run_dir / "report.html").is_file()
+    assert o.summary["run"]["writers_failed"] == {"hostile/raise": "RuntimeError: end exploded"}  # (written again)
 
 
 # -- observers --------------------------------------------------------------------------------
@@ -231,3 +234,36 @@ def test_a_plugin_that_fails_to_import_is_recorded_in_the_summary(gage, hostile)
     from gage_eval.api.schemas import validation_errors
 
     assert validation_errors(o.summary, "summary") == []
+
+
+def test_a_stop_while_a_plugin_writer_ends_is_in_the_summary(gage, hostile):
+    """SIGTERM after summary.json was written (a plugin writer's end still running): the summary
+    says the run was stopped, as the exit status does, not that it finished."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    site = gage.tmp / "site"
+    (site / "gage_slow.py").write_text(
+        "import pathlib, time\nfrom gage_eval.api import Writer, hookimpl\n"
+        "class SlowEnd(Writer):\n    def end(self, summary):\n"
+        "        pathlib.Path('ending').touch()\n        time.sleep(30)\n"
+        "@hookimpl\ndef gage_register_writers(register):\n    register('slow/end', SlowEnd)\n")
+    dist = site / "gage_slow-0.1.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: gage-slow\nVersion: 0.1\n")
+    (dist / "entry_points.txt").write_text("[gage_eval]\nslow = gage_slow\n")
+    run_dir = gage.tmp / "runs" / "r"
+    proc = subprocess.Popen([sys.executable, "-m", "gage_eval.cli", "--tasks", "piqa", "--model", "dummy", "-q",
+                             "--writer", "slow/end", "-o", str(run_dir.parent), "--run-id", "r"], cwd=gage.tmp,
+                            env={**os.environ, **hostile, "HF_HUB_OFFLINE": "1"}, stderr=subprocess.PIPE)
+    deadline = time.time() + 60
+    while not (gage.tmp / "ending").exists() and time.time() < deadline:
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143 and b"Traceback" not in err, err
+    run = json.loads((run_dir / "summary.json").read_text())["run"]
+    assert (run["exit_status"], run["interrupted"]) == (143, "terminated (SIGTERM)")

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from harness import GUARD, INTERRUPTED, OK, OUTPUT, ROOT, TASK_FAILED, USAGE, check
+from harness import GUARD, INTERRUPTED, OK, OUTPUT, ROOT, ROW_ERRORS, TASK_FAILED, USAGE, check
 
 ROWS = 200
 
@@ -156,6 +156,27 @@ def test_data_changed_during_the_run_fails_the_task(gage, data):
     task = json.loads((gage.tmp / "runs" / "r" / "summary.json").read_text())["tasks"]["piqa"]
     assert task["status"] == "failed" and f"data file {data} changed during the run" in task["failure"]
     assert b"changed during the run" in out + err
+
+
+def test_a_resume_killed_part_way_leaves_no_summary_saying_the_run_finished(gage, data):
+    """The stored summary (exit 1, 100 rows errored) stops describing samples/ the moment a
+    resume drops the errored rows to run them again: killed (-9) then, it says it is out of date."""
+    import os
+
+    check(gage(*piqa(data, "--model-args", "fail_every=2,delay_ms=40", "--batch-size", "4")), ROW_ERRORS)
+    run_dir = gage.tmp / "runs" / "r"
+    env = {**os.environ, "PYTHONPATH": f"{GUARD}:{ROOT}", "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "gage_eval.cli", "--resume", str(run_dir), "-q"], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 60
+    while "task_resume" not in (run_dir / "events.jsonl").read_text() and time.time() < deadline:
+        time.sleep(0.02)
+    proc.kill()
+    proc.wait()
+    run = json.loads((run_dir / "summary.json").read_text())["run"]
+    assert run["interrupted"] and "--resume" in run["interrupted"], run["interrupted"]
+    check(gage("--resume", run_dir, "-q"), ROW_ERRORS)  # finished again: the summary is the run's
+    assert json.loads((run_dir / "summary.json").read_text())["run"]["interrupted"] is None
 
 
 def test_resume_refuses_a_changed_task_folder(gage, data):
