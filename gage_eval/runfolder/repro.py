@@ -172,12 +172,13 @@ def reproducibility(options: Any, runs: list, inputs: Mapping[str, Mapping[str, 
 
 def changed_environment(run_dir: Path) -> list[str]:
     """What differs between the software a run folder's summary.json recorded and this
-    process's (gage-eval, Python, the model libraries), as ``name: then -> now`` lines; empty
+    process's (gage-eval, Python, the model libraries, the plugins loaded), as ``name: then -> now`` lines; empty
     when nothing differs or nothing was recorded. A resume warns with these: its rows would
     mix two environments."""
     from gage_eval import __version__
     from gage_eval.api.errors import GageError
     from gage_eval.api.runfolder import RunFolder
+    from gage_eval.plugins import load_plugins, plugin_versions
 
     try:  # (a summary unreadable or of another shape: nothing to compare, the resume goes on)
         run = RunFolder(run_dir).summary(missing_ok=True, check=False).get("run") or {}
@@ -189,7 +190,10 @@ def changed_environment(run_dir: Path) -> list[str]:
     recorded = run.get("reproducibility") or {}
     then["python"] = (recorded.get("python") or {}).get("version")
     then.update(recorded.get("libraries") or {})
-    now: dict[str, Any] = {"gage-eval": __version__, "python": platform.python_version(), **library_versions()}
+    then.update({f"plugin {k}": v for k, v in ((run.get("versions") or {}).get("plugins") or {}).items()})
+    pm = load_plugins()[0]  # (the plugins this resume loads, as run.versions.plugins lists them)
+    now: dict[str, Any] = {"gage-eval": __version__, "python": platform.python_version(), **library_versions(),
+                           **{f"plugin {k}": v for k, v in plugin_versions().items() if pm.get_plugin(k) is not None}}
     return [f"{name}: {then[name]} -> {now.get(name, 'not installed')}"
             for name in sorted(then) if then[name] is not None and then[name] != now.get(name, "not installed")]
 

@@ -147,10 +147,13 @@ def test_resume_warns_when_the_software_changed(tmp_path, run_cli):
     summary = json.loads((run_dir / "summary.json").read_text())
     summary["run"]["reproducibility"]["libraries"]["jinja2"] = "0.0.1"
     summary["run"]["reproducibility"]["python"]["version"] = "2.7.18"
+    summary["run"]["versions"]["plugins"].update(builtin="0.0.9", uninstalled="1.0")  # (one upgraded, one gone)
     (run_dir / "summary.json").write_text(json.dumps(summary))
     changed = repro.changed_environment(run_dir)
     assert any(c.startswith("jinja2: 0.0.1 -> ") for c in changed) and any(c.startswith("python: 2.7.18 -> ")
                                                                          for c in changed), changed
+    assert "plugin uninstalled: 1.0 -> not installed" in changed and any(
+        c.startswith("plugin builtin: 0.0.9 -> ") for c in changed), changed
     result = run_cli("--resume", run_dir, "-q")
     assert result.exit_code == 0, result.output
     assert "the software differs from the run's start" in result.output and "jinja2: 0.0.1 ->" in result.output
