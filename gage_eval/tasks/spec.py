@@ -10,12 +10,12 @@ from typing import Any, Iterator, Mapping
 
 from gage_eval.api.errors import GageError, InputError, KeyedError
 from gage_eval.api.jsonio import not_regular
+from gage_eval.api.runfolder import folder_name_ok
 from gage_eval.api.strictjson import json_type
 from gage_eval.api.yamlio import key_line, read_yaml
 from gage_eval.api.schemas import validation_errors
 
 TASK_FILE = "task.yaml"
-TASK_NAME = re.compile(r"^[A-Za-z0-9_.\-/]+$")
 
 
 @dataclass(frozen=True)
@@ -169,8 +169,9 @@ def read_task_file(folder: Path, origin: str = "", params: Mapping[str, str] | N
         raise GageError(f"{path}: the file is a template of the tasks its 'variants' name; run one of those")
     _check_variant_names(data, folder)
     data = variant_data(data, params)
-    if not TASK_NAME.match(str(data.get("name", folder.name))):
-        raise KeyedError(path, "name", f"{data.get('name')!r} is no task name (letters, digits, _ . - /)")
+    if not all(folder_name_ok(part) for part in str(data.get("name", folder.name)).split("/")):  # samples/NAME.jsonl
+        raise KeyedError(path, "name", f"{data.get('name')!r} is no task name (letters, digits, _ . - and / between "
+                                       f"them, no '.' or '..' part)")
     for key in ("dataset", "judge"):  # (the engine gives the loader and judge the task's folder)
         if isinstance(data.get(key), dict) and "base_dir" in (data[key].get("args") or {}):
             raise KeyedError(path, f"{key}.args.base_dir", "gage-eval sets it (the task's folder); leave it out")

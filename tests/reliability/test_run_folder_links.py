@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from harness import GUARD, OK, OUTPUT, ROOT, USAGE, check
+from harness import GUARD, OK, OUTPUT, ROOT, TASK_FAILED, USAGE, check
 
 VICTIM = b"export PATH=/usr/bin\nno newline at the end"
 
@@ -99,3 +99,20 @@ def test_a_run_folder_removed_mid_run_is_named_as_gone(gage, removed, how):
         resumed = gage("--resume", gage.tmp / "runs" / "r", "-q")
         check(resumed, OK)
         assert len(resumed.records("piqa")) == 120
+
+
+@pytest.mark.parametrize("name", ["../escaped", "/tmp/gage-eval-abs/escaped", "a//b", "a/./b", "a/"])
+def test_a_task_name_that_would_lead_out_of_samples_fails_its_task(gage, name):
+    """samples/<task>.jsonl: a task folder naming its task '../x' wrote beside samples/ (and
+    instances/ into the same file), '/abs/x' anywhere on the disk."""
+    folder = gage.tmp / "tasks" / "t"
+    shutil.copytree(ROOT / "tasks" / "piqa", folder)
+    text = (folder / "task.yaml").read_text()
+    (folder / "task.yaml").write_text(text.replace("name: piqa\n", f"name: {json.dumps(name)}\n", 1))
+    assert name in (folder / "task.yaml").read_text()
+    args = _data(gage, 3)
+    o = gage("--include-path", folder, "--tasks", name, *args[2:4], "--data", f"{name}={args[5].split('=', 1)[1]}", "-q")
+    check(o, TASK_FAILED, "key 'name'", "no '.' or '..' part")
+    assert sorted(p.name for p in o.run_dir.iterdir()) == [".lock", "config.json", "events.jsonl", "inputs.json",
+                                                           "report.html", "summary.json"]
+    assert not (gage.tmp / "escaped.jsonl").exists() and not os.path.exists("/tmp/gage-eval-abs")
