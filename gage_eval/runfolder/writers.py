@@ -166,20 +166,20 @@ class WriterSet:
     def end(self, summary: dict) -> None:
         """Every writer that started gets the end, even when one before it failed; the first core
         failure is raised. The plugin writers left out are in the summary (``run.writers_failed``),
-        written again when one fails in its end, or an interrupt stops the run there."""
+        written again when one fails in its end, or an interrupt comes while the writers end."""
         first: OutputError | None = None
         run = summary.get("run") if isinstance(summary.get("run"), dict) else {}
         run.update({"writers_failed": dict(self.failed)} if self.failed else {})
-        for writer in self.core:
-            try:
-                writer.end(summary)
-            except OutputError as exc:
-                first = first or exc
         core, self.core, before = self.core, [], dict(self.failed)
         try:
+            for writer in core:
+                try:
+                    writer.end(summary)
+                except OutputError as exc:
+                    first = first or exc
             if self.started:
                 self._each("end", summary)
-        except KeyboardInterrupt as stop:  # (summary.json says the run finished: it says what stopped it)
+        except KeyboardInterrupt as stop:  # (summary.json, if written, says the run finished: it says what stopped it)
             run.update(interrupted=str(stop) or "interrupted by the user (Ctrl-C)",
                        exit_status=getattr(stop, "exit_status", EXIT_INTERRUPTED))
             before = None

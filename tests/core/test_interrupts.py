@@ -289,3 +289,20 @@ def test_an_interrupt_swallowed_by_a_finalizer_is_raised_again(sig):
     assert swallowed and ref() is None
     assert interrupt_of(caught.value) is caught.value
     assert getattr(caught.value, "exit_status", 130) == (143 if sig == signal.SIGTERM else 130)
+
+
+def test_an_interrupt_while_the_writers_end_leaves_a_summary_that_says_so(tmp_path):
+    """SIGTERM while the samples files close, before summary.json is written (or while it is): the
+    summary is written saying what stopped the run, as the process's exit status does."""
+    from gage_eval.api import Writer
+    from gage_eval.engine.interrupts import Interrupted
+    from gage_eval.runfolder.writers import SummaryWriter, WriterSet
+
+    class Cut(Writer):
+        def end(self, summary):
+            raise Interrupted("terminated (SIGTERM)", 143)
+
+    with pytest.raises(Interrupted):
+        WriterSet([Cut(), SummaryWriter(tmp_path)], []).end({"run": {"interrupted": None, "exit_status": 0}})
+    run = json.loads((tmp_path / "summary.json").read_text())["run"]
+    assert (run["interrupted"], run["exit_status"]) == ("terminated (SIGTERM)", 143)
