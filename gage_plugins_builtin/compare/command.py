@@ -39,14 +39,11 @@ def compare_command(run_a, run_b, tasks, resamples, seed, html_file, as_json):
         tasks = [t.strip() for arg in tasks for t in arg.split(",") if t.strip()]  # (as rescore's --task)
         result = compare_runs(run_a, run_b, tasks=tasks, resamples=resamples, seed=seed,
                               warn=lambda msg: click.echo(f"gage-eval: warning: {msg}", err=True))
+        click.echo(json.dumps(result, indent=2) if as_json else render_console(result))  # (a page may fail)
         if html_file is not None:
-            pages.write_page(html_file, [render_html(result)], make_folder=False)
+            pages.write_page(html_file, [render_html(result)])  # (its folder made, as report's -o)
     except GageError as exc:
         click.echo(f"gage-eval: error: {exc}", err=True)
         sys.exit(exc.exit_code)
-    if as_json:
-        click.echo(json.dumps(result, indent=2))
-    else:
-        click.echo(render_console(result))
     if html_file is not None and not as_json:
         click.echo(f"HTML: {html_file}")

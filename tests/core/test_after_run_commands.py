@@ -95,3 +95,20 @@ def test_compare_task_takes_comma_separated_names_as_rescore_does(tmp_path):
     res = _invoke("compare", a, b, "--task", "arc_easy, piqa", "--json", "--samples", "0")
     assert res.exit_code == 0, res.output
     assert list(json.loads(res.stdout)["tasks"]) == ["arc_easy", "piqa"]
+
+
+def test_compare_html_makes_its_folder_and_a_page_that_cannot_be_written_loses_no_result(tmp_path, monkeypatch):
+    from gage_eval.api import OutputError
+    from gage_plugins_builtin import pages
+
+    a, b = _run(tmp_path, "a"), _run(tmp_path, "b")
+    res = _invoke("compare", a, b, "--html", tmp_path / "new" / "c.html", "--samples", "0")
+    assert res.exit_code == 0 and (tmp_path / "new" / "c.html").is_file(), res.output
+
+    def disk_full(out, chunks, make_folder=True):
+        raise OutputError(f"{out}: cannot write the page (No space left on device)")
+
+    monkeypatch.setattr(pages, "write_page", disk_full)
+    res = _invoke("compare", a, b, "--html", tmp_path / "c.html", "--samples", "0", "--json")
+    assert res.exit_code == 4 and "cannot write the page (No space left on device)" in res.stderr
+    assert json.loads(res.stdout)["tasks"]["piqa"]  # (the comparison was printed first)
