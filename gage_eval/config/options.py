@@ -95,8 +95,9 @@ def load_options(run_dir: Path, command: str | None = "--resume", plugin_keys: I
     plugin = {k: data.pop(k) for k in list(data) if k in set(plugin_keys) - set(known)}
     extra = sorted(set(data) - set(known))
     if "tasks" not in data or extra:
-        raise GageError(f"{lead}{path}: not a gage-eval run config" + (f" (unknown keys: {', '.join(extra)})"
-                                                                        if extra else " (no 'tasks')"))
+        raise GageError(f"{lead}{path}: not a gage-eval run config" + (
+            f" (unknown keys: {', '.join(extra)}; a run option of a plugin not loaded now? install it again "
+            f"to resume)" if extra else " (no 'tasks')"))
     for key, value in data.items():
         names = [part.strip().split("[")[0] for part in str(known[key].type).split("|")]
         kinds = [_ANNOTATION_TYPES[n] for n in names if n in _ANNOTATION_TYPES]

@@ -267,3 +267,18 @@ def test_a_stop_while_a_plugin_writer_ends_is_in_the_summary(gage, hostile):
     assert proc.returncode == 143 and b"Traceback" not in err, err
     run = json.loads((run_dir / "summary.json").read_text())["run"]
     assert (run["exit_status"], run["interrupted"]) == (143, "terminated (SIGTERM)")
+
+
+def test_a_resume_after_the_plugin_of_a_stored_run_option_is_gone_says_so(gage, hostile):
+    site = gage.tmp / "site"
+    (site / "gage_opt.py").write_text("from gage_eval.api import hookimpl\n@hookimpl\ndef gage_register_options(register):\n"
+                                      "    register('opt_level', '--opt-level', type='whole', default=1, help='x')\n")
+    dist = site / "gage_opt-0.1.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: gage-opt\nVersion: 0.1\n")
+    (dist / "entry_points.txt").write_text("[gage_eval]\nopt = gage_opt\n")
+    o = gage("--tasks", "piqa", "--model", "dummy", "--limit", "3", "--opt-level", "5", env=hostile)
+    check(o, OK)
+    (dist / "entry_points.txt").unlink()  # uninstalled
+    check(gage("--resume", o.run_dir, env=hostile), USAGE, "unknown keys: opt_level; a run option of a plugin "
+                                                          "not loaded now? install it again to resume")
