@@ -19,6 +19,7 @@ naming the file, the line and the key.
 """
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
@@ -92,8 +93,10 @@ def check_own_files(run_dir: Path) -> None:
     """Refuse a run folder (copied or unpacked from elsewhere) holding a symlink that leads out of
     it, or a FIFO or device: a run appends to, cuts and replaces its files, and must never write
     through a link to a file elsewhere (a ~/.bashrc) nor wait on a FIFO."""
-    root = run_dir.resolve()
-    for path in (Path(top, name) for top, dirs, files in os.walk(run_dir) for name in dirs + files):
+    root = run_dir.resolve()  # (its own entries, and what samples/ and instances/ hold: not a whole tree -o names)
+    inner = (Path(top, name) for sub in (SAMPLES_DIR, INSTANCES_DIR) for top, dirs, files in os.walk(run_dir / sub)
+             for name in dirs + files)
+    for path in itertools.chain((run_dir / name for name in os.listdir(run_dir)), inner):
         try:  # (a link to a file not made yet: judged by where it leads)
             real = path.resolve()
             mode = os.stat(real).st_mode if real.exists() else stat.S_IFREG

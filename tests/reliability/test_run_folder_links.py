@@ -116,3 +116,12 @@ def test_a_task_name_that_would_lead_out_of_samples_fails_its_task(gage, name):
     assert sorted(p.name for p in o.run_dir.iterdir()) == [".lock", "config.json", "events.jsonl", "inputs.json",
                                                            "report.html", "summary.json"]
     assert not (gage.tmp / "escaped.jsonl").exists() and not os.path.exists("/tmp/gage-eval-abs")
+
+
+def test_a_folder_that_is_no_run_is_not_walked(gage):
+    """Only the run folder's own entries and samples/, instances/ are looked at: a new run pointed
+    at some other folder is told it exists, its tree (and the links in it) left alone."""
+    other = gage.tmp / "runs" / "r" / "photos" / "2026"
+    other.mkdir(parents=True)
+    (other / "link").symlink_to("/etc")
+    check(gage(*_data(gage, 3)), USAGE, "already exists")
