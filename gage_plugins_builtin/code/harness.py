@@ -5,7 +5,12 @@ program against its tests and prints one verdict line, ``<nonce> <json>``, on th
 Modes: ``check`` (HumanEval: the program holds its test and ``check(entry_point)``; it passes when
 it runs to the end, as OpenAI's reference evaluation decides), ``function`` (each test calls
 ``entry_point(<input>)`` and compares with ``<output>``, both Python expressions), ``stdio`` (each
-test runs the program with ``input`` on stdin and compares its stdout with ``output``)."""
+test runs the program with ``input`` on stdin and compares its stdout with ``output``).
+
+The nonce keeps what a program prints from passing for the verdict; it does not stop a program that
+goes looking for it: in ``check`` and ``function`` modes the program runs in this process (as in
+OpenAI's reference, whose program can reach its result list), so it can read the nonce from the
+harness's frames and print a verdict of its own, as it can return an object equal to anything."""
 import builtins
 import io
 import json

@@ -1,6 +1,8 @@
 """``unsandboxed``: jobs run on this machine as the user, in a fresh temporary folder, with the
 same rlimits, wall time and output caps as the local sandbox but no isolation at all (the code can
-read and change the user's files and reach the network). Used only with ``--allow-unsandboxed-code``."""
+read and change the user's files and reach the network, and a process it starts in a session of its
+own, a daemon, outlives the job: only the job's process group is killed). Used only with
+``--allow-unsandboxed-code``."""
 from __future__ import annotations
 
 import os
