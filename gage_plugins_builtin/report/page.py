@@ -147,6 +147,11 @@ def report_data(run_dirs: Sequence[Path | str], out_dir: Path, summaries: Mappin
                         where.setdefault(sid, n_samples - 1)
             if not n_samples:  # (no sample to order: its rows are not read again)
                 empty.add((i, name))
+            total = (t.get("counts") or {}).get("total")
+            if isinstance(total, int) and total != n_samples:  # (a samples file cut short or changed by hand)
+                warn(f"report: {RunFolder(run_dir).samples_file(name)} holds {n_samples} record(s) but "
+                     f"{RunFolder(run_dir).summary_file} counts {total} rows of task {name!r}; the page lists "
+                     f"the records")
             version = task_version(stored[-1], name)
             tasks.append(_task_view(i, name, t, ranges, errors, n_samples, None if version is ABSENT else version))
         runs.append({"index": i, "id": run["id"] or run_dir.name, "dir": str(run_dir), "run": run, "tasks": tasks,

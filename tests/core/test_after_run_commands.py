@@ -112,3 +112,13 @@ def test_compare_html_makes_its_folder_and_a_page_that_cannot_be_written_loses_n
     res = _invoke("compare", a, b, "--html", tmp_path / "c.html", "--samples", "0", "--json")
     assert res.exit_code == 4 and "cannot write the page (No space left on device)" in res.stderr
     assert json.loads(res.stdout)["tasks"]["piqa"]  # (the comparison was printed first)
+
+
+def test_a_samples_file_that_disagrees_with_the_summarys_count_is_named(tmp_path):
+    a = _run(tmp_path, "a")
+    lines = (a / "samples" / "piqa.jsonl").read_text().splitlines(keepends=True)
+    (a / "samples" / "piqa.jsonl").write_text("".join(lines[:4]))  # (cut short, by hand or a full disk)
+    res = _invoke("report", a, "-o", tmp_path / "a.html")
+    assert res.exit_code == 0, res.output
+    assert f"{a / 'samples' / 'piqa.jsonl'} holds 4 record(s) but {a / 'summary.json'} counts 6 rows" in res.output
+    assert len(_page_samples(tmp_path / "a.html")) == 4
