@@ -36,12 +36,25 @@ def loads(text: str | bytes) -> Any:
         raise ValueError("nested too deeply to read") from None
 
 
+_PACKED = {b"\x1f\x8b": "is gzip-compressed; decompress it first (gunzip)",
+           b"\x28\xb5\x2f\xfd": "is zstd-compressed; decompress it first (unzstd)",
+           b"\xfd7zX": "is xz-compressed; decompress it first (unxz)",
+           b"PK\x03\x04": "is a zip archive; unpack it first (unzip)"}
+
+
 def file_problem(head: bytes, kind: str) -> str | None:
-    """Why a file cannot be read as UTF-8 text at all, judged from its first bytes; None if it can."""
-    if head[:2] == b"\x1f\x8b":
-        return "is gzip-compressed; decompress it first (gunzip)"
-    if head[:2] in (b"\xff\xfe", b"\xfe\xff") or b"\x00" in head[:2]:
-        return f"looks like UTF-16 text; gage-eval reads UTF-8 {kind}: convert it with iconv -f UTF-16 -t UTF-8"
+    """Why a file cannot be read as UTF-8 text at all, judged from its first 4 bytes; None if it can."""
+    for magic, problem in _PACKED.items():
+        if head.startswith(magic):
+            return problem
+    # (without a byte-order mark, an ASCII character is one byte of 4 and three NULs)
+    utf32 = head in (b"\xff\xfe\0\0", b"\0\0\xfe\xff") or \
+        len(head) == 4 and (head[:3] == b"\0\0\0") != (head[1:] == b"\0\0\0")
+    if head[:2] == b"\0\0" and not utf32:
+        return "starts with NUL bytes, not text (a file zero-filled by a crash, or a binary one)"
+    if utf32 or head[:2] in (b"\xff\xfe", b"\xfe\xff") or b"\0" in head[:2]:
+        code = "UTF-32" if utf32 else "UTF-16"
+        return f"looks like {code} text; gage-eval reads UTF-8 {kind}: convert it with iconv -f {code} -t UTF-8"
     return None
 
 
@@ -126,7 +139,10 @@ def _json_line_rows(path: Path) -> Iterator[tuple[int, Any, str | None]]:
             if len(raw) > MAX_ROW_BYTES and not raw.endswith(b"\n"):
                 yield lineno, None, _too_long(fh, len(raw))
                 continue
-            if lineno == 1 and raw.startswith(BOM):
+            if raw.startswith(BOM):
+                if lineno > 1:  # (only a file's first line may start with one)
+                    yield lineno, None, "starts with a UTF-8 byte-order mark (files joined with cat?); remove it"
+                    continue
                 raw = raw[3:]
             if not raw.strip():
                 continue
