@@ -26,7 +26,7 @@ from typing import Any
 
 import yaml
 
-from gage_eval.api import GageError, secrets
+from gage_eval.api import GageError, OutputError, secrets
 
 from gage_plugins_builtin.convert.yamlpos import Lines, load
 
@@ -981,14 +981,15 @@ def _conversion_text(pipeline: Path, rep: Report) -> str:
 
 
 def _write_all(out_dir: Path, files: dict[str, str]) -> None:
-    """Every file into a scratch folder beside ``out_dir``, then one rename: whole or nothing."""
+    """Every file into a scratch folder beside ``out_dir``, then one rename: whole or nothing (a
+    write that fails: :class:`OutputError`, exit 4, as a run's)."""
     parent = out_dir.resolve().parent
     if not parent.is_dir():
-        raise GageError(f"-o {out_dir}: its parent folder {parent} does not exist")
+        raise OutputError(f"-o {out_dir}: its parent folder {parent} does not exist")
     try:
         tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=parent))
     except OSError as exc:
-        raise GageError(f"-o {out_dir}: cannot write in {parent}: {exc.strerror or exc}") from None
+        raise OutputError(f"-o {out_dir}: cannot write in {parent}: {exc.strerror or exc}") from None
     try:
         for rel, text in files.items():
             p = tmp / rel
@@ -999,4 +1000,4 @@ def _write_all(out_dir: Path, files: dict[str, str]) -> None:
         os.replace(tmp, out_dir)
     except OSError as exc:
         shutil.rmtree(tmp, ignore_errors=True)
-        raise GageError(f"-o {out_dir}: cannot write: {exc.strerror or exc}") from None
+        raise OutputError(f"-o {out_dir}: cannot write: {exc.strerror or exc}") from None

@@ -713,3 +713,9 @@ def test_a_renamed_task_is_noted_and_the_next_commands_are_quoted(tmp_path):
     (tmp_path / "f").write_text("")
     proc = gage("convert", str(tmp_path / "p.yaml"), "-o", str(tmp_path / "f"))
     assert proc.returncode == 2 and "-o " + str(tmp_path / "f") + ": exists and is no folder" in proc.stderr
+
+
+def test_an_output_that_cannot_be_written_exits_4_as_a_runs(tmp_path):
+    for out in (tmp_path / "missing" / "out", Path("/proc/gage-convert-out")):
+        proc = gage("convert", str(FIXTURES / "spec_10_2.yaml"), "-o", str(out))
+        assert proc.returncode == 4 and proc.stderr.startswith(f"gage-eval: error: -o {out}: "), proc.stderr
