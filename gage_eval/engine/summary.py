@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from gage_eval.api.errors import EXIT_OK, EXIT_ROW_ERRORS, EXIT_TASK_FAILED, PLUGIN_FAULTS, GageError, fault_text
+from gage_eval.engine.interrupts import held, stop_reason
 from gage_eval.runfolder.repro import reproducibility
 from gage_eval.runfolder.rundir import changed_data
 
@@ -109,7 +110,22 @@ def versions(pm: Any) -> dict:
             **({"plugins_failed": dict(failed_plugins)} if failed_plugins else {})}
 
 
-def build_summary(run_id: str, options: Any, runs: list, backends: tuple, wall: float, load_s: float,
+def build_summary(*args: Any, **kwargs: Any) -> dict:
+    """:func:`_build_summary` with Ctrl-C and SIGTERM held: one that comes while the summary is
+    built (the data files hashed again, the bootstrap) is recorded in it, not left with none."""
+    summary = None
+    try:
+        with held():
+            summary = _build_summary(*args, **kwargs)
+    except KeyboardInterrupt as stop:
+        if summary is None:
+            raise
+        if summary["run"]["interrupted"] is None:
+            summary["run"]["interrupted"], summary["run"]["exit_status"] = stop_reason(stop, str)
+    return summary
+
+
+def _build_summary(run_id: str, options: Any, runs: list, backends: tuple, wall: float, load_s: float,
                   interrupted: str | None, stopped: int | None, versions: Mapping[str, Any],
                   inputs: Mapping[str, Any] | None = None, sections: Mapping[str, Any] | None = None) -> dict:
     """The summary of a run from its task runs (``TaskRun``) and its (model, judge) backends;

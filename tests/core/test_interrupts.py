@@ -306,3 +306,29 @@ def test_an_interrupt_while_the_writers_end_leaves_a_summary_that_says_so(tmp_pa
         WriterSet([Cut(), SummaryWriter(tmp_path)], []).end({"run": {"interrupted": None, "exit_status": 0}})
     run = json.loads((tmp_path / "summary.json").read_text())["run"]
     assert (run["interrupted"], run["exit_status"]) == ("terminated (SIGTERM)", 143)
+
+
+def test_sigterm_while_the_summary_is_built_is_recorded_in_it(tmp_path, monkeypatch):
+    """The data files are hashed again as the summary is built (a large file: seconds): a SIGTERM
+    then waits for the summary and is recorded in it; none was written before."""
+    import os
+
+    from gage_eval.engine import summary as summary_module
+    from gage_eval.engine.interrupts import Interrupted, sigterm_interrupts
+    from gage_eval.engine.loop import Engine, RunOptions
+
+    def hashed_again(fingerprint):
+        os.kill(os.getpid(), signal.SIGTERM)
+        return []
+
+    monkeypatch.setattr(summary_module, "changed_data", hashed_again)
+    data = rows_file(tmp_path / "rows.jsonl", 4)
+    (tmp_path / "r").mkdir()
+    with sigterm_interrupts():
+        try:
+            got = Engine(RunOptions(tasks=["piqa"], model="dummy", data={"piqa": str(data)}, quiet=True),
+                         tmp_path / "r").run()
+        except Interrupted:  # (not let through: pytest would stop the session)
+            pytest.fail("the SIGTERM stopped the summary's build: summary.json was not written")
+    stored = json.loads((tmp_path / "r" / "summary.json").read_text())["run"]
+    assert (got["run"]["exit_status"], stored["exit_status"], stored["interrupted"]) == (143, 143, "terminated (SIGTERM)")
