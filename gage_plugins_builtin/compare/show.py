@@ -133,7 +133,11 @@ def render_console(result: Mapping[str, Any]) -> str:
         table = [["setting", "A", "B"]] + [[r["key"], _show(r["a"], r["in_a"]), _show(r["b"], r["in_b"])]
                                            for r in differ]
         lines += ["  " + line for line in _table(table)]
-    return "\n".join(lines)
+    return "\n".join(lines).translate(_CONTROL)  # (a sample id from the data never drives the terminal)
+
+
+# control characters (but the newline) as \xNN: an escape sequence in an id would clear or retitle the terminal
+_CONTROL = {c: f"\\x{c:02x}" for c in (*range(0x20), *range(0x7F, 0xA0)) if c != 0x0A}
 
 
 MAX_SIDE_BY_SIDE = 200  # flipped ids of one metric and direction opened side by side on the page

@@ -122,3 +122,18 @@ def test_a_samples_file_that_disagrees_with_the_summarys_count_is_named(tmp_path
     assert res.exit_code == 0, res.output
     assert f"{a / 'samples' / 'piqa.jsonl'} holds 4 record(s) but {a / 'summary.json'} counts 6 rows" in res.output
     assert len(_page_samples(tmp_path / "a.html")) == 4
+
+
+def test_compare_prints_control_characters_of_a_sample_id_escaped(tmp_path):
+    a, b = _run(tmp_path, "a"), _run(tmp_path, "b")
+    for run, flip in ((a, False), (b, True)):
+        path = run / "samples" / "piqa.jsonl"
+        rows = [json.loads(line) for line in path.read_text().splitlines()]
+        rows[0]["id"] = "row\x1b]0;pwned\x07\x1b[2J"  # (an id from a dataset: retitles and clears a terminal)
+        if flip:
+            acc = rows[0]["eval_result"]["metrics"]["acc"]
+            acc["value"] = 1.0 - acc["value"]
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    res = _invoke("compare", a, b, "--samples", "0")
+    assert res.exit_code == 0, res.output
+    assert "row\\x1b]0;pwned\\x07\\x1b[2J" in res.stdout and "\x1b" not in res.stdout and "\x07" not in res.stdout
