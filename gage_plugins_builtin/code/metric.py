@@ -94,13 +94,18 @@ class CodeExec(Metric):
         if not isinstance(row_exec, Mapping):
             raise ValueError("sample.metadata.execution must be an object (type: code_exec)")
         code = extract_code(str(ctx.get("model_output.text", "") or ""), self.extract)
+        why = _not_text(code)
         if self.prefix:
             code = str(ctx.get(self.prefix)) + code
         job, nonce, n_tests = self._job(ctx, row_exec, code)
-        result = self.sandbox.run(job)
-        if result.status == execution.Status.ERROR:  # the row's setting could not be prepared: no answer was tested
-            raise GageError(f"sandbox {self.sandbox.name}: {result.reason}"[:400])
-        tests = _verdicts(result, nonce, n_tests)
+        if why:  # (a server's "\ud800": exec cannot compile it, a failure in OpenAI's reference too) nothing to run
+            result = execution.JobResult(execution.Status.EXITED)
+            tests = [{"status": "error", "reason": f"the answer is {why}"} for _ in range(n_tests)]
+        else:
+            result = self.sandbox.run(job)
+            if result.status == execution.Status.ERROR:  # the row's setting could not be prepared: no answer was tested
+                raise GageError(f"sandbox {self.sandbox.name}: {result.reason}"[:400])
+            tests = _verdicts(result, nonce, n_tests)
         passed = sum(t["status"] == "pass" for t in tests)
         return {"value": float(bool(tests) and passed == len(tests)), "passed_tests": passed,
                 "total_tests": len(tests), "tests": tests, "sandbox": self.sandbox.name,
@@ -118,12 +123,16 @@ class CodeExec(Metric):
         if row_exec.get("test") is not None:
             if not entry:
                 raise ValueError("sample.metadata.execution: a 'test' program needs its 'entry_point'")
+            if why := _not_text(str(row_exec["test"])):
+                raise ValueError(f"sample.metadata.execution.test: {why}")
             mode, program, tests = "check", f"{code}\n{row_exec['test']}\ncheck({entry})", [{}]
         elif isinstance(tests, list) and tests:
             for i, t in enumerate(tests):
                 if not isinstance(t, Mapping) or not isinstance(t.get("input"), str) or not isinstance(
                         t.get("output"), str):
                     raise ValueError(f"sample.metadata.execution.test_cases.{i}: expected input and output strings")
+                if why := _not_text(t["input"] + t["output"]):
+                    raise ValueError(f"sample.metadata.execution.test_cases.{i}: {why}")
             mode, program = ("function" if entry else "stdio"), code
             tests = [{"input": t["input"], "output": t["output"]} for t in tests]
         else:
@@ -139,6 +148,15 @@ class CodeExec(Metric):
         own = dict(zip(OWN_FILES, (HARNESS, json.dumps(spec), program)))
         job = execution.Job.for_row(box, (execution.Job.PYTHON, "harness.py"), own, limits=limits)
         return job, nonce, len(tests)
+
+
+def _not_text(text: str) -> str:
+    """Why ``text`` cannot be a program's (or a test's) text: "" when it is UTF-8 text."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return "not UTF-8 text (it holds a lone surrogate)"
+    return ""
 
 
 def _refuse_clashes(files: Any) -> None:

@@ -187,6 +187,22 @@ def test_a_program_printing_the_sandboxs_setup_failure_line_is_its_own_failure(m
     assert (done.status, done.exit_code, done.stdout, done.stderr) == ("exited", 0, "out\n", "err\n")
 
 
+def test_an_answer_that_is_not_utf8_text_fails_and_rows_tests_that_are_not_are_the_rows_error(metric):
+    """A reply holding a lone surrogate (a server's JSON "\\ud800") could not be written into the
+    working folder: the row's error, blaming sandbox.files, so a wrong answer left the mean. It fails
+    now, as in OpenAI's reference (exec cannot compile it). A row's own test that is not UTF-8 text
+    was every test's error, scored 0 against the model: the row's error now, naming the field."""
+    result, _ = score(metric, "def f():\n    return 2  # \ud800\n", [{"input": "", "output": "1"}, {"input": "", "output": "2"}])
+    assert result["value"] == 0.0 and statuses(result) == ["error", "error"]
+    assert result["tests"][0]["reason"].startswith("the answer is not UTF-8 text")
+    with pytest.raises(ValueError, match=r"^sample.metadata.execution.test_cases.1: not UTF-8 text"):
+        score(metric, "def f(x):\n    return x\n", [{"input": "1", "output": "1"}, {"input": "'\ud800'", "output": "1"}])
+    with pytest.raises(ValueError, match=r"^sample.metadata.execution.test: not UTF-8 text"):
+        metric.compute(MetricContext(sample={"id": "x", "metadata": {"execution": {
+            "type": "code_exec", "entry_point": "f", "test": "def check(c):\n    assert c() == 1  # \udfff\n"}}},
+            model_output={"text": "def f():\n    return 1\n"}))
+
+
 def test_sandbox_job_directly_honours_limits():
     sandbox = execution.open_sandbox("local")
     done = sandbox.run(execution.Job(command=(execution.Job.PYTHON, "-c", "import os; print(sorted(int(p) for p in os.listdir('/proc') if p.isdigit()) == [1, 2])"),
