@@ -31,7 +31,7 @@ class ReportWriter(Writer):
             self.ordered.add(event.task)
 
     def end(self, summary: Mapping[str, Any]) -> None:
-        if self.run_dir is None:
+        if self.run_dir is None or not self.run_dir.is_dir():  # (a run folder removed mid-run is not made again)
             return
         try:
             render_report([self.run_dir], self.run_dir / "report.html", {self.run_dir: summary}, print_warning,

@@ -95,6 +95,7 @@ def test_a_run_folder_removed_mid_run_is_named_as_gone(gage, removed, how):
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == OUTPUT and "Traceback" not in err, err
     assert "was removed while the run wrote it" in err and how in err, err
+    assert removed or not (gage.tmp / "runs" / "r").exists()  # (the report made it again, holding report.html)
     if removed:  # the rows whose records went with samples/ run again
         resumed = gage("--resume", gage.tmp / "runs" / "r", "-q")
         check(resumed, OK)
