@@ -82,6 +82,7 @@ def run_limited(argv: Sequence[str], stdin: str, limits: execution.Limits, env: 
                 user: int | None = None) -> execution.JobResult:
     """Run ``argv`` (already wrapped in ``prlimit``) in a new session; wall time and output capped."""
     t0 = time.perf_counter()
+    data = stdin.encode("utf-8")  # (a lone surrogate raises here, before a process is left half started)
     extra: dict[str, Any] = {"user": user, "group": user, "extra_groups": []} if user is not None else {}
     try:
         proc = subprocess.Popen(list(argv), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -91,18 +92,18 @@ def run_limited(argv: Sequence[str], stdin: str, limits: execution.Limits, env: 
     with _live_lock:
         _live.add(proc)
     try:
-        return _watched(proc, stdin, limits, t0)
+        return _watched(proc, data, limits, t0)
     finally:
         with _live_lock:
             _live.discard(proc)
 
 
-def _watched(proc: subprocess.Popen, stdin: str, limits: execution.Limits, t0: float) -> execution.JobResult:
+def _watched(proc: subprocess.Popen, stdin: bytes, limits: execution.Limits, t0: float) -> execution.JobResult:
     budget, over = [limits.output_bytes], threading.Event()
     readers = [_Reader(proc.stdout, budget, over), _Reader(proc.stderr, budget, over)]
     for r in readers:
         r.start()
-    threading.Thread(target=_feed, args=(proc.stdin, stdin.encode("utf-8")), daemon=True).start()
+    threading.Thread(target=_feed, args=(proc.stdin, stdin), daemon=True).start()
     status, reason = execution.Status.EXITED, ""
     deadline = t0 + limits.wall_s
     while proc.poll() is None:

@@ -251,3 +251,20 @@ def test_a_row_the_sandbox_cannot_prepare_is_the_rows_error_not_a_tool_turn(run_
         assert out["raw"]["tool_loop"]["stopped"] == "error" and out["raw"]["tool_loop"]["steps"] == 1, out
         assert tool_texts(record) == []  # the model was never answered with the sandbox's failure
     assert _leftovers(marker) == []
+
+
+def test_a_python_call_that_is_not_utf8_text_starts_no_process(monkeypatch):
+    """A call's code holding a lone surrogate (a server's JSON "\\ud800") started the sandbox and then
+    failed to write its stdin, leaving the started process to end by itself, unwatched (a zombie);
+    now it fails before any process starts, the model reading why."""
+    from gage_eval.plugins import load_plugins
+    from gage_plugins_builtin.sandbox import process
+    from gage_plugins_builtin.tools.loop import Toolbox
+
+    load_plugins()
+    started, popen = [], process.subprocess.Popen
+    monkeypatch.setattr(process.subprocess, "Popen", lambda *a, **k: started.append(a) or popen(*a, **k))
+    toolbox = Toolbox(["python"], {}, {"python": {"timeout_s": 5}})
+    text = toolbox.run(call("a", "python", {"code": "print(1)  # \ud800"}))
+    assert text.startswith("Error during execution: 'utf-8' codec can't encode character '\\ud800'") and started == []
+    assert toolbox.run(call("b", "python", {"code": "print(1)"})) == "1\n" and len(started) == 1
