@@ -202,8 +202,10 @@ def record_inputs(run_dir: Path, tasks: Iterable[Any], resume: bool) -> dict:
 
 
 def mark_resuming(folder: RunFolder) -> None:
-    """The stored summary.json, marked out of date until this resume writes its own: the resume
-    drops the rows to run again from samples/ (a kill -9 then left a summary of other rows)."""
+    """The stored summary.json, marked out of date until this resume writes its own, and the old
+    report.html removed: the resume drops the rows to run again from samples/ (a kill -9 then
+    left a summary and a page of other rows)."""
+    folder.report_file.unlink(missing_ok=True)
     try:
         summary = folder.summary(missing_ok=True, check=False)
     except GageError:  # (unreadable: the resume's own summary replaces it)

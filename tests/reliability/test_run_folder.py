@@ -160,7 +160,8 @@ def test_data_changed_during_the_run_fails_the_task(gage, data):
 
 def test_a_resume_killed_part_way_leaves_no_summary_saying_the_run_finished(gage, data):
     """The stored summary (exit 1, 100 rows errored) stops describing samples/ the moment a
-    resume drops the errored rows to run them again: killed (-9) then, it says it is out of date."""
+    resume drops the errored rows to run them again: killed (-9) then, it says it is out of date
+    (and the report of it is gone)."""
     import os
 
     check(gage(*piqa(data, "--model-args", "fail_every=2,delay_ms=40", "--batch-size", "4")), ROW_ERRORS)
@@ -175,8 +176,10 @@ def test_a_resume_killed_part_way_leaves_no_summary_saying_the_run_finished(gage
     proc.wait()
     run = json.loads((run_dir / "summary.json").read_text())["run"]
     assert run["interrupted"] and "--resume" in run["interrupted"], run["interrupted"]
+    assert not (run_dir / "report.html").exists()  # (the page of the summary before)
     check(gage("--resume", run_dir, "-q"), ROW_ERRORS)  # finished again: the summary is the run's
     assert json.loads((run_dir / "summary.json").read_text())["run"]["interrupted"] is None
+    assert (run_dir / "report.html").is_file()
 
 
 def test_resume_refuses_a_changed_task_folder(gage, data):
