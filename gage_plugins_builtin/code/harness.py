@@ -1,5 +1,5 @@
-"""The test harness run inside a sandbox (``python harness.py``), stdlib only: reads ``job.json``
-(deleted before the program runs, so the program never sees the expected outputs), runs the
+"""The test harness run inside a sandbox (``python harness.py``), stdlib only: reads its job (the
+tests, their expected outputs, the nonce) from stdin, in no file the program could read, runs the
 program against its tests and prints one verdict line, ``<nonce> <json>``, on the real stdout.
 
 Modes: ``check`` (HumanEval: the program holds its test and ``check(entry_point)``; it passes when
@@ -135,9 +135,7 @@ def run_stdio(job, program):
 
 
 def main():
-    with open("job.json", encoding="utf-8") as fh:
-        job = json.load(fh)
-    os.remove("job.json")
+    job = json.loads(sys.stdin.read())  # (no file: the program could read the expected outputs from it)
     real_stdout = os.fdopen(os.dup(1), "w")
     signal.signal(signal.SIGALRM, _alarm)
     with open(job["program"], encoding="utf-8") as fh:

@@ -5,7 +5,7 @@ A row's tests are Sample v1's ``metadata.execution`` (``type: code_exec``): ``te
 not), or a HumanEval-style ``test`` program with its ``entry_point`` (the check passes when the
 program, the test and ``check(entry_point)`` run to the end). ``timeout_ms`` is each test's time.
 The row's ``sandbox`` (``files``, ``setup``, ``env``, ``image``) goes to the sandbox as it is; a row
-file named as one the metric writes there (``harness.py``, ``job.json``, ``program.py``) is the
+file named as one the metric writes there (``harness.py``, ``program.py``) is the
 row's error, never replaced.
 
 The value is 1 when every test passed, else 0; ``eval_result.metrics.code_exec.tests`` keeps each
@@ -32,7 +32,7 @@ HARNESS = (Path(__file__).with_name("harness.py")).read_text(encoding="utf-8")
 FENCE = re.compile(r"```[ \t]*(?:python3?|py)?[ \t]*\n(.*?)(?:```|\Z)", re.DOTALL | re.IGNORECASE)
 STARTUP_S = 5.0  # the wall time a job gets beyond its tests' own: the sandbox and the interpreter starting
 MAX_TIMEOUT_MS = 600_000  # a row's timeout_ms for each test (1e12 ran a looping program for 31 years)
-OWN_FILES = ("harness.py", "job.json", "program.py")  # what the metric writes in the job's working folder
+OWN_FILES = ("harness.py", "program.py")  # what the metric writes in the job's working folder (the job: on stdin)
 
 
 def extract_code(text: str, how: str) -> str:
@@ -145,8 +145,9 @@ class CodeExec(Metric):
                 "tests": tests, "guard": self.guard, "nonce": nonce}
         limits = self.limits.replace(wall_s=STARTUP_S + timeout * (len(tests) + 1),
                                      cpu_s=max(self.limits.cpu_s, timeout * (len(tests) + 1)))
-        own = dict(zip(OWN_FILES, (HARNESS, json.dumps(spec), program)))
-        job = execution.Job.for_row(box, (execution.Job.PYTHON, "harness.py"), own, limits=limits)
+        own = dict(zip(OWN_FILES, (HARNESS, program)))
+        job = execution.Job.for_row(box, (execution.Job.PYTHON, "harness.py"), own, stdin=json.dumps(spec),
+                                    limits=limits)
         return job, nonce, len(tests)
 
 

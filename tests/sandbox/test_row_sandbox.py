@@ -108,7 +108,7 @@ def test_a_row_the_sandbox_cannot_prepare_is_the_rows_error_not_a_zero(run_cli, 
 
 
 def test_a_row_file_in_the_way_of_the_metrics_own_is_the_rows_error_naming_no_host_folder():
-    """code_exec adds harness.py, program.py and job.json to the row's files; a row file under one
+    """code_exec adds harness.py and program.py to the row's files; a row file under one
     of those names as a folder cannot be written: the sandbox says so (it used to raise
     IsADirectoryError naming its /tmp staging folder)."""
     from gage_eval.api import execution
@@ -162,23 +162,23 @@ def test_row_files_over_the_working_folders_size_are_the_rows_error_not_the_prog
 
 
 def test_a_row_file_named_as_one_of_the_metrics_own_is_the_rows_error_not_replaced(run_cli, tmp_path):
-    """code_exec writes harness.py, program.py and job.json into the working folder; a row's
+    """code_exec writes harness.py and program.py into the working folder; a row's
     sandbox.files under one of those names (or inside one, or as ./NAME) was silently replaced by the
     metric's (a row's own harness.py never ran, and the row was scored). It is the row's metric error
     naming the file, one line; the row beside it is scored."""
     clashes = {"harness": {"harness.py": "print('mine')"}, "program": {"./program.py": "x = 1"},
-               "spec": {"data.txt": "1", "job.json": "{}"}, "inside": {"harness.py/x": "y"}}
+               "inside": {"data.txt": "1", "harness.py/x": "y"}}
     rows = [code_row(rid, {"files": files}) for rid, files in clashes.items()]
-    rows.append(code_row("good", {"files": {"harness.txt": "fine", "lib/program.py": "y = 2"}}))
+    rows.append(code_row("good", {"files": {"harness.txt": "fine", "lib/program.py": "y = 2", "job.json": "{}"}}))
     result, records = run_rows(run_cli, tmp_path, rows)
     assert result.exit_code == 1, result.output
     assert records["good"]["eval_result"]["metrics"]["code_exec"]["value"] == 1.0
-    for line, (rid, name) in enumerate([("harness", "harness.py"), ("program", "./program.py"), ("spec", "job.json"),
+    for line, (rid, name) in enumerate([("harness", "harness.py"), ("program", "./program.py"),
                                         ("inside", "harness.py/x")], 1):
         error = records[rid]["eval_result"]["error"]
         assert "metrics" not in records[rid]["eval_result"] and error["stage"] == "metric", records[rid]
         said = (f"code_exec: sandbox.files: {name!r} is in the way of a file code_exec writes in the working "
-                f"folder (harness.py, job.json, program.py): rename it")
+                f"folder (harness.py, program.py): rename it")
         assert error["message"] == said and error["locator"].endswith(f"rows.jsonl:{line}"), error
         assert f"rows.jsonl:{line}: metric error: {said}\n" in result.output, result.output
 

@@ -203,6 +203,17 @@ def test_an_answer_that_is_not_utf8_text_fails_and_rows_tests_that_are_not_are_t
             model_output={"text": "def f():\n    return 1\n"}))
 
 
+def test_the_program_finds_no_expected_output_in_its_files(metric):
+    """job.json, the tests with their expected outputs (and the verdict's nonce), was deleted from the
+    working folder, but the sandbox's copy of the job's files stayed readable at /in: a stdio program
+    printed each test's expected output and passed. The job comes on the harness's stdin now."""
+    code = ("import os\nfound = []\nfor d in ('/in', '.', '/tmp'):\n    for n in os.listdir(d):\n"
+            "        try:\n            text = open(os.path.join(d, n)).read()\n        except OSError:\n            continue\n"
+            "        if 'expected' + '-7' in text:\n            found.append(n)\nprint(found)\n")
+    result, _ = score(metric, code, [{"input": "", "output": "expected-7\n"}], entry=None)
+    assert statuses(result) == ["fail"] and result["tests"][0]["reason"] == "expected 'expected-7\\n', got '[]\\n'"
+
+
 def test_sandbox_job_directly_honours_limits():
     sandbox = execution.open_sandbox("local")
     done = sandbox.run(execution.Job(command=(execution.Job.PYTHON, "-c", "import os; print(sorted(int(p) for p in os.listdir('/proc') if p.isdigit()) == [1, 2])"),
