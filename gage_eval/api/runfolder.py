@@ -90,9 +90,8 @@ def open_run_file(run_dir: Path, path: Path) -> tuple[IO[bytes], int] | None:
 
 
 def check_own_files(run_dir: Path) -> None:
-    """Refuse a run folder (copied or unpacked from elsewhere) holding a symlink that leads out of
-    it, or a FIFO or device: a run appends to, cuts and replaces its files, and must never write
-    through a link to a file elsewhere (a ~/.bashrc) nor wait on a FIFO."""
+    """Refuse a run folder (copied or unpacked) holding a symlink that leads out of it, or a FIFO or device: a
+    run appends to, cuts and replaces its files, never through a link to a file elsewhere nor waiting on a FIFO."""
     root = run_dir.resolve()  # (its own entries, and what samples/ and instances/ hold: not a whole tree -o names)
     inner = (Path(top, name) for sub in (SAMPLES_DIR, INSTANCES_DIR) for top, dirs, files in os.walk(run_dir / sub)
              for name in dirs + files)
@@ -266,7 +265,8 @@ def check_inputs(path: Path, inputs: Mapping[str, Any]) -> None:
 
 def output_error(path: Path, exc: OSError) -> OutputError:
     """A failed write as a one-line error that says what is kept and how to go on."""
-    run_dir = path.parent.parent if path.parent.name in (SAMPLES_DIR, INSTANCES_DIR) else path.parent
+    run_dir = next((p.parent for p in path.parents if p.name in (SAMPLES_DIR, INSTANCES_DIR) and  # (a task pkg/name)
+                    (p.parent / CONFIG_FILE).is_file()), path.parent)
     if isinstance(exc, FileNotFoundError):  # (each folder was made before its first file: one was removed)
         return OutputError(f"cannot write {path}: it or its folder was removed while the run wrote it, and the records "
                            f"in it with it; " + (f"gage-eval --resume {run_dir} runs their rows again"

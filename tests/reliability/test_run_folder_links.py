@@ -126,3 +126,20 @@ def test_a_folder_that_is_no_run_is_not_walked(gage):
     other.mkdir(parents=True)
     (other / "link").symlink_to("/etc")
     check(gage(*_data(gage, 3)), USAGE, "already exists")
+
+
+def test_a_full_disk_names_the_run_folder_of_a_task_named_with_a_slash(gage):
+    """samples/pkg/name.jsonl: the line said 'gage-eval --resume RUN/samples/pkg'."""
+    import resource
+
+    folder = gage.tmp / "tasks" / "t"
+    shutil.copytree(ROOT / "tasks" / "piqa", folder)
+    (folder / "task.yaml").write_text((folder / "task.yaml").read_text().replace("name: piqa\n", "name: pkg/name\n", 1))
+    data = _data(gage, 200)[5].split("=", 1)[1]
+    run = ("--include-path", folder, "--tasks", "pkg/name", "--model", "dummy", "--data", f"pkg/name={data}", "-q")
+    o = gage(*run, preexec=lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (8192, 8192)))
+    check(o, OUTPUT, f"samples/pkg/name.jsonl: File too large")
+    assert o.text.rstrip().endswith(f"gage-eval --resume {o.run_dir}"), o.text
+    resumed = gage("--resume", o.run_dir, "-q")
+    check(resumed, OK)
+    assert len(resumed.records("pkg/name")) == 200
