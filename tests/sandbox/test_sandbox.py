@@ -214,6 +214,20 @@ def test_the_program_finds_no_expected_output_in_its_files(metric):
     assert statuses(result) == ["fail"] and result["tests"][0]["reason"] == "expected 'expected-7\\n', got '[]\\n'"
 
 
+def test_a_stdio_program_cannot_read_the_expected_output_from_the_harness_memory(metric):
+    """A stdio program runs in a child of the harness, as the same user: it read the harness's memory
+    (/proc/PPID/mem), found each test's expected output there and printed it, passing. The harness
+    is not dumpable now, so its memory is not the child's to read."""
+    code = ("import os, re\nfound = 'none'\ntry:\n    pp = os.getppid()\n    mem = open(f'/proc/{pp}/mem', 'rb')\n"
+            "    for line in open(f'/proc/{pp}/maps'):\n        lo, hi = (int(x, 16) for x in line.split()[0].split('-'))\n"
+            "        try:\n            mem.seek(lo)\n            m = re.search(rb'(expected-[0-9]+)', mem.read(min(hi - lo, 1 << 26)))\n"
+            "        except (OSError, ValueError, OverflowError):\n            continue\n"
+            "        if m:\n            found = m.group(1).decode()\n            break\n"
+            "except OSError as exc:\n    found = 'denied'\nprint(found)\n")
+    result, _ = score(metric, code, [{"input": "", "output": "expected-" + "42\n"}], entry=None)
+    assert statuses(result) == ["fail"] and result["tests"][0]["reason"] == "expected 'expected-42\\n', got 'denied\\n'"
+
+
 def test_sandbox_job_directly_honours_limits():
     sandbox = execution.open_sandbox("local")
     done = sandbox.run(execution.Job(command=(execution.Job.PYTHON, "-c", "import os; print(sorted(int(p) for p in os.listdir('/proc') if p.isdigit()) == [1, 2])"),
