@@ -12,7 +12,7 @@ from gage_eval.api import GageError, RunFolder, metric_value, stats
 
 from gage_plugins_builtin.compare import CONFIDENCE, DEFAULT_SAMPLES, DEFAULT_SEED, DOWN, UP, mcnemar_exact_p
 from gage_plugins_builtin.compare.groups import compare_groups
-from gage_plugins_builtin.report.runsettings import ABSENT, settings_of, unlisted_tasks
+from gage_plugins_builtin.report.runsettings import ABSENT, check_groups, settings_of, unlisted_tasks
 
 _DIGITS = re.compile(r"(\d+)")
 
@@ -61,6 +61,7 @@ class StoredRun:
                             f"written by gage-eval")
         folder.check_idle("compare")
         self.summary = folder.summary()
+        check_groups(folder.summary_file, self.summary)
         self.config = folder.config(missing_ok=True) or {}
         self.inputs = folder.inputs(missing_ok=True)
 

@@ -34,7 +34,7 @@ from gage_plugins_builtin import pages
 from gage_plugins_builtin.report.intervals import SMALL_N, RowRange, interval
 from gage_plugins_builtin.report.plots import bar_plot
 from gage_plugins_builtin.report.reread import Reread
-from gage_plugins_builtin.report.runsettings import ABSENT, settings_of, task_version, unlisted_tasks
+from gage_plugins_builtin.report.runsettings import ABSENT, check_groups, settings_of, task_version, unlisted_tasks
 from gage_plugins_builtin.report.samples import compact
 from gage_plugins_builtin.report.spool import Spool, position_key, row_position
 from gage_plugins_builtin.report.wording import ErrorGroups, describe_counters
@@ -107,6 +107,7 @@ def report_data(run_dirs: Sequence[Path | str], out_dir: Path, summaries: Mappin
     error_positions: dict[tuple[int, str], dict[str, int]] = {}  # a task in order: its errored samples' positions
     for i, run_dir in enumerate(dirs):
         summary = (summaries or {}).get(run_dir) or _read_summary(run_dir)
+        check_groups(RunFolder(run_dir).summary_file, summary)
         run = _run_view(summary["run"])
         stored.append(_Stored.of(run_dir, summary))
         tasks, listed = [], dict(summary.get("tasks") or {})

@@ -9,9 +9,9 @@ import re
 from pathlib import Path
 from typing import Any, Mapping, Protocol
 
-from gage_eval.api import GageError, RunFolder, read_yaml
+from gage_eval.api import GageError, RunFolder, jsonio, read_yaml
 
-__all__ = ["ABSENT", "StoredSettings", "settings_of", "task_version", "unlisted_tasks"]
+__all__ = ["ABSENT", "StoredSettings", "check_groups", "settings_of", "task_version", "unlisted_tasks"]
 
 
 # run.settings keys left out of the settings diff: where the run was written and how it was
@@ -33,6 +33,33 @@ def unlisted_tasks(run_dir: Path, listed: Mapping[str, Any]) -> list[str]:
 
 
 _TASK_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*(/[A-Za-z0-9_-][A-Za-z0-9._-]*)*")
+
+
+def check_groups(path: Path, summary: Mapping[str, Any]) -> None:
+    """summary.json's ``groups`` (``path``: the file) as the report and compare read them: a wrong
+    type (a summary edited by hand) is one GageError naming the key, never a crash in a page."""
+    groups = summary.get("groups") or {}
+    checks = [("", groups, dict, "an object")]
+    for name, g in groups.items() if isinstance(groups, dict) else ():
+        checks.append((f".{name}", g, dict, "an object"))
+        g = g if isinstance(g, dict) else {}
+        checks += [(f".{name}.{k}", g.get(k), t, what) for k, t, what in _GROUP_KEYS if g.get(k) is not None]
+        for metric, e in (g.get("metrics") if isinstance(g.get("metrics"), dict) else {}).items():
+            checks.append((f".{name}.metrics.{metric}", e, dict, "an object"))
+            e = e if isinstance(e, dict) else {}
+            checks += [(f".{name}.metrics.{metric}.{k}", e.get(k), t, what) for k, t, what in _GROUP_METRIC_KEYS
+                       if e.get(k) is not None]
+    for key, value, types, what in checks:
+        if not isinstance(value, types) or isinstance(value, bool) and types is not bool:  # (True is no number)
+            raise GageError(f"{path}: key 'groups{key}': expected {what}, got {jsonio.json_type(value)}; "
+                            f"not a summary gage-eval wrote")
+
+
+_GROUP_KEYS = (("alias", str, "a string"), ("depth", int, "a whole number"), ("members", list, "a list"),
+               ("tasks", list, "a list"), ("metrics", dict, "an object"))
+_GROUP_METRIC_KEYS = (("value", (int, float), "a number"), ("stderr", (int, float), "a number"),
+                      ("n", int, "a whole number"), ("tasks", int, "a whole number"), ("missing", list, "a list"),
+                      ("weight_by_size", bool, "true or false"))  # (as schemas/summary.schema.json's group)
 
 
 class _Absent:

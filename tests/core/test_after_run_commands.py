@@ -137,3 +137,23 @@ def test_compare_prints_control_characters_of_a_sample_id_escaped(tmp_path):
     res = _invoke("compare", a, b, "--samples", "0")
     assert res.exit_code == 0, res.output
     assert "row\\x1b]0;pwned\\x07\\x1b[2J" in res.stdout and "\x1b" not in res.stdout and "\x07" not in res.stdout
+
+
+def test_a_hand_edited_groups_entry_is_one_line_in_report_and_compare(tmp_path):
+    a, b = _run(tmp_path, "a"), _run(tmp_path, "b")
+    summary = json.loads((b / "summary.json").read_text())
+    good = {"alias": "g", "depth": 0, "members": ["piqa"], "tasks": ["piqa"],
+            "metrics": {"acc": {"value": 0.5, "stderr": 0.2, "n": 6, "tasks": 1, "missing": []}}}
+    for groups, why in (({"g": {**good, "depth": "1;x"}}, "'groups.g.depth': expected a whole number, got a string"),
+                        ({"g": {**good, "members": 5}}, "'groups.g.members': expected a list, got a number"),
+                        ({"g": {**good, "metrics": {"acc": {"missing": 5}}}},
+                         "'groups.g.metrics.acc.missing': expected a list, got a number"),
+                        ({"g": 5}, "'groups.g': expected an object, got a number"),
+                        ([1], "'groups': expected an object, got a list")):
+        (b / "summary.json").write_text(json.dumps({**summary, "groups": groups}))
+        for args in (("report", b, "-o", tmp_path / "b.html"), ("compare", a, b)):
+            res = _invoke(*args)  # (it was an internal error, exit 5, in the report)
+            want = f"gage-eval: error: {b / 'summary.json'}: key {why}; not a summary gage-eval wrote"
+            assert res.exit_code == 2 and res.output.strip() == want, res.output
+    (b / "summary.json").write_text(json.dumps({**summary, "groups": {"g": good}}))
+    assert _invoke("report", b, "-o", tmp_path / "b.html").exit_code == 0
