@@ -10,7 +10,9 @@ test runs the program with ``input`` on stdin and compares its stdout with ``out
 The nonce keeps what a program prints from passing for the verdict; it does not stop a program that
 goes looking for it: in ``check`` and ``function`` modes the program runs in this process (as in
 OpenAI's reference, whose program can reach its result list), so it can read the nonce from the
-harness's frames and print a verdict of its own, as it can return an object equal to anything."""
+harness's frames and print a verdict of its own, replace what the harness calls (``json.dumps``,
+``builtins.eval``) or return an object equal to anything: each passes (shown). Only ``stdio`` mode,
+whose program is a child process (this one not dumpable), keeps the verdict out of its reach."""
 import builtins
 import io
 import json
