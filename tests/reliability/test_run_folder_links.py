@@ -1,7 +1,8 @@
 """A run folder copied or unpacked from elsewhere: a --resume appends to, cuts and replaces its
 files, so a symlink in it that leads out of it (to a ~/.bashrc) is refused before anything is
 written, and so is a FIFO where a file belongs (opening one would wait forever). A run folder
-removed while its run writes is named as gone, not as resumable."""
+removed while its run writes is named as gone, not as resumable; a task name cannot lead out of
+samples/; a failed write names the run folder to resume even for a task named pkg/name."""
 from __future__ import annotations
 
 import json
