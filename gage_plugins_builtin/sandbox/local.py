@@ -27,7 +27,7 @@ INSTALL = ("the local code sandbox needs bubblewrap and prlimit: apt-get install
            "(Debian, Ubuntu), dnf install bubblewrap util-linux (Fedora)")
 UID_BASE = 1_000_000  # run as root, each job runs as its own unused uid: the process limit counts per uid
 SETUP_FAILED = "\x1egage-sandbox: setup failed"
-# written first on stderr as the command starts: a stderr that does not begin with it is the launcher's
+# written on stderr as the command starts, before anything it prints: a stderr without it is the launcher's
 # (a program printing SETUP_FAILED itself made a wrong answer the row's error, left out of the mean)
 STARTED = "\x1egage-sandbox: started\n"
 # copy the files in, run the row's setup, then the command; "$1" is the setup script (its own tools
@@ -136,8 +136,9 @@ class LocalSandbox(execution.Sandbox):
                                  env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")}, user=self._user())
         finally:
             shutil.rmtree(stage, ignore_errors=True)
-        if result.stderr.startswith(STARTED):
-            return replace(result, stderr=result.stderr[len(STARTED):])
+        before, started, after = result.stderr.partition(STARTED)  # (first: anything bwrap itself said)
+        if started:
+            return replace(result, stderr=before + after)
         if SETUP_FAILED in result.stderr:
             said, _, log = result.stderr.split(SETUP_FAILED, 1)[1].strip().partition("\n")
             if not said.startswith("sandbox.setup"):  # the copy: its last line says why (cp repeats itself)
