@@ -80,6 +80,8 @@ def _value(node: ast.AST) -> Any:
 
 MAX_BITS = 1 << 16  # an integer a reply's arithmetic may make (a JSON number past 4,300 digits cannot be written)
 MAX_ITEMS = 1 << 20  # a text or list a reply's `"x" * n` may make
+MAX_REPLY_CHARS = 100_000  # a reply read in the pythonic form (ast.parse took 4.3 GB and 23 s for 7 MB of calls;
+# BFCL's tasks ask for 256 tokens, about 1,000 characters)
 
 
 def power_too_big(base: Any, exponent: Any) -> bool:
@@ -119,6 +121,8 @@ def decode_pythonic(text: str) -> list[dict]:
     """``[name: {param: value}]`` from a reply in the pythonic form; ValueError (or SyntaxError)
     when it is not one. The text is cleaned as BFCL's prompting decoder cleans it: backticks,
     newlines and spaces trimmed, brackets added where missing, wrapping single quotes dropped."""
+    if len(text) > MAX_REPLY_CHARS:
+        raise ValueError(f"the reply is {len(text)} characters long; calls are read from at most {MAX_REPLY_CHARS}")
     text = text.strip("`\n ")
     if not text.startswith("["):
         text = "[" + text
