@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import sqlite3
 
+from gage_eval.api.errors import GageError
+
 
 class IdSet:
     """Exact membership for millions of ids in a private temporary SQLite database.
@@ -31,6 +33,12 @@ class IdSet:
                 self._db.commit()
                 self._pending = 0
         return added
+
+    def add_once(self, item: str, where: object) -> None:
+        """Add ``item``; a GageError naming ``where`` (a resume's samples file) when it was already there."""
+        if not self.add(item):
+            raise GageError(f"{where}: sample id {item!r} is there twice; the run folder was changed by hand: "
+                            f"remove one of its lines")
 
     def __contains__(self, item: object) -> bool:
         return self._db.execute("SELECT 1 FROM ids WHERE id = ?", (item,)).fetchone() is not None

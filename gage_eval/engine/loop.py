@@ -243,7 +243,7 @@ class Engine:
         done, retried = IdSet(), 0
         for record, keep in self.samples.recover(tr.name, keep=finished):
             if keep:
-                done.add(str(record.get("id")))
+                done.add_once(str(record.get("id")), self.samples.path(tr.name))
                 tr.account(record)
                 self.writers.replay(tr.name, record)
             else:

@@ -144,3 +144,21 @@ def test_a_full_disk_names_the_run_folder_of_a_task_named_with_a_slash(gage):
     resumed = gage("--resume", o.run_dir, "-q")
     check(resumed, OK)
     assert len(resumed.records("pkg/name")) == 200
+
+
+def test_a_record_written_twice_is_refused_on_resume(gage, stopped):
+    """A samples line copied by hand: the resume counted 5 rows of a 4-row task (and scored one
+    twice); it names the id, the file untouched, and goes on once one line is removed."""
+    samples = stopped / "samples" / "piqa.jsonl"
+    lines = samples.read_bytes().splitlines(keepends=True)
+    samples.write_bytes(b"".join(lines + lines[:1]))
+    o = gage("--resume", stopped, "-q")  # (its summary says the run stopped there: not check()'s counts)
+    assert o.rc == USAGE and "Traceback" not in o.text, o.text
+    assert f"error: {samples}: sample id 'piqa-0' is there twice" in o.text, o.text
+    assert samples.read_bytes() == b"".join(lines + lines[:1])
+    assert o.summary["run"]["interrupted"].endswith("remove one of its lines")
+    samples.write_bytes(b"".join(lines))
+    (stopped / "summary.json").unlink(missing_ok=True)
+    resumed = gage("--resume", stopped, "-q")
+    check(resumed, OK)
+    assert resumed.summary["tasks"]["piqa"]["counts"]["total"] == 4
