@@ -31,7 +31,6 @@ from gage_eval.engine.interrupts import sigterm_interrupts
 from gage_eval.config.options import RunOptions, in_shard, load_options, parse_shard
 from gage_eval.plugins import load_plugins, stored_option_keys
 from gage_eval.api.runfolder import RunFolder
-from gage_eval.runfolder.records import read_jsonl_numbered
 from gage_eval.api.secrets import redact
 from gage_eval.engine.summary import STAGES, derived_timings, exit_status
 
@@ -220,9 +219,7 @@ def _merge_task(tr: Any, shards: list, writers: Any, run_id: str) -> None:
     try:
         for d, opts, summary, _ in shards:
             path, before = RunFolder(d).samples_file(tr.name), dict(tr.counts)
-            if path.exists() and not path.is_file():
-                raise GageError(f"merge: {path} is not a regular file")
-            for lineno, record in read_jsonl_numbered(path):
+            for lineno, record in RunFolder(d).records(tr.name):  # (confined to the shard's folder)
                 _check_placed(record, f"{path}:{lineno}", opts.shard, shards, seen)
                 writers.write(tr.name, record)
                 tr.account(record)

@@ -15,12 +15,6 @@ from gage_eval.api.runfolder import check_record, output_error
 def read_jsonl(path: Path) -> Iterator[dict]:
     """The sample records of a jsonl file the run wrote; a line that is not one (or a record whose
     keys do not have the types a run writes) means the folder was damaged."""
-    for _, record in read_jsonl_numbered(path):
-        yield record
-
-
-def read_jsonl_numbered(path: Path) -> Iterator[tuple[int, dict]]:
-    """:func:`read_jsonl`'s records, each with its line number (for messages naming file:line)."""
     if not path.exists():
         return
     with path.open("rb") as fh:
@@ -34,7 +28,7 @@ def read_jsonl_numbered(path: Path) -> Iterator[tuple[int, dict]]:
                     raise GageError(f"{path}:{lineno}: not a record written by gage-eval ({record}); the run "
                                     f"folder was changed by hand: remove that line to run its row again")
                 check_record(f"{path}:{lineno}", record)  # (as report, compare and rescore read it)
-                yield lineno, record
+                yield record
 
 
 class EventLog(EventAppender):

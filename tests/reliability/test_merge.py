@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -128,7 +129,9 @@ def test_overlapping_ids_are_refused_leave_nothing_and_the_retry_merges(gage, ru
 
 
 @pytest.mark.parametrize("damage, message", [
-    ("torn", "samples/piqa.jsonl:{n}: not a record written by gage-eval"),
+    ("torn", "samples/piqa.jsonl:{n}: torn (no end of line: the run was stopped mid-write)"),
+    ("link", "samples/piqa.jsonl: resolves to {outside}, outside the run folder"),  # (read through the shard's folder)
+    ("fifo", "samples/piqa.jsonl: a FIFO, not a regular file"),  # (it blocked the merge)
     ("unfinished", "s1: no readable summary.json/inputs.json"),
     ("interrupted", "did not finish (killed); finish it first: gage-eval --resume"),
     ("counts", "s1/summary.json: key 'tasks.piqa.counts' is not an object of whole numbers"),
@@ -139,8 +142,15 @@ def test_a_damaged_shard_is_one_line(gage, runs, damage, message):
     s1 = runs / "s1"
     path, s = s1 / "samples" / "piqa.jsonl", summary(s1)
     n = len(lines(path))
+    outside = runs.parent / "elsewhere.jsonl"
     if damage == "torn":
         path.write_bytes(path.read_bytes()[:-40])
+    elif damage == "link":
+        path.rename(outside)
+        path.symlink_to(outside)
+    elif damage == "fifo":
+        path.unlink()
+        os.mkfifo(path)
     elif damage == "unfinished":
         (s1 / "summary.json").unlink()
     elif damage == "interrupted":
@@ -154,7 +164,7 @@ def test_a_damaged_shard_is_one_line(gage, runs, damage, message):
         path.write_text("".join([json.dumps({**json.loads(first), "id": None}) + "\n", *rest]), encoding="utf-8")
     if (s1 / "summary.json").exists():
         (s1 / "summary.json").write_text(json.dumps(s), encoding="utf-8")
-    refused(gage, runs, message.format(n=n))
+    refused(gage, runs, message.format(n=n, outside=outside))
 
 
 def test_the_output_folder_is_checked_before_anything_is_written(gage, runs):
