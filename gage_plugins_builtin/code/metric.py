@@ -29,7 +29,8 @@ from typing import Any, Mapping
 from gage_eval.api import GageError, Metric, MetricContext, execution
 
 HARNESS = (Path(__file__).with_name("harness.py")).read_text(encoding="utf-8")
-FENCE = re.compile(r"```[ \t]*(?:python3?|py)?[ \t]*\n(.*?)(?:```|\Z)", re.DOTALL | re.IGNORECASE)
+FENCE = re.compile(r"```[ \t]*(?:(?:python3?|py)[ \t]*)?\n(.*?)(?:```|\Z)", re.DOTALL | re.IGNORECASE)  # (one
+# [ \t]* where no language is named: two backtracked over a run of spaces, growing with its square)
 STARTUP_S = 5.0  # the wall time a job gets beyond its tests' own: the sandbox and the interpreter starting
 MAX_TIMEOUT_MS = 600_000  # a row's timeout_ms for each test (1e12 ran a looping program for 31 years)
 OWN_FILES = ("harness.py", "program.py")  # what the metric writes in the job's working folder (the job: on stdin)

@@ -530,3 +530,28 @@ def test_a_code_tool_is_waited_for_as_long_as_its_sandbox_allows(monkeypatch):
     monkeypatch.setattr(loop, "_call_within", lambda t, n, a, w: waits.append(w) or real(t, n, a, w))
     assert box.run({"function": {"name": "python", "arguments": '{"code": "print(1)"}'}}) == "done"
     assert waits == [660.0] and seen["ok"] and isinstance(tool, tools.Tool)
+
+
+@pytest.mark.parametrize("reply", ["<tool_call>x" + " " * 200_000 + "y", "```" + " " * 200_000 + "x"])
+def test_a_reply_of_whitespace_cannot_hold_the_run(reply):
+    """The hermes parser's pattern (``<tool_call>\\s*(.*?)\\s*...``) and code_exec's fence pattern
+    backtracked over a run of spaces: 60,000 took 22 s and 30,000 0.56 s, growing with its square (a
+    model that degenerates into whitespace, or an 8 MiB reply, held the run for hours). Both read
+    in one pass now, and read what they read before."""
+    import time
+
+    from gage_plugins_builtin.code.metric import extract_code
+    from gage_plugins_builtin.tools.calls import HermesParser
+
+    start = time.monotonic()
+    content, calls, error = HermesParser().parse(reply)
+    assert extract_code(reply, "auto") == reply
+    assert time.monotonic() - start < 2
+    if reply.startswith("<tool_call>"):
+        assert calls == [] and error.startswith("tool call 0: not JSON")
+    parsed = HermesParser().parse('Sure. <tool_call>\n {"name": "f", "arguments": {"a": 1}} \n</tool_call>\n'
+                                  '<tool_call>{"name": "g"}  ')
+    assert parsed == ("Sure.", [{"id": "call_0", "type": "function", "function": {"name": "f", "arguments": '{"a": 1}'}},
+                                {"id": "call_1", "type": "function", "function": {"name": "g", "arguments": "{}"}}], None)
+    assert extract_code("Here:\n```python  \nprint(1)\n```\nand ```py\nx\n```", "auto") == "print(1)\n"
+    assert extract_code("```  \nprint(2)", "auto") == "print(2)"
