@@ -23,6 +23,7 @@ import itertools
 import json
 import os
 import re
+import shlex
 import stat
 from pathlib import Path
 from typing import IO, Any, Callable, Iterable, Iterator, Mapping
@@ -55,8 +56,7 @@ def folder_name_ok(name: Any) -> bool:
 
 
 def check_task_name(name: Any, where: str) -> None:
-    """A task name read from a run folder: folder names (as a run id) joined by ``/`` (the task
-    schema allows groups), so ``samples/<task>.jsonl`` stays inside the run folder."""
+    """A task name from a run folder: folder names joined by ``/`` (groups), so ``samples/<task>.jsonl`` stays in it."""
     if not isinstance(name, str) or not all(folder_name_ok(part) for part in name.split("/")):
         raise GageError(f"{where}: task name {name!r} is not a folder name (letters, digits, . _ - and / "
                         f"between them, no '.' or '..' part); the run folder was changed by hand")
@@ -156,8 +156,8 @@ def iter_run_records(run_dir: Path, path: Path) -> Iterator[tuple[int, dict]]:
                 record = loads_line(raw)
             except ValueError as exc:
                 if not raw.endswith(b"\n"):  # a kill or a full disk mid-write: a resume cuts it
-                    raise GageError(f"{path}:{lineno}: torn (no end of line: the run was stopped mid-write); "
-                                    f"gage-eval --resume {run_dir} removes it and runs its row again") from None
+                    raise GageError(f"{path}:{lineno}: torn (no end of line: the run was stopped mid-write); gage-eval "
+                                    f"--resume {shlex.quote(str(run_dir))} removes it and runs its row again") from None
                 raise GageError(f"{path}:{lineno}: not a whole JSON record ({getattr(exc, 'msg', exc)}); the run "
                                 f"folder was damaged or changed by hand: remove that line (a resume writes its row "
                                 f"again)") from None
@@ -226,8 +226,7 @@ _TASK = {"status": _STR_OR_NULL, "failure": _STR_OR_NULL, "primary_metric": _STR
 
 
 def check_summary(path: Path, summary: Mapping[str, Any], *, required: bool = True) -> None:
-    """summary.json's ``run`` and ``tasks`` (required unless not ``required``), each task's name
-    and the types of the keys the commands read."""
+    """summary.json's ``run`` and ``tasks`` (required unless not ``required``), task names, the types of keys read."""
     where = str(path)
     for key in ("run", "tasks"):
         if required or key in summary:
@@ -267,12 +266,13 @@ def output_error(path: Path, exc: OSError) -> OutputError:
     """A failed write as a one-line error that says what is kept and how to go on."""
     run_dir = next((p.parent for p in path.parents if p.name in (SAMPLES_DIR, INSTANCES_DIR) and  # (a task pkg/name)
                     (p.parent / CONFIG_FILE).is_file()), path.parent)
+    resume = f"gage-eval --resume {shlex.quote(str(run_dir))}"
     if isinstance(exc, FileNotFoundError):  # (each folder was made before its first file: one was removed)
+        again = f"{resume} runs their rows again" if (run_dir / CONFIG_FILE).is_file() else "run again"
         return OutputError(f"cannot write {path}: it or its folder was removed while the run wrote it, and the records "
-                           f"in it with it; " + (f"gage-eval --resume {run_dir} runs their rows again"
-                                                  if (run_dir / CONFIG_FILE).is_file() else "run again"))
+                           f"in it with it; {again}")
     return OutputError(f"cannot write {path}: {exc.strerror or exc}; the records written so far are kept: "
-                       f"free space or fix the folder, then continue with gage-eval --resume {run_dir}")
+                       f"free space or fix the folder, then continue with {resume}")
 
 
 def write_json_atomic(path: Path, obj: Any) -> None:

@@ -3,6 +3,7 @@ changes the results may not change; where it runs and how errors count may), and
 continues a stopped run."""
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -16,8 +17,6 @@ from gage_eval.runfolder.rundir import masked_keys, matches_stored
 def resume_command(run_dir: Path, options: RunOptions) -> str:
     """The command that continues ``run_dir``; arguments that held a secret (never stored) must be
     given again, so they are shown with a placeholder."""
-    import shlex
-
     cmd = f"gage-eval --resume {shlex.quote(str(run_dir))}"
     for flag, args in (("--model-args", options.model_args), ("--judge-args", options.judge_args)):
         secret = [k for k in args or {} if k in masked_keys(redact(args or {}))]
@@ -86,8 +85,8 @@ def resumed_options(run_dir: Path, given: dict, drop_writers: Any = ()) -> RunOp
         missing = masked_keys(getattr(stored, name))
         if missing:
             raise GageError(f"--resume {run_dir}: {role} {', '.join(missing)} held a secret, which is never "
-                            f"stored; give the arguments again with the secret: gage-eval --resume {run_dir} "
-                            f"{role} ..., or pass keys through an environment variable (api_key_env)")
+                            f"stored; give the arguments again with the secret: gage-eval --resume "
+                            f"{shlex.quote(str(run_dir))} {role} ..., or pass keys through an environment variable (api_key_env)")
     if placement is not None:
         stored.model_args = {**stored.model_args, **placement}
     return stored
@@ -141,5 +140,5 @@ def _check_writer_secrets(run_dir: Path, specs: list[str]) -> None:
         masked = [k for k, v in args.items() if v == REDACTED]
         if masked:
             raise GageError(f"--resume {run_dir}: --writer {name} held a secret ({', '.join(masked)}), which is "
-                            f"never stored; give it again: gage-eval --resume {run_dir} --writer "
+                            f"never stored; give it again: gage-eval --resume {shlex.quote(str(run_dir))} --writer "
                             f"{name}:{','.join(f'{k}=...' for k in masked)}")

@@ -1,6 +1,7 @@
 """From command-line flags (and an optional run config) to a finished run and its printed results."""
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +49,7 @@ def run_from_cli(*, resume: str | None, quiet: bool, dry_run: int | None = None,
             options = resumed_options(run_dir, kwargs, drop_writers)
             options.quiet = quiet
         elif any(p.name != LOCK_FILE for p in run_dir.iterdir()):
-            raise GageError(f"run folder {run_dir} already exists; use --resume {run_dir} to continue it")
+            raise GageError(f"run folder {run_dir} already exists; use --resume {shlex.quote(str(run_dir))} to continue it")
         try:
             with sigterm_interrupts():
                 summary = Engine(options, run_dir, resume=bool(resume)).run()

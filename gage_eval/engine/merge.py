@@ -52,13 +52,13 @@ def _shard(run_dir: Path) -> tuple[RunOptions, dict, dict]:
         inputs = folder.inputs(missing_ok=False)
     except GageError as exc:
         raise GageError(f"merge: {run_dir}: no readable summary.json/inputs.json ({exc}); finish the run "
-                        f"first (gage-eval --resume {run_dir})") from None
+                        f"first (gage-eval --resume {shlex.quote(str(run_dir))})") from None
     wrong = _wrong_shape(summary)
     if wrong:
         raise GageError(f"merge: {folder.summary_file}: {wrong}; not a summary gage-eval wrote")
     if summary["run"].get("interrupted"):
         raise GageError(f"merge: {run_dir} did not finish ({summary['run']['interrupted']}); "
-                        f"finish it first: gage-eval --resume {run_dir}")
+                        f"finish it first: gage-eval --resume {shlex.quote(str(run_dir))}")
     if not options.shard:
         raise GageError(f"merge: {run_dir} is not a shard (it was run without --shard I/N)")
     options = replace(options, shard=parse_shard(options.shard, f"merge: {folder.config_file}: key 'shard'"))

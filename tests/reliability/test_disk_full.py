@@ -32,3 +32,13 @@ def test_a_full_disk_before_the_first_byte_names_the_folder(gage):
     o = gage("--tasks", "piqa", "--model", "dummy", preexec=no_file_bytes)
     check(o, OUTPUT, f"{o.run_dir}", "File too large")
     assert len([line for line in o.err.splitlines() if "error" in line]) == 1, o.err
+
+
+def test_the_resume_command_it_prints_can_be_pasted_for_a_folder_with_a_space(gage):
+    """The command a full disk or a second run prints is shell-quoted: ``--resume my runs/r`` would run ``my``."""
+    out = gage.tmp / "my runs"
+    o = gage("--tasks", "piqa", "--model", "dummy", out=out, preexec=small_files)
+    check(o, OUTPUT, "File too large", f"gage-eval --resume '{out / 'r'}'")
+    again = gage("--tasks", "piqa", "--model", "dummy", out=out)
+    assert f"use --resume '{out / 'r'}' to continue it" in again.text, again.text
+    check(gage("--resume", o.run_dir), OK, "0 errored")
