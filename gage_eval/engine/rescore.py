@@ -112,6 +112,10 @@ class Rescore(Engine):
         was, self.source_inputs, self.source_summary = read_run(run_dir)
         if new_dir.resolve().is_relative_to(run_dir.resolve()):  # (its files are the record of the run)
             raise GageError(f"-o {new_dir}: inside the run folder {run_dir}; rescore writes a new folder outside it")
+        stopped = (self.source_summary.get("run") or {"interrupted": "no summary.json"}).get("interrupted")
+        if stopped:  # (said: the new run would pass for a whole one)
+            print(f"gage-eval: warning: {run_dir} did not finish ({stopped}); only its stored rows are rescored "
+                  f"(gage-eval --resume {run_dir} runs the rest)", file=sys.stderr)
         self.metrics, self.rejudge = metrics, judge_model is not None
         if tasks:
             unknown = [t for t in tasks if t not in was.tasks]

@@ -157,3 +157,18 @@ def test_a_hand_edited_groups_entry_is_one_line_in_report_and_compare(tmp_path):
             assert res.exit_code == 2 and res.output.strip() == want, res.output
     (b / "summary.json").write_text(json.dumps({**summary, "groups": {"g": good}}))
     assert _invoke("report", b, "-o", tmp_path / "b.html").exit_code == 0
+
+
+def test_rescore_of_a_run_that_did_not_finish_says_so(tmp_path):
+    a = _run(tmp_path, "a")
+    summary = json.loads((a / "summary.json").read_text())
+    summary["run"]["interrupted"] = "interrupted by the user (Ctrl-C)"
+    (a / "summary.json").write_text(json.dumps(summary))
+    res = _invoke("rescore", a, "-o", tmp_path / "new", "-q")
+    assert res.exit_code == 0, res.output
+    assert f"warning: {a} did not finish (interrupted by the user (Ctrl-C)); only its stored rows" in res.stderr
+    (a / "summary.json").unlink()  # (killed before it wrote one)
+    res = _invoke("rescore", a, "-o", tmp_path / "new2", "-q")
+    assert res.exit_code == 0 and f"warning: {a} did not finish (no summary.json)" in res.stderr, res.output
+    res = _invoke("rescore", _run(tmp_path, "b"), "-o", tmp_path / "new3", "-q")
+    assert res.exit_code == 0 and "did not finish" not in res.stderr
