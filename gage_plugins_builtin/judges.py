@@ -16,8 +16,9 @@ from typing import Any, Mapping, Sequence
 
 from gage_eval.api import (GENERATE, GageError, Judge, ModelOutput, Request, Template, Verdict, content_text,
                            last_user_text, reference_texts, text_segment)
+from gage_plugins_builtin.metrics.fields import strip_blocks
 
-REASONING_TAGS = re.compile(r"<(think|thinking|reasoning|reflection)>.*?</\1>\s*", re.S | re.I)
+REASONING_NAMES = ("think", "thinking", "reasoning", "reflection")  # <NAME>...</NAME> blocks strip_reasoning drops
 SCORE_LINE = re.compile(r"\bscore\s*[:=]\s*\**\s*(-?\d+(?:\.\d+)?)\s*(?:(/)\s*(\d+(?:\.\d+)?)|(%))?", re.I)
 POSITIVE = ("correct", "yes", "pass", "passed", "true", "met", "satisfied", "fulfilled")
 NEGATIVE = ("incorrect", "no", "fail", "failed", "false", "not met", "unmet", "not satisfied", "wrong")
@@ -30,7 +31,7 @@ class ReplyError(ValueError):
 
 def strip_reasoning(text: str) -> str:
     """The answer without ``<think>``-style blocks (PRBench cleans responses the same way)."""
-    return REASONING_TAGS.sub("", text or "").strip()
+    return strip_blocks(text or "", REASONING_NAMES, then_space=True).strip()
 
 
 def _word_score(text: str) -> float | None:

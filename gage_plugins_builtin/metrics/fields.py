@@ -89,3 +89,28 @@ def references(ctx: MetricContext, path: str) -> list[str]:
     if not refs:
         raise ValueError(f"no reference at {path!r}")
     return refs
+
+
+def strip_blocks(text: str, names: tuple[str, ...], then_space: bool = False) -> str:
+    """``text`` without its ``<NAME>...</NAME>`` blocks (any case; with ``then_space`` the whitespace
+    after each too), as ``re.sub(r"<(NAME|...)>.*?</\\1>\\s*", "", text, flags=re.S | re.I)`` leaves it,
+    in one pass: that pattern scanned to the end of the text at each opening tag never closed."""
+    import bisect
+    import re
+
+    alternation = "|".join(map(re.escape, names))
+    closes: dict[str, list[tuple[int, int]]] = {}
+    for m in re.finditer(f"</({alternation})>", text, re.I):
+        closes.setdefault(m.group(1).lower(), []).append((m.start(), m.end()))
+    out, done = [], 0
+    for m in re.finditer(f"<({alternation})>", text, re.I):
+        found = closes.get(m.group(1).lower(), [])
+        k = bisect.bisect_left(found, (m.end(), -1))
+        if m.start() < done or k == len(found):
+            continue
+        end = found[k][1]
+        while then_space and end < len(text) and text[end].isspace():
+            end += 1
+        out.append(text[done:m.start()])
+        done = end
+    return "".join(out) + text[done:]

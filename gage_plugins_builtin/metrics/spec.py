@@ -35,10 +35,9 @@ from string import ascii_uppercase as LETTERS
 from typing import Any, Mapping, Sequence
 
 from gage_eval.api import Metric, MetricContext, content_text
-from gage_plugins_builtin.metrics.fields import as_texts, pick, spec_get, text_of
+from gage_plugins_builtin.metrics.fields import as_texts, pick, spec_get, strip_blocks, text_of
 from gage_plugins_builtin.multimodal.metrics import ANLS, MMMUAccuracy
 
-_THINK = re.compile(r"<think>.*?</think>", re.S | re.I)
 
 
 @lru_cache(maxsize=1)
@@ -195,7 +194,7 @@ class MultiChoiceAccuracy(Metric):
         """(the option id the answer names, how it was found) or (None, "invalid")."""
         ids = list(options) or list(LETTERS[:10])
         if self.strip_thinking:
-            answer = _THINK.sub("", answer)
+            answer = strip_blocks(answer, ("think",))
         alternation = _ids_alternation(ids)
         flags = re.I if self.ignore_case else 0
         whole = re.fullmatch(r"\W*\(?(" + alternation + r")\)?\W*", answer.strip(), flags)
