@@ -242,6 +242,8 @@ def compare_runs(path_a: Path, path_b: Path, *, tasks: Iterable[str] = (), resam
         raise GageError(f"--samples {resamples}: the number of bootstrap resamples must be 0 or more")
     run_a, run_b = StoredRun(Path(path_a)), StoredRun(Path(path_b))
     for run in (run_a, run_b):
+        if run.run.get("interrupted"):  # (its rows are a part of the run's)
+            warn(f"{run.path} did not finish ({run.run['interrupted']}); the rows it stored are compared")
         unlisted = unlisted_tasks(run.path, run.tasks)
         if unlisted:
             warn(f"{run.folder.summary_file} does not list task(s) {', '.join(unlisted)}, whose records "

@@ -159,11 +159,14 @@ def test_a_hand_edited_groups_entry_is_one_line_in_report_and_compare(tmp_path):
     assert _invoke("report", b, "-o", tmp_path / "b.html").exit_code == 0
 
 
-def test_rescore_of_a_run_that_did_not_finish_says_so(tmp_path):
+def test_rescore_and_compare_of_a_run_that_did_not_finish_say_so(tmp_path):
     a = _run(tmp_path, "a")
     summary = json.loads((a / "summary.json").read_text())
     summary["run"]["interrupted"] = "interrupted by the user (Ctrl-C)"
     (a / "summary.json").write_text(json.dumps(summary))
+    res = _invoke("compare", a, _run(tmp_path, "c"), "--samples", "0")
+    assert res.exit_code == 0 and f"warning: {a} did not finish (interrupted by the user (Ctrl-C)); the rows it " \
+                                  f"stored are compared" in res.stderr, res.output
     res = _invoke("rescore", a, "-o", tmp_path / "new", "-q")
     assert res.exit_code == 0, res.output
     assert f"warning: {a} did not finish (interrupted by the user (Ctrl-C)); only its stored rows" in res.stderr
