@@ -4,7 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping
 
-from gage_eval.api import GageError, Writer, events
+from gage_eval.api import GageError, OutputError, Writer, events
 
 from gage_plugins_builtin.report.page import print_warning, render_report
 
@@ -32,6 +32,8 @@ class ReportWriter(Writer):
 
     def end(self, summary: Mapping[str, Any]) -> None:
         if self.run_dir is None or not self.run_dir.is_dir():  # (a run folder removed mid-run is not made again)
+            return
+        if summary.get("run", {}).get("exit_status") == OutputError.exit_code:  # records cut short: its resume makes it
             return
         try:
             render_report([self.run_dir], self.run_dir / "report.html", {self.run_dir: summary}, print_warning,

@@ -17,8 +17,10 @@ def test_a_full_disk_mid_run_then_resume(gage):
     written = (o.run_dir / "samples" / "piqa.jsonl").read_bytes().count(b"\n")  # whole records
     check(o, OUTPUT, "File too large", f"gage-eval --resume {o.run_dir}")
     assert "changed by hand" not in o.text and "remove that line" not in o.text, o.text
+    assert "report.html" not in o.text and not (o.run_dir / "report.html").exists()  # (no page of cut records)
     resumed = gage("--resume", o.run_dir)
     check(resumed, OK, "0 errored")
+    assert (o.run_dir / "report.html").is_file()
     total = resumed.summary["tasks"]["piqa"]["counts"]["total"]
     ids = [r["id"] for r in resumed.records("piqa")]
     assert 0 < written < total and len(ids) == len(set(ids)) == total
