@@ -115,7 +115,7 @@ class Rescore(Engine):
         stopped = (self.source_summary.get("run") or {"interrupted": "no summary.json"}).get("interrupted")
         if stopped:  # (said: the new run would pass for a whole one)
             print(f"gage-eval: warning: {run_dir} did not finish ({stopped}); only its stored rows are rescored "
-                  f"(gage-eval --resume {run_dir} runs the rest)", file=sys.stderr)
+                  f"(gage-eval --resume {shlex.quote(str(run_dir))} runs the rest)", file=sys.stderr)
         self.metrics, self.rejudge = metrics, judge_model is not None
         if tasks:
             unknown = [t for t in tasks if t not in was.tasks]

@@ -160,7 +160,7 @@ def test_a_hand_edited_groups_entry_is_one_line_in_report_and_compare(tmp_path):
 
 
 def test_rescore_and_compare_of_a_run_that_did_not_finish_say_so(tmp_path):
-    a = _run(tmp_path, "a")
+    a = _run(tmp_path / "my runs", "a")
     summary = json.loads((a / "summary.json").read_text())
     summary["run"]["interrupted"] = "interrupted by the user (Ctrl-C)"
     (a / "summary.json").write_text(json.dumps(summary))
@@ -169,7 +169,8 @@ def test_rescore_and_compare_of_a_run_that_did_not_finish_say_so(tmp_path):
                                   f"stored are compared" in res.stderr, res.output
     res = _invoke("rescore", a, "-o", tmp_path / "new", "-q")
     assert res.exit_code == 0, res.output
-    assert f"warning: {a} did not finish (interrupted by the user (Ctrl-C)); only its stored rows" in res.stderr
+    assert f"warning: {a} did not finish (interrupted by the user (Ctrl-C)); only its stored rows are rescored " \
+           f"(gage-eval --resume '{a}' runs the rest)" in res.stderr
     (a / "summary.json").unlink()  # (killed before it wrote one)
     res = _invoke("rescore", a, "-o", tmp_path / "new2", "-q")
     assert res.exit_code == 0 and f"warning: {a} did not finish (no summary.json)" in res.stderr, res.output
