@@ -66,7 +66,7 @@ class CodeExec(Metric):
         self.limits = execution.Limits().replace(**dict(limits or {}))
         self.pool = ThreadPoolExecutor(max_workers=int(workers or os.cpu_count() or 1),
                                        thread_name_prefix="gage-code-exec")
-        self.pending: dict[tuple, list] = {}  # key -> [its future, the computes still to come]
+        self.pending: dict[tuple, list] = {}  # key -> [its future, the computes still to come, the sample held]
         self.lock = threading.Lock()
 
     def submit(self, ctx: MetricContext) -> Future:
@@ -76,7 +76,7 @@ class CodeExec(Metric):
         with self.lock:
             entry = self.pending.get(key)
             if entry is None:  # (a row's repeats that gave the same answer run it once)
-                entry = self.pending[key] = [self.pool.submit(self._score, ctx), 0]
+                entry = self.pending[key] = [self.pool.submit(self._score, ctx), 0, ctx.sample]  # (its id not reused)
             entry[1] += 1
         return entry[0]
 
