@@ -1,17 +1,24 @@
 """Preprocessors: records that already are Sample v1, and the legacy field mapping of spec 000."""
 from __future__ import annotations
 
+from numbers import Integral
 from typing import Any, Mapping
 
-from gage_eval.api import Preprocessor, RowContext, SampleIdentity, from_legacy
+from gage_eval.api import Preprocessor, RowContext, SampleIdentity, from_legacy, jsonio
+
+
+def row_id(record: Mapping[str, Any], field: str) -> str:
+    """The sample id a row's ``field`` holds: a non-empty string, or an integer written out
+    (DocVQA's ``questionId``). A bool, a float, a list, an object or null is the row's error
+    naming the field, never an id such as ``"{'a': 1}"``; a missing field is a KeyError."""
+    value = record[field]
+    if (isinstance(value, str) and value) or (isinstance(value, Integral) and not isinstance(value, bool)):
+        return str(value)
+    raise ValueError(f"field {field!r}: an id must be a non-empty string or an integer, got {jsonio.shown(value)}")
 
 
 def _sample_id(record: Mapping[str, Any], ctx: RowContext, id_field: str | None) -> str:
-    if id_field:
-        if record.get(id_field) is None:
-            raise ValueError(f"id field {id_field!r} is missing")
-        return str(record[id_field])
-    return f"{ctx.task}-{ctx.index}"
+    return row_id(record, id_field) if id_field else f"{ctx.task}-{ctx.index}"
 
 
 def _tags(record: Mapping[str, Any], fields: Any) -> dict:
@@ -61,8 +68,8 @@ class Legacy(Preprocessor):
         self.unconditioned_text = unconditioned_text
 
     def _field(self, record: Mapping[str, Any], name: str) -> Any:
-        if name not in record:
-            raise KeyError(name)
+        if record[name] is None and name in (self.question, self.answer):  # (else the default fields are read)
+            raise ValueError(f"field {name!r} is null")
         return record[name]
 
     def __call__(self, record: Mapping[str, Any], ctx: RowContext) -> dict:
@@ -73,7 +80,7 @@ class Legacy(Preprocessor):
                 choices.append(self._field(record, f))
             for f, c in zip(self.choices, choices):
                 if type(c) is not str and not isinstance(c, str):
-                    raise ValueError(f"choice field {f!r} must be a string, got {type(c).__name__}")
+                    raise ValueError(f"choice field {f!r} must be a string, got {jsonio.json_type(c)}")
         elif isinstance(self.choices, str):
             choices = self._field(record, self.choices)
         else:

@@ -11,7 +11,7 @@ import re
 from string import ascii_uppercase as LETTERS
 from typing import Any, Mapping, Sequence
 
-from gage_eval.api import Preprocessor, RowContext, SCHEMA_VERSION, user_message
+from gage_eval.api import Preprocessor, RowContext, SCHEMA_VERSION, jsonio, user_message
 
 _BRACKETED = re.compile(r"\[.*?\]")
 
@@ -45,7 +45,7 @@ def text_field(record: Mapping[str, Any], name: str) -> str:
         raise KeyError(name)
     value = record[name]
     if not isinstance(value, str):
-        raise ValueError(f"field {name!r} must be a string, got {type(value).__name__}")
+        raise ValueError(f"field {name!r} must be a string, got {jsonio.json_type(value)}")
     return value
 
 
@@ -53,8 +53,9 @@ def _index(record: Mapping[str, Any], name: str) -> int:
     if name not in record:
         raise KeyError(name)
     value = record[name]
-    if isinstance(value, bool) or not (isinstance(value, int) or (isinstance(value, str) and value.strip().isdigit())):
-        raise ValueError(f"field {name!r} must be an answer index, got {value!r}")
+    if isinstance(value, bool) or not (isinstance(value, int) or (isinstance(value, str) and value.strip().isdecimal()
+                                                                  and len(value) < 20)):
+        raise ValueError(f"field {name!r} must be an answer index, got {jsonio.shown(value)}")
     return int(value)
 
 
@@ -88,7 +89,7 @@ class Winogrande(Preprocessor):
         choices = [head + text_field(record, "option1"), head + text_field(record, "option2")]
         answer = text_field(record, "answer").strip()
         if answer not in ("1", "2"):
-            raise ValueError(f"field 'answer' must be '1' or '2', got {answer!r}")
+            raise ValueError(f"field 'answer' must be '1' or '2', got {jsonio.shown(answer)}")
         return _sample(ctx, sentence, choices, int(answer) - 1, {"rest": rest})
 
 
@@ -109,7 +110,7 @@ class Copa(Preprocessor):
     def __call__(self, record: Mapping[str, Any], ctx: RowContext) -> dict:
         question = text_field(record, "question")
         if question not in _CONNECTIVES:
-            raise ValueError(f"field 'question' must be 'cause' or 'effect', got {question!r}")
+            raise ValueError(f"field 'question' must be 'cause' or 'effect', got {jsonio.shown(question)}")
         context = text_field(record, "premise").strip()[:-1] + " " + _CONNECTIVES[question]
         choices = [" " + _lower_first(text_field(record, "choice1")), " " + _lower_first(text_field(record, "choice2"))]
         return _sample(ctx, context, choices, _index(record, "label"), {"connective": _CONNECTIVES[question]})

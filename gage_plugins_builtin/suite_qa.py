@@ -20,7 +20,12 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from gage_eval.api import Preprocessor, RowContext, from_legacy
+from gage_eval.api import Preprocessor, RowContext, from_legacy, jsonio
+
+
+def _key(value: Any) -> bool:
+    """Whether ``value`` can be a choice label or an answer key: a string, or an integer (no bool)."""
+    return isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))
 
 
 def _column(record: Mapping[str, Any], name: str) -> Any:
@@ -46,7 +51,7 @@ def _with_metadata(sample: dict, record: Mapping[str, Any], columns: Sequence[st
 def _question(record: Mapping[str, Any], name: str) -> str:
     value = _column(record, name)
     if not isinstance(value, str):
-        raise ValueError(f"{name}: the question must be a string, got {type(value).__name__}")
+        raise ValueError(f"{name}: the question must be a string, got {jsonio.json_type(value)}")
     return value
 
 
@@ -73,14 +78,18 @@ class LabeledChoices(Preprocessor):
                 or not isinstance(raw.get("label"), list):
             raise ValueError(f"{self.choices}: expected {{'text': [...], 'label': [...]}}")
         texts, labels = raw["text"], [str(label) for label in raw["label"]]
+        bad = [v for v in raw["label"] if not _key(v)] + [v for v in texts if not isinstance(v, str)]
+        if bad:
+            raise ValueError(f"{self.choices}: a label or text is {jsonio.shown(bad[0])}, not a string")
         if len(texts) != len(labels) or not texts:
             raise ValueError(f"{self.choices}: {len(texts)} texts for {len(labels)} labels")
         if len(set(labels)) != len(labels):
             raise ValueError(f"{self.choices}: the labels {labels} repeat")
-        key = str(_column(record, self.answer)).strip()
+        key = _column(record, self.answer)
+        key = str(key).strip() if _key(key) else key
         if key not in labels:
-            raise ValueError(f"{self.answer}: {key!r} is not one of the labels {', '.join(labels)}")
-        options = [{"id": label, "content": str(text)} for label, text in zip(labels, texts)]
+            raise ValueError(f"{self.answer}: {jsonio.shown(key)} is not one of the labels {', '.join(labels)}")
+        options = [{"id": label, "content": text} for label, text in zip(labels, texts)]
         sample = from_legacy(record, sample_id=f"{ctx.task}-{ctx.index}",
                              question=_question(record, self.question), choices=options, answer=key,
                              fields={"question": self.question, "choices": self.choices, "answer": self.answer})
@@ -124,7 +133,7 @@ class ChoiceColumns(Preprocessor):
         for name in self.choices:
             value = _column(record, name)
             if not isinstance(value, str):
-                raise ValueError(f"{name}: a choice must be a string, got {type(value).__name__}")
+                raise ValueError(f"{name}: a choice must be a string, got {jsonio.json_type(value)}")
             texts.append(value)
         return texts
 
@@ -133,12 +142,13 @@ class ChoiceColumns(Preprocessor):
             gold = self.answer_index
         else:
             value = _column(record, self.answer)
-            if isinstance(value, bool):
+            if isinstance(value, bool) and self.answer_base == 0:  # (BoolQ: counted from 1, true would be the first)
                 gold = int(value)
-            elif isinstance(value, int) or (isinstance(value, str) and value.strip().isdigit()):
+            elif not isinstance(value, bool) and (isinstance(value, int) or (
+                    isinstance(value, str) and value.strip().isdecimal() and len(value) < 20)):
                 gold = int(value) - self.answer_base
             else:
-                raise ValueError(f"{self.answer}: {value!r} is not a choice position")
+                raise ValueError(f"{self.answer}: {jsonio.shown(value)} is not a choice position")
         if not 0 <= gold < count:
             raise ValueError(f"{self.answer or 'answer_index'}: position {gold} is outside the {count} choices")
         return gold

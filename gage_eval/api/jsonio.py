@@ -14,9 +14,9 @@ from typing import Any, Iterator
 
 from gage_eval.api.errors import InputError
 from gage_eval.api.strictjson import (MAX_DEPTH, JsonProblem, RowProblem, column, decode, json_type, path_at,
-                                      row_error, too_deep_at)
+                                      row_error, shown, too_deep_at)
 
-__all__ = ["check_data_file", "file_kind", "iter_json_rows", "json_type", "loads"]  # what the namespace jsonio offers plugins
+__all__ = ["check_data_file", "file_kind", "iter_json_rows", "json_type", "loads", "shown"]  # what the namespace jsonio offers plugins
 
 BOM = b"\xef\xbb\xbf"
 # one line of a .jsonl: more than a prompt can hold (a template's output stops at 4,000,000

@@ -6,6 +6,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
+from gage_eval.api.strictjson import json_type, shown
+
 SCHEMA_VERSION = "v1"
 MEDIA_SEGMENTS = ("image_url", "audio_url", "video_url", "file_url")
 LETTERS = string.ascii_uppercase
@@ -123,15 +125,17 @@ def _options_from_choices(choices: Any) -> list[dict]:
     for i, choice in enumerate(choices):
         if (type(choice) is dict or (type(choice) is not str and isinstance(choice, Mapping))) and "id" in choice:
             options.append({"id": str(choice["id"]), "content": str(choice.get("content", choice.get("text", "")))})
-        else:
+        elif isinstance(choice, (str, int, float)) and not isinstance(choice, bool):
             options.append({"id": LETTERS[i] if i < len(LETTERS) else str(i), "content": str(choice)})
+        else:
+            raise ValueError(f"choice {i} is {json_type(choice)}, not a string or a number")
     return options
 
 
 def _label_for(answer: Any, options: list[dict]) -> str:
     ids = [o["id"] for o in options]
     if options and isinstance(answer, bool):
-        raise ValueError(f"answer {answer!r} is a bool, not an option index or id")
+        raise ValueError(f"answer {shown(answer)} is a boolean, not an option index or id")
     if options and isinstance(answer, int):
         if not 0 <= answer < len(options):
             raise ValueError(f"answer index {answer} is outside the {len(options)} choices")
@@ -143,7 +147,7 @@ def _label_for(answer: Any, options: list[dict]) -> str:
             return ids[contents.index(text)]
         if text.isdigit() and 0 <= int(text) < len(options):
             return ids[int(text)]
-        raise ValueError(f"answer {answer!r} is neither an option id ({', '.join(ids)}) nor an index")
+        raise ValueError(f"answer {shown(answer)} is neither an option id ({', '.join(ids[:26])}{', ...' if len(ids) > 26 else ''}) nor an index")
     return text
 
 
@@ -192,7 +196,10 @@ def from_legacy(record: Mapping[str, Any], *, sample_id: str, question: Any = No
     if choices is not None:
         if not isinstance(choices, (list, tuple, Mapping)) or not choices:
             raise ValueError(f"{_field_name('choices', found, fields)}: choices must be a non-empty list or mapping")
-        options = _options_from_choices(choices)
+        try:
+            options = _options_from_choices(choices)
+        except ValueError as exc:
+            raise ValueError(f"{_field_name('choices', found, fields)}: {exc}") from None
         sample["options"] = options
         option_map = metadata["option_map"] = {}
         for o in options:
@@ -220,7 +227,7 @@ def _legacy_messages(record: Mapping[str, Any], question: Any, system: str | Non
     else:
         if not isinstance(question, str):
             raise ValueError(f"{_field_name('question', found, fields)}: question must be a string, "
-                             f"got {type(question).__name__}")
+                             f"got {json_type(question)}")
         messages = [{"role": "user", "content": [{"type": "text", "text": question}]}]  # user_message(question)
     if system:
         messages.insert(0, {"role": "system", "content": [text_segment(system)]})

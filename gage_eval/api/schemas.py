@@ -15,6 +15,7 @@ from typing import Any, Callable
 
 from gage_eval.api import registered
 from gage_eval.api.errors import GageError
+from gage_eval.api.strictjson import shown
 
 Check = Callable[[Any], list[tuple[str, str]]]
 
@@ -222,8 +223,22 @@ def _schema_errors(instance: Any, name: str) -> list[tuple[str, str]]:
         if best.validator == "not" and best.validator_value == {}:  # a forbidden field: say why, not "{}"
             message = (best.schema.get("description") if isinstance(best.schema, dict) else None) or \
                 "field not allowed here"
-        problems.append((_path(best) if name != "task" else ".".join(map(str, best.absolute_path)), message))
+        where = _path(best) if name != "task" else ".".join(map(str, best.absolute_path))
+        problems.append((where, _json_forms(best, message)))
     return problems
+
+
+def _json_forms(error, message: str) -> str:
+    """jsonschema's message with the value it starts with written as JSON (``true``, ``null``, ``{"a": 1}``,
+    not Python's ``True``, ``None``, ``{'a': 1}``) and cut short; a short string keeps its quotes."""
+    head = repr(error.instance)
+    if message.startswith(head) and (not isinstance(error.instance, str) or len(head) > 60):
+        message = shown(error.instance) + message[len(head):]
+    value = error.validator_value
+    values = value if isinstance(value, list) else [value]
+    if error.validator in ("enum", "const") and not all(isinstance(v, str) for v in values):
+        message = message.replace(repr(value), shown(value, 200))
+    return message
 
 
 def validation_errors(instance: Any, name: str) -> list[tuple[str, str]]:

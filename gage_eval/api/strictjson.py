@@ -137,6 +137,15 @@ def json_type(value: Any) -> str:
     return type(value).__name__
 
 
+def shown(value: Any, limit: int = 60) -> str:
+    """A value as JSON for a message (``null``, ``true``, ``{"a": 1}``), cut to ``limit`` characters."""
+    try:
+        text = json.dumps(value[:limit] if isinstance(value, str) else value, ensure_ascii=False, default=repr)
+    except (ValueError, RecursionError):
+        text = repr(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
 def expect_type(where: str, key: str, value: Any, types: tuple, what: str) -> None:
     """A GageError naming ``where`` and ``key`` unless ``value`` is one of ``types`` (a boolean only
     where ``bool`` is listed); ``what`` says what was expected (``an object or null``)."""
@@ -222,7 +231,10 @@ def decode(text: str, start: int = 0, *, whole: bool = True, maybe_deep: bool | 
         raise JsonProblem("number out of range: an integer of more than 4300 digits",
                           long.start() if long else None, field=True) from None
     if whole and text[end:].strip():
-        raise JsonProblem("extra data after the JSON value", end + len(text[end:]) - len(text[end:].lstrip()))
+        pos = end + len(text[end:]) - len(text[end:].lstrip())
+        old_mac = "\r" in text[end:pos] and "\n" not in text[end:pos]  # lines ending in a carriage return alone
+        raise JsonProblem("extra data after the JSON value" + (" past a carriage return: the file's lines end in "
+                          "CR alone (old Mac style); convert them to LF (tr '\\r' '\\n')" if old_mac else ""), pos)
     if _SURROGATE_ESCAPE.search(text, start, end):
         char = _lone_surrogate(value)
         if char is not None:

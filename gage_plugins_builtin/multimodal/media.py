@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 from urllib.parse import unquote, urlparse
 
-from gage_eval.api import GageError, RowContext, paths
+from gage_eval.api import GageError, RowContext, jsonio, paths
 
 _MAGIC = (
     (b"\x89PNG\r\n\x1a\n", "image/png"),
@@ -75,19 +75,25 @@ def to_image_url(value: Any, ctx: RowContext | Path | str | None = None, field: 
     if isinstance(value, str):
         if not value.strip():
             return None
+        if len(value) > 8192 and not value.startswith("data:"):  # (a path holds 4096 at most)
+            raise ValueError(f"{field}: a string of {len(value)} characters is no path or URL of an image")
         return paths.checked_url(value, ctx, field)
     if isinstance(value, (bytes, bytearray, memoryview)):
         return data_url(bytes(value))
     if isinstance(value, Mapping):
         raw, path = value.get("bytes"), value.get("path")
+        if raw is not None and not isinstance(raw, (bytes, bytearray, memoryview)):  # (bytes(10**10): 10 GB)
+            raise ValueError(f"{field}.bytes: expected the image's bytes, got {jsonio.json_type(raw)}")
+        if path is not None and not isinstance(path, str):
+            raise ValueError(f"{field}.path: expected a string, got {jsonio.json_type(path)}")
         if raw:
             return data_url(bytes(raw), sniff_mime(bytes(raw), path if isinstance(path, str) else None))
         if path:
-            return to_image_url(str(path), ctx, f"{field}.path")
+            return to_image_url(path, ctx, f"{field}.path")
         return None
     if hasattr(value, "save") and hasattr(value, "mode"):  # a PIL image, decoded by the loader
         return data_url(_pil_bytes(value), "image/png")
-    raise ValueError(f"{field}: cannot use a {type(value).__name__} as an image "
+    raise ValueError(f"{field}: cannot use {jsonio.json_type(value)} as an image "
                      f"(expected a path, a URL, {{bytes, path}} or a PIL image)")
 
 
@@ -155,8 +161,19 @@ def decode_image(data: bytes, url: str = "image", mode: str = "RGB") -> Any:
         img = Image.open(io.BytesIO(data))
         img.load()
     except Exception as exc:  # PIL raises several kinds for bad files
-        raise ValueError(f"cannot decode image {_short(url)}: {type(exc).__name__}: {exc}") from None
+        raise ValueError(f"cannot decode image {_short(url)}: {_undecodable(data, exc)}") from None
     return img.convert(mode) if mode and img.mode != mode else img
+
+
+def _undecodable(data: bytes, exc: Exception) -> str:
+    """Why Pillow could not read ``data``, in words (its own message names a BytesIO object)."""
+    if not data:
+        return "the file is empty"
+    if type(exc).__name__ != "UnidentifiedImageError":
+        return f"{type(exc).__name__}: {exc}"
+    if b"<svg" in data[:1024].lower():
+        return "an SVG (vector) image, which is not read: convert it to PNG"
+    return "not an image format Pillow reads (PNG, JPEG, GIF, WebP, BMP, TIFF ...)"
 
 
 def _short(url: str) -> str:

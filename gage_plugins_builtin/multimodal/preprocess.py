@@ -13,9 +13,10 @@ from typing import Any, Mapping
 
 from string import ascii_uppercase as LETTERS
 
-from gage_eval.api import SCHEMA_VERSION, Preprocessor, RowContext, normalize_references, text_segment
+from gage_eval.api import SCHEMA_VERSION, Preprocessor, RowContext, jsonio, normalize_references, text_segment
 
 from gage_plugins_builtin.multimodal.media import image_segment, to_image_url
+from gage_plugins_builtin.preprocessors import row_id
 
 MC_INSTRUCTION = "Answer with the option's letter from the given choices directly."
 OPEN_INSTRUCTION = "Answer the question using a single word or phrase."
@@ -25,9 +26,24 @@ _ID = re.compile(r"^[A-Za-z]+_(.+?)_\d+$")
 
 
 def _required(record: Mapping[str, Any], name: str) -> Any:
-    if record.get(name) is None:
-        raise KeyError(name)
+    if record[name] is None:  # (a missing field is the KeyError)
+        raise ValueError(f"field {name!r} is null")
     return record[name]
+
+
+def _string(record: Mapping[str, Any], name: str) -> str:
+    value = _required(record, name)
+    if not isinstance(value, str):
+        raise ValueError(f"field {name!r} must be a string, got {jsonio.json_type(value)}")
+    return value
+
+
+def _texts(values: list, name: str) -> list[str]:
+    """The items of a list field as strings: each a string or a number, else the row's error."""
+    for value in values:
+        if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+            raise ValueError(f"field {name!r}: an item is {jsonio.shown(value)}, not a string or a number")
+    return [str(v) for v in values]
 
 
 def _literal_list(value: Any, name: str) -> list:
@@ -35,7 +51,7 @@ def _literal_list(value: Any, name: str) -> list:
     if isinstance(value, (list, tuple)):
         return list(value)
     if not isinstance(value, str):
-        raise ValueError(f"field {name!r} must be a list or a list literal, got {type(value).__name__}")
+        raise ValueError(f"field {name!r} must be a list or a list literal, got {jsonio.json_type(value)}")
     text = value.strip()
     if not text:
         return []
@@ -107,12 +123,12 @@ class MMMU(Preprocessor):
         return f"{question}\n\n{self.open_instruction}"
 
     def __call__(self, record: Mapping[str, Any], ctx: RowContext) -> dict:
-        sample_id = str(_required(record, "id"))
-        question = str(_required(record, "question"))
-        qtype = str(_required(record, "question_type"))
+        sample_id = row_id(record, "id")
+        question = _string(record, "question")
+        qtype = _string(record, "question_type")
         answer = _required(record, "answer")
         if qtype == "multiple-choice":
-            options = [str(o) for o in _literal_list(record.get("options", "[]"), "options")]
+            options = _texts(_literal_list(record.get("options", "[]"), "options"), "options")
             if not options:
                 raise ValueError("options: a multiple-choice row needs options")
             if len(options) > len(LETTERS):
@@ -120,7 +136,7 @@ class MMMU(Preprocessor):
         elif qtype == "open":
             options = []
         else:
-            raise ValueError(f"question_type: {qtype!r} is neither 'multiple-choice' nor 'open'")
+            raise ValueError(f"question_type: {jsonio.shown(qtype)} is neither 'multiple-choice' nor 'open'")
         text = self.prompt_text(question, options)
         wanted = {int(k) for k in _MARKER.findall(text)}
         images = {}
@@ -133,9 +149,9 @@ class MMMU(Preprocessor):
         content = interleave(text, images)
         if options:
             letters = list(LETTERS[:len(options)])
-            label = str(answer).strip()
+            label = answer.strip() if isinstance(answer, str) else answer
             if label not in letters:
-                raise ValueError(f"answer: {label!r} is not one of the option letters {', '.join(letters)}")
+                raise ValueError(f"answer: {jsonio.shown(label)} is not one of the option letters {', '.join(letters)}")
             references = [label]
         else:
             golds = answer if isinstance(answer, list) else [answer]
@@ -145,8 +161,11 @@ class MMMU(Preprocessor):
                     golds = _literal_list(text_answer, "answer")
                 except ValueError:
                     golds = [text_answer]
-            references = [str(g) for g in golds]
+            references = _texts(golds, "answer")
             label = references[0]
+        for name in ("subfield", "subject"):  # slices of the scores: a string or nothing
+            if record.get(name) is not None and not isinstance(record[name], str):
+                raise ValueError(f"field {name!r} must be a string, got {jsonio.json_type(record[name])}")
         subject = subject_of(sample_id) or record.get("subject")
         tags = {"subject": subject, "subfield": record.get("subfield"), "question_type": qtype}
         sample: dict[str, Any] = {
@@ -177,12 +196,9 @@ class DocVQA(Preprocessor):
         self.image_field = image_field
 
     def __call__(self, record: Mapping[str, Any], ctx: RowContext) -> dict:
-        qid = str(_required(record, "questionId"))
-        question = str(_required(record, "question"))
-        answers = record.get("answers")
-        if answers is None:
-            raise KeyError("answers")
-        answers = [str(a) for a in (_literal_list(answers, "answers") if isinstance(answers, str) else answers)]
+        qid = row_id(record, "questionId")
+        question = _string(record, "question")
+        answers = _texts(_literal_list(_required(record, "answers"), "answers"), "answers")
         if not answers:
             raise ValueError("field 'answers' is empty; ANLS needs at least one gold answer")
         url = to_image_url(_required(record, self.image_field), ctx, self.image_field)
@@ -201,5 +217,7 @@ class DocVQA(Preprocessor):
         }
         types = record.get("question_types")
         if types:
-            sample["data_tag"] = {"question_type": list(types)}
+            types = _texts([types] if isinstance(types, str) else types, "question_types") \
+                if isinstance(types, (str, list)) else _literal_list(types, "question_types")
+            sample["data_tag"] = {"question_type": types}
         return sample

@@ -133,7 +133,7 @@ def test_settings_describe_every_core_setting_and_no_plugin_option():
     ("count type", lambda s: s["tasks"]["piqa"]["counts"].__setitem__("total", "5"),
      ["$.tasks.piqa.counts.total", "'5' is not of type 'integer'"]),
     ("status", lambda s: s["tasks"]["piqa"].__setitem__("status", "fine"), ["$.tasks.piqa.status", "'fine'"]),
-    ("exit status", lambda s: s["run"].__setitem__("exit_status", None), ["$.run.exit_status", "None"]),
+    ("exit status", lambda s: s["run"].__setitem__("exit_status", None), ["$.run.exit_status", "null is not"]),
     ("unknown key", lambda s: s["run"].__setitem__("extra", 1), ["$.run", "'extra' was unexpected"]),
     ("core setting", lambda s: s["run"]["settings"].__setitem__("seed", "red"), ["$.run.settings.seed", "'red'"]),
     ("missing setting", lambda s: s["run"]["settings"].pop("fewshot_data"),
