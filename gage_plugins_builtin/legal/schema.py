@@ -34,7 +34,7 @@ def legal_eval_v1_errors(row: Any) -> list[tuple[str, str]]:
             if not isinstance(cid, str):
                 continue
             if cid in seen:
-                problems.append((f"$.choices[{i}].id", f"duplicate choice id {cid!r} (also choices[{seen[cid]}])"))
+                problems.append((f"$.choices[{i}].id", f"duplicate choice id {cid[:60]!r} (also choices[{seen[cid]}])"))
             else:
                 seen[cid] = i
             ids.append(cid)
@@ -43,7 +43,8 @@ def legal_eval_v1_errors(row: Any) -> list[tuple[str, str]]:
         for i, cid in enumerate(correct):
             if isinstance(cid, str) and cid not in ids:
                 problems.append((f"$.correct_choice_ids[{i}]",
-                                 f"{cid!r} is not a choice id (choices are {', '.join(ids) or 'none'})"))
+                                 f"{cid[:60]!r} is not a choice id (choices are {', '.join(ids[:26]) or 'none'}"
+                                 f"{f', ... ({len(ids)} in all)' if len(ids) > 26 else ''})"))
     return problems
 
 

@@ -143,3 +143,11 @@ def test_docvqa_rows_through_the_cli(tmp_path):
     assert f"{data}:3: preprocess error: field 'answers' is null" in err, err
     assert f"{data}:4: preprocess error: image.bytes: expected the image's bytes, got a number" in err, err
     assert "docvqa: 5 rows, 2 scored, 3 errored" in err, err
+
+
+def test_legal_choice_ids_are_listed_short():
+    from gage_plugins_builtin.legal.schema import legal_eval_v1_errors
+
+    row = {"choices": [{"id": f"c{i}", "text": str(i)} for i in range(1000)], "correct_choice_ids": ["A" * 5000]}
+    [(where, message)] = legal_eval_v1_errors(row)
+    assert where == "$.correct_choice_ids[0]" and message.endswith("c25, ... (1000 in all))") and len(message) < 300
