@@ -53,6 +53,7 @@ def _index(record: Mapping[str, Any], name: str) -> int:
     if name not in record:
         raise KeyError(name)
     value = record[name]
+    value = int(value) if type(value) is float and value.is_integer() else value  # (1.0 is JSON's 1)
     if isinstance(value, bool) or not (isinstance(value, int) or (isinstance(value, str) and value.strip().isdecimal()
                                                                   and len(value) < 20)):
         raise ValueError(f"field {name!r} must be an answer index, got {jsonio.shown(value)}")

@@ -86,6 +86,7 @@ class LabeledChoices(Preprocessor):
         if len(set(labels)) != len(labels):
             raise ValueError(f"{self.choices}: the labels {labels} repeat")
         key = _column(record, self.answer)
+        key = int(key) if type(key) is float and key.is_integer() else key
         key = str(key).strip() if _key(key) else key
         if key not in labels:
             raise ValueError(f"{self.answer}: {jsonio.shown(key)} is not one of the labels {', '.join(labels)}")
@@ -142,6 +143,7 @@ class ChoiceColumns(Preprocessor):
             gold = self.answer_index
         else:
             value = _column(record, self.answer)
+            value = int(value) if type(value) is float and value.is_integer() else value  # (1.0 is JSON's 1)
             if isinstance(value, bool) and self.answer_base == 0:  # (BoolQ: counted from 1, true would be the first)
                 gold = int(value)
             elif not isinstance(value, bool) and (isinstance(value, int) or (

@@ -136,6 +136,8 @@ def _label_for(answer: Any, options: list[dict]) -> str:
     ids = [o["id"] for o in options]
     if options and isinstance(answer, bool):
         raise ValueError(f"answer {shown(answer)} is a boolean, not an option index or id")
+    if type(answer) is float and answer.is_integer():  # JSON's 1.0 is 1 (a CSV column with a gap is float)
+        answer = int(answer)
     if options and isinstance(answer, int):
         if not 0 <= answer < len(options):
             raise ValueError(f"answer index {answer} is outside the {len(options)} choices")

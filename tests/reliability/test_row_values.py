@@ -151,3 +151,26 @@ def test_legal_choice_ids_are_listed_short():
     row = {"choices": [{"id": f"c{i}", "text": str(i)} for i in range(1000)], "correct_choice_ids": ["A" * 5000]}
     [(where, message)] = legal_eval_v1_errors(row)
     assert where == "$.correct_choice_ids[0]" and message.endswith("c25, ... (1000 in all))") and len(message) < 300
+
+
+def test_an_integral_float_label_is_its_integer():
+    # JSON's 1.0 is 1, and a CSV label column with one empty cell reaches the rows as floats (pandas'
+    # NaN): every other row of the file was refused ("answer 0.0 is neither an option id ...")
+    assert from_legacy({}, sample_id="x", question="q", choices=["a", "b"], answer=1.0)["label"] == "B"
+    with pytest.raises(ValueError, match="answer 1.5 is neither"):
+        from_legacy({}, sample_id="x", question="q", choices=["a", "b"], answer=1.5)
+    hs = {"activity_label": "a", "ctx_a": "b", "ctx_b": "c", "endings": ["x", "y"], "label": 1.0}
+    assert HellaSwag()(hs, CTX)["label"] == "B"
+    assert ChoiceColumns(choices=["a", "b"], answer="label", answer_base=1)(
+        {"question": "q", "a": "x", "b": "y", "label": 2.0}, CTX)["label"] == "B"
+    arc = {**ARC, "choices": {"text": ["a", "b"], "label": ["1", "2"]}, "answerKey": 2.0}
+    assert LabeledChoices()(arc, CTX)["label"] == "2"
+
+
+def test_a_csv_with_an_empty_label_scores_its_other_rows(tmp_path):
+    data = tmp_path / "p.csv"
+    data.write_text("goal,sol1,sol2,label\na,x,p,0\nb,y,q,1\nc,z,r,\n")
+    result = run_cli("--tasks", "piqa", "--data", f"piqa={data}", "--model", "dummy", "-o", str(tmp_path / "runs"),
+                     cwd=ROOT)
+    err = result.stderr + result.stdout
+    assert "preprocess error: field 'label' is null" in err and "piqa: 3 rows, 2 scored, 1 errored" in err, err
