@@ -88,10 +88,9 @@ class Winogrande(Preprocessor):
             raise ValueError("field 'sentence' has no blank '_'")
         head, rest = sentence[:blank], sentence[blank + 1:].strip()
         choices = [head + text_field(record, "option1"), head + text_field(record, "option2")]
-        answer = text_field(record, "answer").strip()
-        if answer not in ("1", "2"):
-            raise ValueError(f"field 'answer' must be '1' or '2', got {jsonio.shown(answer)}")
-        return _sample(ctx, sentence, choices, int(answer) - 1, {"rest": rest})
+        if _index(record, "answer") not in (1, 2):  # "1"/"2" (a CSV's column: 1/2)
+            raise ValueError(f"field 'answer' must be '1' or '2', got {jsonio.shown(record['answer'])}")
+        return _sample(ctx, sentence, choices, _index(record, "answer") - 1, {"rest": rest})
 
 
 _CONNECTIVES = {"cause": "because", "effect": "therefore"}

@@ -174,3 +174,13 @@ def test_a_csv_with_an_empty_label_scores_its_other_rows(tmp_path):
                      cwd=ROOT)
     err = result.stderr + result.stdout
     assert "preprocess error: field 'label' is null" in err and "piqa: 3 rows, 2 scored, 1 errored" in err, err
+
+
+def test_winogrande_takes_its_answer_as_a_number_too():
+    from gage_plugins_builtin.suite_choice import Winogrande
+
+    row = {"sentence": "The cup fell off the _ table.", "option1": "old", "option2": "new"}
+    assert [Winogrande()({**row, "answer": a}, CTX)["label"] for a in ("2", 2, 2.0, " 1")] == ["B", "B", "B", "A"]
+    for bad in ("3", 0, True, None, "x"):
+        with pytest.raises(ValueError, match="field 'answer' must be"):
+            Winogrande()({**row, "answer": bad}, CTX)
