@@ -16,7 +16,7 @@ from __future__ import annotations
 import ast
 from typing import Any, Mapping
 
-from gage_eval.api import SCHEMA_VERSION, Preprocessor, RowContext, normalize_references, user_message
+from gage_eval.api import SCHEMA_VERSION, Preprocessor, RowContext, jsonio, normalize_references, user_message
 
 
 def _literal(value: Any, name: str) -> Any:
@@ -55,13 +55,16 @@ class OpenQA(Preprocessor):
         if isinstance(value, Mapping):
             if self.answer_key is None or self.answer_key not in value:
                 raise ValueError(f"{where}: a mapping without the answers key {self.answer_key!r} "
-                                 f"(it has {', '.join(map(str, value)) or 'no keys'})")
+                                 f"(it has {jsonio.shown(list(value)) if value else 'no keys'})")
             where = f"{self.answers}.{self.answer_key}"
             value = _literal(value[self.answer_key], where)
         if isinstance(value, str):
             value = [value]
-        if not isinstance(value, (list, tuple)) or not all(isinstance(a, str) for a in value):
-            raise ValueError(f"{where}: expected a list of answer strings, got {type(value).__name__}")
+        if not isinstance(value, (list, tuple)):
+            raise ValueError(f"{where}: expected a list of answer strings, got {jsonio.json_type(value)}")
+        bad = [a for a in value if not isinstance(a, str)]
+        if bad:
+            raise ValueError(f"{where}: expected a list of answer strings, one is {jsonio.shown(bad[0])}")
         if not value:
             raise ValueError(f"{where}: no accepted answer")
         return list(value)
@@ -71,7 +74,7 @@ class OpenQA(Preprocessor):
             raise KeyError(self.question)
         question = record[self.question]
         if not isinstance(question, str):
-            raise ValueError(f"{self.question}: the question must be a string, got {type(question).__name__}")
+            raise ValueError(f"{self.question}: the question must be a string, got {jsonio.json_type(question)}")
         sample: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "id": f"{ctx.task}-{ctx.index}",
                                   "messages": [user_message(question)],
                                   "references": normalize_references(self._answers(record))}

@@ -184,3 +184,14 @@ def test_winogrande_takes_its_answer_as_a_number_too():
     for bad in ("3", 0, True, None, "x"):
         with pytest.raises(ValueError, match="field 'answer' must be"):
             Winogrande()({**row, "answer": bad}, CTX)
+
+
+def test_open_qa_names_the_bad_answer():
+    from gage_plugins_builtin.suite_gen import OpenQA
+
+    nq = OpenQA(question="question", answers="answer")
+    assert error_of(nq, {"question": "q", "answer": ["x", None]}) == "answer: expected a list of answer strings, one is null"
+    assert error_of(nq, {"question": "q", "answer": 5}) == "answer: expected a list of answer strings, got a number"
+    trivia = OpenQA(question="question", answers="answer", answer_key="aliases")
+    message = error_of(trivia, {"question": "q", "answer": {f"k{i}": i for i in range(1000)}})
+    assert message.startswith("answer: a mapping without the answers key 'aliases' (it has [\"k0\"") and len(message) < 200
