@@ -28,6 +28,7 @@ def tasks_command(include_path, as_json):
         except GageError as exc:
             rows.append({"name": name, "origin": src.origin, "kind": "INVALID", "folder": str(src.folder),
                          "description": str(exc).splitlines()[0]})
+    rows += _group_rows(found)
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
@@ -36,6 +37,22 @@ def tasks_command(include_path, as_json):
     width = max([len(r["name"]) for r in rows] + [4])
     for r in rows:
         click.echo(f"{r['name'].ljust(width)}  {r['kind']:<13}  {r['origin']:<10}  {r['description']}")
+
+
+def _group_rows(found) -> list[dict]:
+    """A row for each group the task files define (``--tasks GROUP`` runs its tasks)."""
+    from gage_eval.tasks.groups import discover_groups, leaves
+    from gage_eval.tasks.spec import TASK_FILE
+
+    try:
+        groups = discover_groups(found)
+        tasks = {name: leaves(name, found, groups) for name in groups}
+    except GageError as exc:
+        return [{"name": "(groups)", "origin": "", "kind": "INVALID", "folder": "", "description": str(exc)}]
+    return [{"name": name, "origin": found[tasks[name][0]].origin, "kind": "group",
+             "folder": groups[name].where.rsplit(": key", 1)[0].removesuffix("/" + TASK_FILE), "description": f"a group of {len(tasks[name])} "
+             f"tasks: {', '.join(tasks[name][:3])}{', ...' if len(tasks[name]) > 3 else ''}"}
+            for name in sorted(groups) if tasks[name]]
 
 
 @click.command("plugins")

@@ -149,6 +149,9 @@ def _with_value(name: str, given: str, value: str, take, peek) -> list[str]:
         values = [value]
         while peek() is not None and not peek().startswith("-"):
             values.append(take())
+        for v in set(values) & {"list", "list_groups", "list_subtasks", "list_tags"}:  # lm-eval's listings
+            raise GageError(f"--tasks {v} (lm-evaluation-harness): `gage-eval tasks` lists the tasks and groups "
+                            f"(`gage-eval tasks --include-path DIR`: yours too)")
         return [x for v in values for x in ("--tasks", v)]
     if name in GREEDY_PAIRS:
         parts = [value]

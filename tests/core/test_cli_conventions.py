@@ -120,6 +120,20 @@ def test_task_lists_every_way():
     assert tr("-tpiqa") == ["--tasks", "piqa"]
 
 
+@pytest.mark.parametrize("args", [("--tasks", "list"), ("-t", "list_groups"), ("--tasks", "piqa", "list_tags")])
+def test_lm_eval_task_listings_name_the_tasks_command(args):
+    with pytest.raises(GageError, match=r"^--tasks list\w* \(lm-evaluation-harness\): `gage-eval tasks` lists"):
+        tr(*args)
+
+
+def test_tasks_command_lists_the_groups_too(run_cli):
+    result = run_cli("tasks")
+    assert result.exit_code == 0, result.output
+    rows = {line.split()[0]: line.split() for line in result.output.splitlines() if line.strip()}
+    assert rows["mmlu"][1:7] == ["group", "builtin", "a", "group", "of", "57"]
+    assert rows["mmlu_stem"][1] == "group" and rows["piqa"][1] == "loglikelihood"
+
+
 def test_short_bundles_and_values_that_look_like_options():
     assert tr("-ql", "5") == ["-q", "--limit", "5"]
     assert tr("-l5") == ["--limit", "5"]
