@@ -13,6 +13,9 @@ def _pdf_text(path: str, mtime: float) -> str:
         from pypdf import PdfReader
     except ImportError:
         raise ValueError("reading PDF attachments needs pypdf: pip install 'gage-eval[pdf]'") from None
+    import logging
+
+    logging.getLogger("pypdf").setLevel(logging.ERROR)  # its warnings ("EOF marker not found") went to the console
     try:
         reader = PdfReader(path)
         pages = [page.extract_text() or "" for page in reader.pages]

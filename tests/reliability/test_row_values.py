@@ -195,3 +195,20 @@ def test_open_qa_names_the_bad_answer():
     trivia = OpenQA(question="question", answers="answer", answer_key="aliases")
     message = error_of(trivia, {"question": "q", "answer": {f"k{i}": i for i in range(1000)}})
     assert message.startswith("answer: a mapping without the answers key 'aliases' (it has [\"k0\"") and len(message) < 200
+
+
+def test_a_damaged_pdf_attachment_is_one_line(tmp_path):
+    pytest.importorskip("pypdf")
+    (tmp_path / "documents").mkdir()
+    (tmp_path / "documents" / "bad.pdf").write_bytes(b"%PDF-1.4 garbage")
+    row = {"schema_version": "legal_eval_v1", "id": "a", "dataset": "d", "task_type": "mcq", "prompt": "Which?",
+           "choices": [{"id": "A", "text": "x"}, {"id": "B", "text": "y"}], "correct_choice_ids": ["A"],
+           "attachments": [{"path": "documents/bad.pdf", "kind": "pdf"}]}
+    data = tmp_path / "legal.jsonl"
+    data.write_text(json.dumps(row) + "\n" + json.dumps({**row, "id": "b", "attachments": []}) + "\n")
+    result = run_cli("--tasks", "legal_eval_v1", "--data", f"legal_eval_v1={data}", "--model", "dummy",
+                     "-o", str(tmp_path / "runs"), cwd=ROOT)
+    err = result.stderr + result.stdout
+    assert f"{data}:1: preprocess error: attachments[0].path: cannot read PDF" in err, err
+    assert "EOF marker not found" not in err, err  # pypdf's own warning, printed to the console
+    assert "legal_eval_v1: 2 rows, 1 scored, 1 errored" in err, err
