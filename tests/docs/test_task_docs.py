@@ -169,7 +169,7 @@ def gage_eval_command() -> list[str]:
     return [sys.executable, "-c", "from gage_eval.cli import main; main()"]
 
 
-def run_command(line: str, cwd: Path) -> None:
+def run_command(line: str, cwd: Path) -> dict | None:
     argv = shlex.split(line, comments=True)
     if not argv:
         return
@@ -189,6 +189,7 @@ def run_command(line: str, cwd: Path) -> None:
         for name, task in summary["tasks"].items():
             counts = task["counts"]
             assert counts["total"] > 0 and counts["scored"] == counts["total"], (line, name, counts)
+        return summary
 
 
 def follow(steps: list[Step], cwd: Path, *, model: bool, by_hand: bool) -> None:
@@ -229,3 +230,16 @@ def test_walkthrough_by_hand_on_the_dummy_backend(title, tmp_path):
 @pytest.mark.parametrize("title", sorted(WALKTHROUGHS))
 def test_walkthrough_with_the_default_model(title, tmp_path, smollm2_gguf):
     follow(WALKTHROUGHS[title], tmp_path, model=True, by_hand=False)
+
+
+@pytest.mark.slow
+def test_the_figures_the_generate_walkthrough_gives_for_the_default_model(tmp_path, smollm2_gguf):
+    """'`contains` falls from X to Y' without chat: true, on the five rows new-task writes."""
+    claimed = re.search(r"`contains` falls from (\d(?:\.\d+)?) to\s+(\d(?:\.\d+)?)", doc_text())
+    run_command("gage-eval new-task capitals --dir mytasks", tmp_path)
+    task_file, got = tmp_path / "mytasks" / "capitals" / "task.yaml", []
+    for chat in ("true", "false"):
+        task_file.write_text(re.sub(r"chat: \w+", f"chat: {chat}", task_file.read_text()))
+        summary = run_command("gage-eval --tasks capitals --include-path mytasks", tmp_path)
+        got.append(summary["tasks"]["capitals"]["metrics"]["contains"]["value"])
+    assert got == [float(claimed[1]), float(claimed[2])], f"docs/tasks.md says {claimed[0]!r}; measured {got}"
