@@ -48,12 +48,14 @@ class Legacy(Preprocessor):
     :param unconditioned: field holding the sample's ``unconditioned_input`` (a string or messages),
         the context acc_mutual_info scores each choice after.
     :param unconditioned_text: the same for every row, as a constant (``""`` is lm-eval's empty context).
+    :param choice_count: the number of choices every row must have (MMLU's prompt shows four: a row
+        with five would be scored on a choice its prompt never showed).
     """
 
     def __init__(self, question: str | None = None, choices: Any = None, answer: str | None = None,
                  id_field: str | None = None, data_tag: Any = None, metadata: Any = None,
                  task_type: str | None = None, system: str | None = None, unconditioned: str | None = None,
-                 unconditioned_text: str | None = None):
+                 unconditioned_text: str | None = None, choice_count: int | None = None):
         if unconditioned is not None and unconditioned_text is not None:
             raise ValueError("give 'unconditioned' (a field) or 'unconditioned_text' (a constant), not both")
         self.question = question
@@ -66,6 +68,7 @@ class Legacy(Preprocessor):
         self.system = system
         self.unconditioned = unconditioned
         self.unconditioned_text = unconditioned_text
+        self.choice_count = choice_count
 
     def _field(self, record: Mapping[str, Any], name: str) -> Any:
         if record[name] is None and name in (self.question, self.answer):  # (else the default fields are read)
@@ -85,6 +88,9 @@ class Legacy(Preprocessor):
             choices = self._field(record, self.choices)
         else:
             choices = None
+        if self.choice_count is not None and isinstance(choices, (list, dict)) and len(choices) != self.choice_count:
+            raise ValueError(f"field {self.choices!r}: {len(choices)} choice(s), where this task's rows have "
+                             f"{self.choice_count}")
         answer = self._field(record, self.answer) if self.answer else None
         fields = {"question": self.question, "answer": self.answer,
                   "choices": ", ".join(self.choices) if isinstance(self.choices, list) else self.choices}

@@ -212,3 +212,16 @@ def test_a_damaged_pdf_attachment_is_one_line(tmp_path):
     assert f"{data}:1: preprocess error: attachments[0].path: cannot read PDF" in err, err
     assert "EOF marker not found" not in err, err  # pypdf's own warning, printed to the console
     assert "legal_eval_v1: 2 rows, 1 scored, 1 errored" in err, err
+
+
+def test_mmlu_rows_have_four_choices(tmp_path):
+    # a row with five was scored on all five (" E" too) while its prompt showed A. to D.
+    good = {"question": "2+2?", "choices": ["1", "2", "3", "4"], "answer": 3, "subject": "anatomy"}
+    rows = [good, {**good, "choices": ["1", "2", "3", "4", "5"], "answer": 4}, good]
+    data = tmp_path / "m.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    result = run_cli("--tasks", "mmlu_anatomy", "--data", f"mmlu_anatomy={data}", "--model", "dummy",
+                     "-o", str(tmp_path / "runs"), cwd=ROOT)
+    err = result.stderr + result.stdout
+    assert f"{data}:2: preprocess error: field 'choices': 5 choice(s), where this task's rows have 4" in err, err
+    assert "mmlu_anatomy: 3 rows, 2 scored, 1 errored" in err, err
