@@ -99,6 +99,8 @@ def translate(args: Iterable[str], kinds: Mapping[str, str], long_names: Mapping
             if tok == "run" and "run" not in commands:
                 raise GageError("no `run` sub-command: gage-eval takes the run's options directly "
                                 "(gage-eval --tasks NAME --model NAME ...)")
+            if tok == "ls" and "ls" not in commands:
+                raise GageError("no `ls` sub-command: `gage-eval tasks` lists the tasks and groups")
             out.append(tok)
             out.extend(cur.args[cur.i:])
             break

@@ -151,6 +151,8 @@ def test_sub_command_and_what_follows_pass_through():
     assert tr("-q", "tasks", "--include_path", "x") == ["-q", "tasks", "--include_path", "x"]
     with pytest.raises(GageError, match="no `run` sub-command"):
         tr("run", "--tasks", "piqa")
+    with pytest.raises(GageError, match="no `ls` sub-command: `gage-eval tasks` lists"):
+        tr("ls", "tasks")
 
 
 def test_seed_list_and_json_output_path_refused():
