@@ -597,6 +597,10 @@ class TransformersBackend(Backend):
                   f"max_length + 1 = {self.max_length + 1} tokens are cut from the left, as lm-eval does "
                   f"(raw.truncated on each)", file=sys.stderr, flush=True)
         for i, ctx, conts in single:
+            if max(map(len, conts)) > self.max_length:  # (torch said "Size does not match at dimension 0 ...")
+                yield i, ModelOutput(error=f"transformers backend: a continuation of {max(map(len, conts))} tokens "
+                                           f"is longer than the model's max_length of {self.max_length}")
+                continue
             t0 = time.perf_counter()
             with torch.inference_mode():
                 scored = [self._score_full(ctx, cont) for cont in conts]

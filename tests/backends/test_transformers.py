@@ -80,6 +80,19 @@ def test_truncated_request_scores_from_the_left(smollm2):
 
 
 @pytest.mark.slow
+def test_a_continuation_longer_than_the_model_is_its_rows_error(smollm2):
+    long = _ll("one two", " three four five six seven eight nine ten eleven", " stop")
+    saved = smollm2.max_length
+    try:
+        smollm2.max_length = 6
+        out, ok = smollm2.run([long, _ll("one two three", " four")])
+    finally:
+        smollm2.max_length = saved
+    assert out.error is not None and "longer than the model's max_length of 6" in out.error, out.error
+    assert ok.error is None and len(ok.loglikelihoods) == 1
+
+
+@pytest.mark.slow
 def test_chat_generation_returns_text_and_counts(smollm2):
     assert "chat" in smollm2.capabilities
     req = Request(kind=GENERATE, sample_id="c", chat=True, gen={"max_new_tokens": 24},
