@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -106,8 +107,8 @@ def subgroups(name: str, found: Mapping[str, TaskSource], groups: Mapping[str, G
 
 def expand(names: Sequence[str], found: Mapping[str, TaskSource],
            groups: Mapping[str, GroupSpec]) -> list[str]:
-    """``--tasks`` names with each group replaced by its tasks and each tag by its tasks; the
-    names that are none of these are kept (the caller says they are unknown)."""
+    """``--tasks`` names with each group, tag or glob pattern (``'mmlu_*'``, as lm-eval's) replaced by
+    its tasks; the names that are none of these are kept (the caller says they are unknown)."""
     out: list[str] = []
     for name in names:
         if name in found:
@@ -115,7 +116,8 @@ def expand(names: Sequence[str], found: Mapping[str, TaskSource],
         elif name in groups:
             out.extend(leaves(name, found, groups))
         else:
-            out.extend([t for t, src in found.items() if name in src.tags] or [name])
+            out.extend([t for t, src in found.items() if name in src.tags]
+                       or sorted(t for t in found if fnmatchcase(t, name)) or [name])
     return list(dict.fromkeys(out))
 
 

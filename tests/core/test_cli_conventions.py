@@ -249,6 +249,15 @@ def _config(run_dir: Path) -> dict:
     return json.loads((run_dir / "config.json").read_text())
 
 
+def test_task_names_as_glob_patterns_as_lm_eval_takes_them(run_cli, tmp_path, three_tasks):
+    result = run_cli("--tasks", "p[23],p?", "--model", "dummy", "--limit", 1, "--include-path", three_tasks,
+                     "-o", tmp_path, "--run-id", "r", "-q")
+    assert result.exit_code == 0, result.output
+    assert list(_summary(tmp_path / "r")["tasks"]) == ["p2", "p3", "p1"]
+    result = run_cli("--tasks", "q*", "--model", "dummy", "--include-path", three_tasks, "-o", tmp_path)
+    assert result.exit_code == 2 and "unknown task(s): q*" in result.output
+
+
 @pytest.mark.parametrize("task_args", [
     ["--tasks", "p1,p3,p2"], ["--tasks", "p1", "p3", "p2"], ["-t", "p1", "-t", "p3", "-t", "p2"],
     ["--tasks", "p1,p3", "--tasks", "p2,p1"], ["--tasks", "p1", "p3", "p1", "p2"],
