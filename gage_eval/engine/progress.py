@@ -131,7 +131,7 @@ class Progress:
         if self.tokens and not final:
             parts.append(f"{self.tokens} tokens generated")
         if final:
-            parts.append(f"done in {duration(elapsed)}")
+            parts.append(("done in " if self.count >= (self.total or 0) else "ended after ") + duration(elapsed))
         elif self.total and rate > 0 and self.count < self.total:
             parts.append(f"ETA {duration((self.total - self.count) / rate)}")
         if not final:

@@ -142,6 +142,15 @@ def test_progress_counts_errored_rows():
     assert "4/4 rows (100%)" in last and "2 errored" in last
 
 
+def test_the_last_progress_line_of_a_task_stopped_short_does_not_say_done():
+    out = io.StringIO()
+    progress = Progress("t", total=60, stream=out, interval=3600)
+    progress.update(14)
+    progress.close()  # an interrupt, or a backend that stopped the run
+    last = out.getvalue().splitlines()[-1]
+    assert "14/60 rows (23%)" in last and "ended after" in last and "done" not in last
+
+
 def test_progress_bar_in_a_terminal_uses_tqdm():
     class Tty(io.StringIO):
         def isatty(self):
