@@ -235,7 +235,8 @@ def _no_nan(ctx: click.Context, param: click.Parameter, value: float | None) -> 
 @click.group(cls=PluginGroup, invoke_without_command=True,
              context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.option("--tasks", "-t", multiple=True,
-              help="Task names, comma- or space-separated, or repeated (see `gage-eval tasks`).")
+              help="Tasks, groups or glob patterns ('mmlu_*'), comma- or space-separated, or repeated "
+                   "(see `gage-eval tasks`).")
 @click.option("--model", "-m", default=None,
               help="Backend name (default: the one a plugin declares the default; `gage-eval plugins` lists them).")
 @click.option("--model-args", "-a", default=None, help="Backend arguments: k=v,k2=v2 (e.g. pretrained=DIR,dtype=float32).")
