@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import click
 
@@ -42,7 +43,6 @@ def tasks_command(include_path, as_json):
 def _group_rows(found) -> list[dict]:
     """A row for each group the task files define (``--tasks GROUP`` runs its tasks)."""
     from gage_eval.tasks.groups import discover_groups, leaves
-    from gage_eval.tasks.spec import TASK_FILE
 
     try:
         groups = discover_groups(found)
@@ -50,8 +50,8 @@ def _group_rows(found) -> list[dict]:
     except GageError as exc:
         return [{"name": "(groups)", "origin": "", "kind": "INVALID", "folder": "", "description": str(exc)}]
     return [{"name": name, "origin": found[tasks[name][0]].origin, "kind": "group",
-             "folder": groups[name].where.rsplit(": key", 1)[0].removesuffix("/" + TASK_FILE), "description": f"a group of {len(tasks[name])} "
-             f"tasks: {', '.join(tasks[name][:3])}{', ...' if len(tasks[name]) > 3 else ''}"}
+             "folder": os.path.dirname(groups[name].where), "description": f"a group of {len(tasks[name])} tasks: "
+             f"{', '.join(tasks[name][:3])}{', ...' if len(tasks[name]) > 3 else ''}"}
             for name in sorted(groups) if tasks[name]]
 
 
