@@ -61,6 +61,11 @@ class FatalBackendError(GageError):
     exit_code = EXIT_TASK_FAILED
 
 
+def interrupt_reason(stop: BaseException) -> tuple[str, int]:
+    """What a KeyboardInterrupt (Ctrl-C, or SIGTERM made one) says stopped the run, and its exit status."""
+    return str(stop) or "interrupted by the user (Ctrl-C)", getattr(stop, "exit_status", EXIT_INTERRUPTED)
+
+
 class FailFast(GageError):
     """``--fail-fast``: the run stopped at the first row that errored (written, as every row is)."""
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from gage_eval.api.errors import EXIT_INTERRUPTED, GageError
+from gage_eval.api.errors import GageError, interrupt_reason
 from gage_eval.api.runfolder import RunFolder, folder_name_ok
 from gage_eval.cli.resume import resume_command, resumed_options
 from gage_eval.cli.settings import build_options, without_writers
@@ -55,14 +55,14 @@ def run_from_cli(*, resume: str | None, quiet: bool, dry_run: int | None = None,
                 summary = Engine(options, run_dir, resume=bool(resume)).run()
         except KeyboardInterrupt as exc:
             # click turns KeyboardInterrupt into a bare "Aborted", so say what to do here
-            why = str(exc) or "interrupted by the user (Ctrl-C)"
+            why, status = interrupt_reason(exc)
             if fresh and not RunFolder(run_dir).config_file.exists():
                 remove_unused_run_dir(run_dir)
                 click.echo(f"\ngage-eval: {why} before the run began; nothing was written", err=True)
             else:
                 click.echo(f"\ngage-eval: {why}; the rows finished so far and their summary are in {run_dir}; "
                            f"run only what is missing with: {resume_command(run_dir, options)}", err=True)
-            raise SystemExit(getattr(exc, "exit_status", EXIT_INTERRUPTED)) from None
+            raise SystemExit(status) from None
         except GageError:
             if fresh:  # refused before anything was written: leave no empty run folder behind
                 remove_unused_run_dir(run_dir)

@@ -4,7 +4,8 @@ from __future__ import annotations
 import sys
 from typing import Any, Callable
 
-from gage_eval.api.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OUTPUT, EXIT_TERMINATED, GageError
+from gage_eval.api.errors import (EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OUTPUT, EXIT_TERMINATED, GageError,
+                                  interrupt_reason)
 
 
 class Interrupted(KeyboardInterrupt):
@@ -135,8 +136,7 @@ def stop_reason(exc: BaseException, clean: Callable[[str], str]) -> tuple[str, i
     that goes with it."""
     interrupt = interrupt_of(exc)
     if interrupt is not None:
-        return (str(interrupt) or "interrupted by the user (Ctrl-C)",
-                getattr(interrupt, "exit_status", EXIT_INTERRUPTED))
+        return interrupt_reason(interrupt)
     if isinstance(exc, GageError):
         return clean(str(exc)), exc.exit_code
     if isinstance(exc, OSError):

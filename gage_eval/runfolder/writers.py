@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
 
-from gage_eval.api.errors import EXIT_INTERRUPTED, PLUGIN_FAULTS, GageError, OutputError, fault_text
+from gage_eval.api.errors import PLUGIN_FAULTS, GageError, OutputError, fault_text, interrupt_reason
 from gage_eval.api.events import RunStart, TaskDone, plugin_copy
 from gage_eval.config.kv import parse_kv
 from gage_eval.api.secrets import REDACTED, is_secret_key
@@ -180,8 +180,7 @@ class WriterSet:
             if self.started:
                 self._each("end", summary)
         except KeyboardInterrupt as stop:  # (summary.json, if written, says the run finished: it says what stopped it)
-            run.update(interrupted=str(stop) or "interrupted by the user (Ctrl-C)",
-                       exit_status=getattr(stop, "exit_status", EXIT_INTERRUPTED))
+            run["interrupted"], run["exit_status"] = interrupt_reason(stop)
             before = None
             raise
         finally:
